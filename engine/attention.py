@@ -1,0 +1,74 @@
+"""The engine's attention function, registered with transformers' AttentionInterface.
+
+Every supported architecture calls it from its own attention module. It owns the KV cache
+writes (kv_cache.py), the masking (causal without a materialized mask where it can) and
+grouped-query attention (SDPA `enable_gqa`: KV heads are never expanded). transformers' own
+cache and mask building are switched off: the model runs with no cache and a `None` mask.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from engine.kv_cache import KVCache
+
+ATTN_IMPLEMENTATION = "hearth"
+
+
+@dataclass
+class StepContext:
+    """What one forward pass writes and reads: positions start..end-1 of `cache`.
+
+    Passed to the model as the keyword `hearth_step`; transformers forwards unknown keywords
+    down to the attention function.
+    """
+
+    cache: KVCache
+    positions: torch.Tensor  # [T] int64 on the cache's device
+    start: int  # host copies of the bounds: no device sync to slice
+    end: int
+
+
+def hearth_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                     **kwargs):
+    """query: [1, H, T, D]; key, value: [1, H_kv, T, D] for the new tokens only."""
+    step: StepContext | None = kwargs.get("hearth_step")
+    if step is None:
+        raise RuntimeError("hearth attention called without a hearth_step context")
+    if kwargs.get("softcap") is not None:
+        raise NotImplementedError("attention logit soft-capping is not supported")
+    layer = module.layer_idx
+    step.cache.write(layer, step.positions, key, value)
+    k = step.cache.k[layer][:, :, : step.end]  # [1, H_kv, end, D]
+    v = step.cache.v[layer][:, :, : step.end]
+    q = query.to(k.dtype)
+    T = q.shape[2]
+    if T == 1:
+        out = F.scaled_dot_product_attention(q, k, v, scale=scaling, enable_gqa=True)
+    elif step.start == 0:
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling,
+                                             enable_gqa=True)
+    else:
+        # query i sits at start+i and sees keys 0..start+i (SDPA's is_causal aligns top-left)
+        rows = torch.arange(step.start, step.end, device=q.device)[:, None]
+        cols = torch.arange(step.end, device=q.device)[None, :]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=cols <= rows, scale=scaling,
+                                             enable_gqa=True)
+    # out: [1, H, T, D] -> [1, T, H, D], the layout transformers' modules expect back
+    return out.to(query.dtype).transpose(1, 2).contiguous(), None
+
+
+def _no_mask(*args, **kwargs):
+    """The mask is built inside hearth_attention from the step's bounds."""
+    return None
+
+
+def register() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(ATTN_IMPLEMENTATION, hearth_attention)
+    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, _no_mask)

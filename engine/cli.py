@@ -1,0 +1,194 @@
+"""The `hearth` command. Arguments and the model folder are checked before torch is imported,
+so bad input fails at once with one sentence and exit code 2 (DESIGN.md: the CLI contract).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+
+from engine.events import (
+    QUANTS,
+    BadRequest,
+    Failed,
+    Finished,
+    GenerateRequest,
+    Loaded,
+    LoadProgress,
+    LoadRequest,
+    SamplingParams,
+    Token,
+    event_to_json,
+)
+
+EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own errors: one line, exit 2, like ours
+        raise BadRequest(message)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("hearth")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="hearth", description="Run large language models on your own GPU.")
+    p.add_argument("--version", action="version", version=f"hearth {_version()}")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    sub.add_parser("gui", help="open the desktop app (the default)")
+    sub.add_parser("worker", help="the engine process the app drives (JSON lines)")
+
+    run = sub.add_parser("run", help="generate from a prompt")
+    run.add_argument("--model", help="model folder or cached Hugging Face repo id "
+                     "(default: the bundled demo model)")
+    src = run.add_mutually_exclusive_group()
+    src.add_argument("--prompt")
+    src.add_argument("--messages", metavar="FILE.json", help="a JSON list of chat messages")
+    run.add_argument("--system")
+    _load_args(run)
+    spec = run.add_mutually_exclusive_group()
+    spec.add_argument("--draft", metavar="PATH")
+    spec.add_argument("--prompt-lookup", action="store_true")
+    run.add_argument("--num-speculative-tokens", type=int)
+    run.add_argument("--max-new-tokens", type=int, default=256)
+    run.add_argument("--temperature", type=float)
+    run.add_argument("--top-p", type=float)
+    run.add_argument("--top-k", type=int)
+    run.add_argument("--repetition-penalty", type=float)
+    run.add_argument("--stop", action="extend", nargs="+", default=[], metavar="TEXT")
+    run.add_argument("--seed", type=int)
+    run.add_argument("--raw", action="store_true", help="no chat template: tokenize as is")
+    run.add_argument("--json", action="store_true", help="one JSON event per line")
+
+    plan = sub.add_parser("plan", help="what fits in VRAM, before loading")
+    plan.add_argument("--model", help="model folder (config.json is enough)")
+    where = plan.add_mutually_exclusive_group()
+    where.add_argument("--vram", type=float, metavar="GIB")
+    where.add_argument("--gpu", choices=["auto"])
+    plan.add_argument("--context", type=int)
+    plan.add_argument("--quant", choices=QUANTS, default="auto")
+    plan.add_argument("--kv-dtype", default="auto")
+    plan.add_argument("--draft", metavar="PATH")
+    plan.add_argument("--json", action="store_true")
+
+    gpu = sub.add_parser("gpu", help="the GPUs NVML sees")
+    gpu.add_argument("--json", action="store_true")
+    return p
+
+
+def _load_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quant", default="auto")
+    p.add_argument("--kv-dtype", default="auto")
+    p.add_argument("--context", type=int)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--memory-limit", type=float, metavar="GIB")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command in (None, "gui"):
+            return subprocess.call([sys.executable, "-m", "app"])
+        if args.command == "worker":
+            from engine import worker
+
+            return worker.main()
+        if args.command == "run":
+            return _run(args)
+        if args.command == "plan":
+            from engine.plan_report import run_plan
+
+            return run_plan(args.model, args.vram, args.gpu, args.context, args.quant,
+                            args.kv_dtype, args.draft, args.json)
+        if args.command == "gpu":
+            from engine.plan_report import run_gpu
+
+            return run_gpu(args.json)
+    except BadRequest as e:
+        print(f"hearth: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # not the user's fault: still one line, the traceback on request
+        if os.environ.get("HEARTH_DEBUG"):
+            raise
+        print(f"hearth: error: {type(e).__name__}: {e} (set HEARTH_DEBUG=1 for details)",
+              file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_ERROR
+
+
+def _requests(args) -> tuple[LoadRequest, GenerateRequest]:
+    if args.draft or args.prompt_lookup or args.num_speculative_tokens is not None:
+        raise BadRequest("speculative decoding (--draft, --prompt-lookup) is not available yet")
+    messages = None
+    if args.messages:
+        try:
+            with open(args.messages, encoding="utf-8") as f:
+                messages = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise BadRequest(f"cannot read messages from {args.messages}: {e}") from None
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest(f"{args.messages} must hold a non-empty JSON list of messages")
+        messages = tuple(messages)
+    elif args.prompt is None:
+        raise BadRequest("give a --prompt or a --messages file")
+    load = LoadRequest(args.model, args.quant, args.kv_dtype, args.context, args.device,
+                       args.memory_limit)
+    gen = GenerateRequest(args.prompt, messages, args.system, args.raw, args.max_new_tokens,
+                          tuple(args.stop), SamplingParams(args.temperature, args.top_p,
+                                                           args.top_k, args.repetition_penalty,
+                                                           args.seed))
+    load.validate()
+    gen.validate()
+    return load, gen
+
+
+def _run(args) -> int:
+    from engine.model_folder import check
+
+    load, gen = _requests(args)
+    check(load.model)  # before torch: a bad folder fails in well under a second
+
+    def show(event) -> None:
+        if args.json:
+            print(event_to_json(event), flush=True)
+        elif isinstance(event, LoadProgress) and event.message:
+            print(f"[{event.done + 1}/{event.total}] {event.message}", file=sys.stderr)
+        elif isinstance(event, Loaded):
+            print(f"loaded {event.architecture} as {event.quant} on {event.device}, "
+                  f"context {event.context}", file=sys.stderr)
+        elif isinstance(event, Token):
+            print(event.text, end="", flush=True)
+        elif isinstance(event, Finished):
+            s = event.stats
+            print(f"\n[{event.reason}] {s.new_tokens} tokens, ttft {s.ttft_ms:.0f} ms, "
+                  f"{s.decode_tokens_per_s:.1f} tokens/s", file=sys.stderr)
+
+    from engine.session import Session
+
+    session = Session.load(load, show)
+    show(session.loaded_event())
+    last = None
+    for event in session.generate(gen):
+        show(event)
+        last = event
+    if isinstance(last, Failed):
+        if not args.json:
+            print(f"hearth: {last.error}" + (f" ({last.hint})" if last.hint else ""),
+                  file=sys.stderr)
+        return EXIT_BAD_INPUT if last.bad_input else EXIT_ERROR
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

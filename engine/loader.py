@@ -1,0 +1,140 @@
+"""Load a checked model folder: weights (bf16/fp16/fp32, INT8 or NF4), tokenizer, generation config.
+
+safetensors only, never `trust_remote_code`. The model runs with the engine's attention function
+(attention.py), so its KV cache and masks are the engine's own, whatever the architecture.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from engine import attention
+from engine.events import BadRequest, LoadProgress, LoadRequest
+from engine.model_folder import ModelFolder
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+CONFIG_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+DEFAULT_MAX_CONTEXT = 8192  # until the planner chooses: a chat-sized cache, not 128K of zeros
+
+
+class LoadCancelled(Exception):
+    pass
+
+
+@dataclass
+class LoadedModel:
+    folder: ModelFolder
+    model: torch.nn.Module
+    tokenizer: object
+    gen_config: dict
+    eos_ids: frozenset[int]
+    device: torch.device
+    quant: str
+    compute_dtype: torch.dtype
+    context: int
+    notes: tuple[str, ...]
+
+    @property
+    def weights_bytes(self) -> int:
+        return self.model.get_memory_footprint()
+
+
+def choose_device(req: LoadRequest) -> torch.device:
+    if req.device == "cuda" and not torch.cuda.is_available():
+        raise BadRequest("--device cuda was asked for but torch sees no CUDA GPU")
+    if req.device == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda")
+
+
+def choose_quant(req: LoadRequest, folder: ModelFolder, device: torch.device) -> str:
+    if req.quant != "auto":
+        return req.quant
+    native = CONFIG_DTYPES.get(str(folder.config.get("dtype") or folder.config.get("torch_dtype")))
+    if device.type == "cpu":
+        return native or "fp32"  # CPU keeps the checkpoint's own dtype
+    return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+
+
+def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress], None],
+         cancel: threading.Event | None = None) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+
+    def stage(name: str, done: int, message: str = ""):
+        if cancel is not None and cancel.is_set():
+            raise LoadCancelled()
+        progress(LoadProgress(name, done, 4, message))
+
+    device = choose_device(req)
+    quant = choose_quant(req, folder, device)
+    if quant == "awq":
+        raise BadRequest("AWQ checkpoints are not supported yet; use --quant nf4 or bf16")
+    if req.memory_limit_gib is not None and device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, req.memory_limit_gib * 2**30 / total))
+    # quantized weights keep their unquantized parts (embeddings, norms) in 16 bits
+    compute_dtype = DTYPES.get(quant, torch.bfloat16)
+    if quant in ("int8", "nf4") and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        compute_dtype = torch.float16
+
+    stage("tokenizer", 0, "reading the tokenizer")
+    tokenizer = AutoTokenizer.from_pretrained(folder.path, trust_remote_code=False)
+    gen_config = _read_json(folder.path / "generation_config.json")
+
+    stage("weights", 1, f"loading weights as {quant}")
+    kwargs = dict(dtype=compute_dtype, use_safetensors=True, trust_remote_code=False,
+                  attn_implementation="sdpa", device_map={"": device})
+    if quant == "nf4":
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=compute_dtype)
+    elif quant == "int8":
+        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)
+    model = AutoModelForCausalLM.from_pretrained(folder.path, **kwargs).eval()
+    stage("attention", 2, "installing the engine's attention")
+    attention.register()
+    model.set_attn_implementation(attention.ATTN_IMPLEMENTATION)
+
+    context, notes = _context(folder.config, req.context)
+    stage("ready", 3)
+    return LoadedModel(folder, model, tokenizer, gen_config, _eos_ids(model, tokenizer, gen_config),
+                       device, quant, compute_dtype, context, tuple(notes))
+
+
+def _read_json(path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _eos_ids(model, tokenizer, gen_config: dict) -> frozenset[int]:
+    ids: set[int] = set()
+    for source in (gen_config.get("eos_token_id"), model.config.eos_token_id,
+                   tokenizer.eos_token_id):
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, list):
+            ids.update(i for i in source if isinstance(i, int))
+    return frozenset(ids)
+
+
+def _context(config: dict, requested: int | None) -> tuple[int, list[str]]:
+    """The cache length: requested or a chat-sized default, capped by the model's limits."""
+    notes = []
+    native = int(config.get("max_position_embeddings") or DEFAULT_MAX_CONTEXT)
+    context = requested or min(native, DEFAULT_MAX_CONTEXT)
+    if context > native:
+        raise BadRequest(f"context {context} is longer than the model's {native} positions")
+    window = config.get("sliding_window")
+    if config.get("use_sliding_window") is not False and isinstance(window, int) and (
+            window < context):
+        # the engine's attention is full attention: stay inside the window instead of faking it
+        notes.append(f"context capped at the model's sliding window of {window} tokens")
+        context = window
+    return context, notes

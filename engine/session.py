@@ -1,0 +1,170 @@
+"""`Session.generate(request, cancel) -> Iterator[Event]`: the only door into generation.
+
+Every stream ends in exactly one `Finished` or `Failed`; cancel is checked between two steps.
+The cache keeps the tokens it holds, so a next turn that repeats the conversation so far
+prefills only what is new.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+
+from engine import loader, telemetry
+from engine.decode import PREFILL_CHUNK, Decoder
+from engine.detokenizer import Detokenizer, StopMatcher
+from engine.events import (
+    BadRequest,
+    Failed,
+    Finished,
+    GenerateRequest,
+    Loaded,
+    LoadProgress,
+    LoadRequest,
+    PrefillProgress,
+    Stats,
+    Token,
+)
+from engine.kv_cache import KVCache
+from engine.model_folder import check
+from engine.sampling import Sampler, resolve
+
+STATS_INTERVAL_S = 0.25
+KV_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+class Session:
+    def __init__(self, lm: loader.LoadedModel, kv_dtype: str = "auto"):
+        self.lm = lm
+        cfg = lm.model.config
+        if kv_dtype in ("fp8", "int8"):
+            raise BadRequest(f"a {kv_dtype} KV cache is not available yet; use --kv-dtype auto")
+        dtype = lm.compute_dtype if kv_dtype == "auto" else KV_DTYPES[kv_dtype]
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        self.cache = KVCache(cfg.num_hidden_layers, kv_heads, head_dim, lm.context, dtype,
+                             lm.device)
+        self.kv_dtype = {v: k for k, v in KV_DTYPES.items()}[dtype]
+        self.decoder = Decoder(lm.model, self.cache, lm.device)
+
+    @classmethod
+    def load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None] = lambda e: None,
+             cancel: threading.Event | None = None) -> Session:
+        req.validate()
+        return cls(loader.load(check(req.model), req, progress, cancel), req.kv_dtype)
+
+    def loaded_event(self) -> Loaded:
+        lm = self.lm
+        return Loaded(str(lm.folder.path), lm.folder.architecture, str(lm.device), lm.quant,
+                      self.kv_dtype, lm.context, lm.weights_bytes, self.cache.num_bytes, lm.notes,
+                      os.getpid())
+
+    def prompt_ids(self, req: GenerateRequest) -> list[int]:
+        tok = self.lm.tokenizer
+        if req.raw:
+            return list(tok(req.prompt)["input_ids"])
+        messages = list(req.messages or [{"role": "user", "content": req.prompt}])
+        if req.system is not None:
+            messages.insert(0, {"role": "system", "content": req.system})
+        if not getattr(tok, "chat_template", None):
+            raise BadRequest("this model has no chat template; use --raw to send the prompt as is")
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return list(tok(text, add_special_tokens=False)["input_ids"])
+
+    def generate(self, req: GenerateRequest, cancel: threading.Event | None = None
+                 ) -> Iterator[Token | Stats | PrefillProgress | Finished | Failed]:
+        cancel = cancel or threading.Event()
+        try:
+            yield from self._generate(req, cancel)
+        except BadRequest as e:
+            yield Failed(str(e), bad_input=True)
+        except torch.OutOfMemoryError:
+            self.cache.crop(0)
+            yield Failed("the GPU ran out of memory during generation",
+                         hint="use a shorter context, a 4-bit --quant or a smaller model")
+        except Exception as e:  # the stream must end in one Failed, whatever broke
+            self.cache.crop(0)
+            yield Failed(f"generation failed: {type(e).__name__}: {e}")
+
+    def _generate(self, req: GenerateRequest, cancel: threading.Event):
+        req.validate()
+        t_start = time.perf_counter()
+        ids = self.prompt_ids(req)
+        context = self.lm.context
+        if not ids:
+            raise BadRequest("the prompt is empty")
+        if len(ids) >= context:
+            raise BadRequest(f"the prompt has {len(ids)} tokens but the context holds {context}")
+        max_new = min(req.max_new_tokens, context - len(ids))
+        sampling = resolve(req.sampling, self.lm.gen_config)
+        sampler = Sampler(sampling, self.lm.model.config.vocab_size, self.lm.device,
+                          torch.tensor(ids, device=self.lm.device))
+        # keep at least the last prompt token to compute: its logits start the answer
+        start = min(self.cache.reusable_prefix(ids), len(ids) - 1)
+        self.cache.crop(start)
+
+        chunked = len(ids) - start > PREFILL_CHUNK
+        tensor = torch.tensor(ids, dtype=torch.long, device=self.lm.device)
+        logits = None
+        for lo in range(start, len(ids), PREFILL_CHUNK):
+            if cancel.is_set():
+                return (yield Finished("cancelled", self._stats(ids, 0, t_start, None, None)))
+            hi = min(lo + PREFILL_CHUNK, len(ids))
+            logits = self.decoder.forward(tensor[lo:hi], lo)
+            self.cache.token_ids = ids[:hi]
+            if chunked:
+                yield PrefillProgress(hi - start, len(ids) - start)
+
+        detok = Detokenizer(self.lm.tokenizer, ids)
+        stop = StopMatcher(req.stop)
+        t_first = None
+        last_stats = time.perf_counter()
+        position = len(ids)
+        for n_new in range(1, max_new + 1):
+            token = sampler(logits)  # [1] on the device
+            tid = int(token.item())  # the one host sync a step needs: the text is shown now
+            if t_first is None:
+                t_first = time.perf_counter()
+            if tid in self.lm.eos_ids:
+                yield Token("", (tid,))
+                return (yield Finished("eos", self._stats(ids, n_new, t_start, t_first, start)))
+            text, stopped = stop.feed(detok.add(tid))
+            if stopped or n_new == max_new:
+                text += "" if stopped else stop.flush()
+                yield Token(text, (tid,))
+                reason = "stop_string" if stopped else "max_tokens"
+                return (yield Finished(reason, self._stats(ids, n_new, t_start, t_first, start)))
+            yield Token(text, (tid,))
+            if cancel.is_set():
+                tail = stop.flush()
+                if tail:
+                    yield Token(tail, ())
+                return (yield Finished("cancelled", self._stats(ids, n_new, t_start, t_first,
+                                                                 start)))
+            logits = self.decoder.step(token, position)
+            self.cache.token_ids.append(tid)
+            position += 1
+            if time.perf_counter() - last_stats > STATS_INTERVAL_S:
+                last_stats = time.perf_counter()
+                yield self._stats(ids, n_new, t_start, t_first, start)
+
+    def _stats(self, ids, n_new, t_start, t_first, start) -> Stats:
+        now = time.perf_counter()
+        prefilled = len(ids) - (start or 0)
+        ttft = (t_first - t_start) if t_first else 0.0
+        decode_s = now - t_first if t_first else 0.0
+        return Stats(
+            prompt_tokens=len(ids),
+            new_tokens=n_new,
+            ttft_ms=round(ttft * 1000, 2),
+            prefill_tokens_per_s=round(prefilled / ttft, 1) if ttft > 0 else 0.0,
+            decode_tokens_per_s=round((n_new - 1) / decode_s, 2) if n_new > 1 and decode_s else 0.0,
+            vram_used_bytes=telemetry.vram_used_bytes(self.lm.device),
+            kv_cache_bytes=self.cache.num_bytes,
+            context_used_tokens=len(ids) + n_new,
+            pid=os.getpid(),
+        )

@@ -1,0 +1,132 @@
+"""The engine process the app drives: JSON-line commands on stdin, events on stdout.
+
+The main thread reads commands, so a cancel lands while the engine thread generates (between
+two steps) or loads (between two stages). Bad commands are answered with a `Failed` event and
+the worker stays alive. stdout carries events only: anything else printed goes to stderr.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+
+from engine.events import (
+    BadRequest,
+    CancelRequest,
+    Failed,
+    Finished,
+    GenerateRequest,
+    LoadRequest,
+    ShutdownRequest,
+    UnloadRequest,
+    event_to_json,
+    request_from_json,
+)
+
+
+class Worker:
+    def __init__(self, out):
+        self.out = out
+        self.lock = threading.Lock()
+        self.jobs: queue.Queue = queue.Queue()
+        self.cancels: list[threading.Event] = []  # one per queued or running job
+        self.session = None
+
+    def emit(self, event) -> None:
+        with self.lock:
+            self.out.write(event_to_json(event) + "\n")
+            self.out.flush()
+
+    def read_commands(self, lines) -> None:
+        """Main thread: parse, answer cancel at once, queue the rest for the engine thread."""
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                req = request_from_json(line)
+            except BadRequest as e:
+                self.emit(Failed(str(e), bad_input=True))
+                continue
+            if isinstance(req, CancelRequest):
+                self._cancel_all()
+                continue
+            if isinstance(req, ShutdownRequest):
+                break
+            cancel = threading.Event()
+            with self.lock:
+                self.cancels.append(cancel)
+            self.jobs.put((req, cancel))
+        self._cancel_all()  # shutdown or stdin closed: stop what runs, then leave
+        self.jobs.put(None)
+
+    def _cancel_all(self) -> None:
+        with self.lock:
+            for cancel in self.cancels:
+                cancel.set()
+
+    def run_jobs(self) -> None:
+        """Engine thread: one job at a time; every job's stream ends in a terminal event."""
+        while (job := self.jobs.get()) is not None:
+            req, cancel = job
+            try:
+                self._run(req, cancel)
+            except Exception as e:  # a broken job must not take the worker down
+                self.emit(Failed(f"{type(e).__name__}: {e}"))
+            with self.lock:
+                self.cancels.remove(cancel)
+
+    def _run(self, req, cancel: threading.Event) -> None:
+        if isinstance(req, LoadRequest):
+            self._load(req, cancel)
+        elif isinstance(req, UnloadRequest):
+            self._unload()
+            self.emit(Finished("unloaded"))
+        elif isinstance(req, GenerateRequest):
+            if self.session is None:
+                self.emit(Failed("no model is loaded", hint="send a load command first",
+                                 bad_input=True))
+                return
+            for event in self.session.generate(req, cancel):
+                self.emit(event)
+
+    def _load(self, req: LoadRequest, cancel: threading.Event) -> None:
+        from engine.loader import LoadCancelled
+        from engine.session import Session
+
+        self._unload()
+        try:
+            self.session = Session.load(req, self.emit, cancel)
+        except BadRequest as e:
+            self.emit(Failed(str(e), bad_input=True))
+            return
+        except LoadCancelled:
+            self.emit(Finished("cancelled"))
+            return
+        self.emit(self.session.loaded_event())
+
+    def _unload(self) -> None:
+        if self.session is not None:
+            self.session = None
+            import gc
+
+            import torch
+
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+
+
+def main() -> int:
+    out = sys.stdout
+    sys.stdout = sys.stderr  # library prints must never corrupt the event stream
+    worker = Worker(out)
+    engine = threading.Thread(target=worker.run_jobs, name="hearth-engine", daemon=True)
+    engine.start()
+    worker.read_commands(sys.stdin)
+    engine.join()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""Shared helpers for engine tests: the transformers reference and event collection."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from engine.events import Finished, GenerateRequest, SamplingParams, Token, event_from_json
+
+PROMPT = "The quick brown fox explains the zipfile module"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def hf_greedy(path: Path, prompt: str, max_new_tokens: int) -> list[int]:
+    """transformers' own generate(), greedy: the reference the engine must equal."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    enc = tok(prompt, return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False)
+    return out[0, enc["input_ids"].shape[1]:].tolist()
+
+
+def greedy_request(prompt: str = PROMPT, n: int = 64, **kw) -> GenerateRequest:
+    return GenerateRequest(prompt=prompt, raw=True, max_new_tokens=n,
+                           sampling=SamplingParams(temperature=0.0), **kw)
+
+
+def token_ids(events) -> list[int]:
+    return [i for e in events if isinstance(e, Token) for i in e.token_ids]
+
+
+def text(events) -> str:
+    return "".join(e.text for e in events if isinstance(e, Token))
+
+
+def finished(events) -> Finished:
+    assert isinstance(events[-1], Finished), events[-1]
+    assert sum(isinstance(e, Finished) for e in events) == 1
+    return events[-1]
+
+
+class WorkerProcess:
+    """A real `hearth worker` subprocess, spoken to in JSON lines."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "engine.worker"], cwd=REPO, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+
+    def send(self, **command) -> None:
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+
+    def next_event(self):
+        line = self.proc.stdout.readline()
+        assert line, "the worker closed its stdout"
+        return event_from_json(line)
+
+    def stream(self, terminal=("finished", "failed", "loaded")) -> list:
+        events = []
+        while True:
+            events.append(self.next_event())
+            if events[-1].name in terminal:
+                return events
+
+    def close(self) -> int:
+        self.send(command="shutdown")
+        return self.proc.wait(timeout=30)
