@@ -1,17 +1,33 @@
-"""Forward passes over the engine's cache: a prefill chunk and the one-token decode step.
+"""Forward passes over the engine's cache: a prefill chunk, and the one-token decode step.
 
-transformers supplies the model's modules; this file owns what a step reads and writes. The
-model is called with no transformers cache and the engine's StepContext (attention.py).
+The decode step takes the fastest path the model and device allow:
+- "graph": the Llama/Qwen family step (layers.py) captured as CUDA graphs, one per KV-length
+  bucket, replayed with the token and position copied into static device tensors;
+- "static": the same step run eagerly (CPU, or where capture failed): the graph's reference;
+- "generic": transformers' own modules with the engine's attention (every architecture).
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 
 from engine.attention import StepContext
 from engine.kv_cache import KVCache
+from engine.layers import FamilyStep, supports
 
 PREFILL_CHUNK = 512  # bounds activation memory for long prompts
+MIN_BUCKET = 256
+
+
+def kv_buckets(context: int) -> list[int]:
+    """KV lengths a decode step attends over: powers of two up to the context, then it."""
+    sizes, b = [], MIN_BUCKET
+    while b < context:
+        sizes.append(b)
+        b *= 2
+    return [*sizes, context]
 
 
 class Decoder:
@@ -19,6 +35,60 @@ class Decoder:
         self.model = model
         self.cache = cache
         self.device = device
+        self.mode = "generic"
+        self.notes: list[str] = []
+        self.family: FamilyStep | None = None
+        self.buckets = kv_buckets(cache.max_len)
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.token = torch.zeros(1, dtype=torch.long, device=device)  # graph inputs
+        self.pos = torch.zeros(1, dtype=torch.long, device=device)
+
+    def setup_fast_path(self, allow_graph: bool, compile_layers: bool) -> None:
+        """Choose the decode path once, at load; say why in `notes` when it is not the fastest."""
+        if not supports(self.model):
+            self.notes.append(f"{self.model.config.model_type} decodes through transformers' "
+                              "modules (the fused step covers Llama, Mistral, Qwen2, Qwen3)")
+            return
+        self.family = FamilyStep(self.model, self.cache)
+        self.mode = "static"
+        if compile_layers:
+            self.family.compile()
+        if self.device.type != "cuda":
+            self.notes.append("CPU: the decode step runs eagerly (CUDA graphs need a GPU)")
+            return
+        if not allow_graph:
+            self.notes.append("CUDA graphs are off for this weight format; decode runs eagerly")
+            return
+        try:
+            t0 = time.perf_counter()
+            self._capture()
+            self.mode = "graph"
+            self.notes.append(f"decode step captured as {len(self.graphs)} CUDA graphs in "
+                              f"{time.perf_counter() - t0:.2f} s")
+        except Exception as e:  # capture is an optimization: eager still computes the same
+            self.graphs.clear()
+            self.notes.append(f"CUDA graph capture failed ({type(e).__name__}: {e}); "
+                              "decode runs eagerly")
+
+    @torch.inference_mode()
+    def _capture(self) -> None:
+        buckets = self.buckets
+        self.pos.zero_()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm-up (and compilation) off the capture stream
+            for b in buckets:
+                for _ in range(2):
+                    self.family(self.token, self.pos, b)
+        torch.cuda.current_stream().wait_stream(stream)
+        pool = torch.cuda.graph_pool_handle()
+        for b in buckets:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                logits = self.family(self.token, self.pos, b)
+            self.graphs[b] = (graph, logits)
+        torch.cuda.synchronize()
+        self.cache.crop(0)  # warm-up wrote K/V at position 0: nothing cached is valid
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
@@ -30,7 +100,19 @@ class Decoder:
                                                                    end))
         return out.logits[0, -1]
 
+    @torch.inference_mode()
     def step(self, token: torch.Tensor, position: int) -> torch.Tensor:
-        """token: [1] int64 on the device, fed at `position` -> logits [V]."""
-        logits = self.forward(token, position)
+        """token: [1] int64 on the device, fed at `position` -> logits [V].
+
+        The returned logits may live in a graph's static buffer: use them before the next step.
+        """
+        if self.mode == "generic":
+            return self.forward(token, position)
+        kv_len = next(b for b in self.buckets if b > position)
+        if self.mode == "static":
+            return self.family(token, torch.tensor([position], device=self.device), kv_len)
+        graph, logits = self.graphs[kv_len]
+        self.token.copy_(token)
+        self.pos.fill_(position)  # a host scalar written into the graph's input: no sync
+        graph.replay()
         return logits

@@ -52,6 +52,8 @@ class LoadRequest:
     context: int | None = None
     device: str = "auto"
     memory_limit_gib: float | None = None
+    eager: bool = False  # decode through transformers' modules: the reference, no fast path
+    compile: bool = False  # torch.compile the fused layer (slow first load, cached after)
 
     def validate(self) -> None:
         if self.quant not in QUANTS:

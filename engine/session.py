@@ -38,7 +38,8 @@ KV_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float3
 
 
 class Session:
-    def __init__(self, lm: loader.LoadedModel, kv_dtype: str = "auto"):
+    def __init__(self, lm: loader.LoadedModel, kv_dtype: str = "auto", fast_path: bool = True,
+                 compile_layers: bool = False):
         self.lm = lm
         cfg = lm.model.config
         if kv_dtype in ("fp8", "int8"):
@@ -50,17 +51,23 @@ class Session:
                              lm.device)
         self.kv_dtype = {v: k for k, v in KV_DTYPES.items()}[dtype]
         self.decoder = Decoder(lm.model, self.cache, lm.device)
+        if fast_path:
+            # LLM.int8's outlier columns have data-dependent shapes: no graph capture
+            self.decoder.setup_fast_path(allow_graph=lm.quant != "int8",
+                                         compile_layers=compile_layers)
 
     @classmethod
     def load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None] = lambda e: None,
              cancel: threading.Event | None = None) -> Session:
         req.validate()
-        return cls(loader.load(check(req.model), req, progress, cancel), req.kv_dtype)
+        lm = loader.load(check(req.model), req, progress, cancel)
+        return cls(lm, req.kv_dtype, fast_path=not req.eager, compile_layers=req.compile)
 
     def loaded_event(self) -> Loaded:
         lm = self.lm
         return Loaded(str(lm.folder.path), lm.folder.architecture, str(lm.device), lm.quant,
-                      self.kv_dtype, lm.context, lm.weights_bytes, self.cache.num_bytes, lm.notes,
+                      self.kv_dtype, lm.context, lm.weights_bytes, self.cache.num_bytes,
+                      (*lm.notes, f"decode path: {self.decoder.mode}", *self.decoder.notes),
                       os.getpid())
 
     def prompt_ids(self, req: GenerateRequest) -> list[int]:

@@ -1,0 +1,173 @@
+"""The engine's own decode step for the Llama/Qwen family (Llama, Mistral, Qwen2, Qwen3).
+
+A one-token step over the loaded model's own weights and linear modules (bf16, bitsandbytes), with
+every shape fixed and every position in a device tensor, so the step can be captured as one CUDA
+graph and, optionally, its small ops fused by torch.compile. transformers' modules stay the
+reference (tests compare the two) and serve prefill and every other architecture.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from engine.kv_cache import KVCache
+
+FAMILY = ("llama", "mistral", "qwen2", "qwen3")
+
+
+@dataclass
+class LayerParams:
+    """One decoder layer: plain weights where they are plain, else the module itself."""
+
+    qkv: torch.nn.Module | torch.Tensor  # fused [q; k; v] weight for plain linears
+    qkv_bias: torch.Tensor | None
+    o: torch.nn.Module | torch.Tensor
+    gate_up: torch.nn.Module | torch.Tensor  # fused [gate; up] for plain linears
+    down: torch.nn.Module | torch.Tensor
+    ln_in: torch.Tensor
+    ln_post: torch.Tensor
+    q_norm: torch.Tensor | None  # Qwen3: RMSNorm over each head before RoPE
+    k_norm: torch.Tensor | None
+
+
+def supports(model) -> bool:
+    return getattr(model.config, "model_type", None) in FAMILY and not getattr(
+        model.config, "mlp_bias", False)
+
+
+def _is_plain(*mods) -> bool:
+    return all(type(m) is torch.nn.Linear for m in mods)
+
+
+def _fuse(mods: list[torch.nn.Linear]) -> torch.Tensor:
+    """Concatenate weights once and make each module's weight a view: no extra memory."""
+    fused = torch.cat([m.weight.data for m in mods])
+    row = 0
+    for m in mods:
+        n = m.weight.shape[0]
+        m.weight.data = fused[row: row + n]
+        row += n
+    return fused
+
+
+def _linear(x: torch.Tensor, w, bias=None) -> torch.Tensor:
+    return F.linear(x, w, bias) if isinstance(w, torch.Tensor) else w(x)
+
+
+class FamilyStep:
+    """The decode step: token [1] at position pos [1] -> logits [V], reading cache[:, :, :kv_len].
+
+    `kv_len` is a host int fixed per captured graph (a bucket); positions past `pos` inside it
+    are masked, so one graph serves every position below its bucket.
+    """
+
+    def __init__(self, model, cache: KVCache):
+        cfg = model.config
+        self.cache = cache
+        self.eps = cfg.rms_norm_eps
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv_heads = cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.num_heads
+        self.embed = model.model.embed_tokens.weight
+        self.norm = model.model.norm.weight
+        self.lm_head = model.lm_head if not _is_plain(model.lm_head) else model.lm_head.weight
+        rotary = model.model.rotary_emb
+        self.inv_freq = rotary.inv_freq.float()
+        self.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
+        self.scaling = model.model.layers[0].self_attn.scaling
+        self.layers = [self._params(layer) for layer in model.model.layers]
+        self.layer_fn = self.layer_pre, self.layer_post  # replaced by compiled versions
+
+    def _params(self, layer) -> LayerParams:
+        a, m = layer.self_attn, layer.mlp
+        if _is_plain(a.q_proj, a.k_proj, a.v_proj):
+            qkv = _fuse([a.q_proj, a.k_proj, a.v_proj])
+            bias = None
+            if a.q_proj.bias is not None:
+                bias = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
+        else:
+            qkv, bias = _Concat(a.q_proj, a.k_proj, a.v_proj), None
+        gate_up = (_fuse([m.gate_proj, m.up_proj]) if _is_plain(m.gate_proj, m.up_proj)
+                   else _Concat(m.gate_proj, m.up_proj))
+        plain = lambda mod: mod.weight if _is_plain(mod) else mod
+        q_norm = getattr(a, "q_norm", None)
+        k_norm = getattr(a, "k_norm", None)
+        return LayerParams(qkv, bias, plain(a.o_proj), gate_up, plain(m.down_proj),
+                           layer.input_layernorm.weight, layer.post_attention_layernorm.weight,
+                           q_norm.weight if q_norm is not None else None,
+                           k_norm.weight if k_norm is not None else None)
+
+    def rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        # as transformers' RMSNorm: normalize in fp32, cast back, then scale
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return w * x32.to(x.dtype)
+
+    def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+    def layer_pre(self, x, p: LayerParams, cos, sin, pos, k_cache, v_cache):
+        """x: [1, 1, hidden] -> q: [1, H, 1, D]; writes this token's K/V at pos."""
+        h = self.rms(x, p.ln_in)
+        qkv = _linear(h, p.qkv, p.qkv_bias)
+        d = self.head_dim
+        nq, nkv = self.num_heads * d, self.num_kv_heads * d
+        q, k, v = qkv.split([nq, nkv, nkv], dim=-1)
+        q = q.view(1, 1, self.num_heads, d)  # [B, T, H, D]
+        k = k.view(1, 1, self.num_kv_heads, d)
+        if p.q_norm is not None:
+            q, k = self.rms(q, p.q_norm), self.rms(k, p.k_norm)
+        q = self.rope(q.transpose(1, 2), cos, sin)  # [1, H, 1, D]
+        k = self.rope(k.transpose(1, 2), cos, sin)  # [1, H_kv, 1, D]
+        v = v.view(1, 1, self.num_kv_heads, d).transpose(1, 2)
+        k_cache.index_copy_(2, pos, k.to(k_cache.dtype))
+        v_cache.index_copy_(2, pos, v.to(v_cache.dtype))
+        return q
+
+    def layer_post(self, x, attn, p: LayerParams):
+        """attn: [1, H, 1, D] -> the layer's output x: [1, 1, hidden]."""
+        attn = attn.to(x.dtype).transpose(1, 2).reshape(1, 1, self.num_heads * self.head_dim)
+        x = x + _linear(attn, p.o)
+        gate, up = _linear(self.rms(x, p.ln_post), p.gate_up).chunk(2, dim=-1)
+        return x + _linear(F.silu(gate) * up, p.down)
+
+    def __call__(self, token: torch.Tensor, pos: torch.Tensor, kv_len: int) -> torch.Tensor:
+        """token: [1] int64, pos: [1] int64 (device tensors) -> logits [V]."""
+        x = F.embedding(token, self.embed)[None]  # [1, 1, hidden]
+        freqs = pos[:, None].float() * self.inv_freq[None]  # [1, D/2]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos = (emb.cos() * self.rope_scale).to(x.dtype)  # [1, D], broadcasts over [1, H, 1, D]
+        sin = (emb.sin() * self.rope_scale).to(x.dtype)
+        # keys 0..pos are real; the rest of the bucket is masked
+        mask = (torch.arange(kv_len, device=pos.device) <= pos)[None, None, None, :]
+        pre, post = self.layer_fn
+        for i, p in enumerate(self.layers):
+            k_cache, v_cache = self.cache.k[i], self.cache.v[i]
+            q = pre(x, p, cos, sin, pos, k_cache, v_cache)
+            attn = F.scaled_dot_product_attention(
+                q.to(k_cache.dtype), k_cache[:, :, :kv_len], v_cache[:, :, :kv_len],
+                attn_mask=mask, scale=self.scaling, enable_gqa=True)
+            x = post(x, attn, p)
+        x = self.rms(x, self.norm)
+        return _linear(x, self.lm_head)[0, 0]
+
+    def compile(self) -> None:
+        """Fuse each layer's small ops (norms, RoPE, residuals, cache writes), once for all."""
+        self.layer_fn = (torch.compile(self.layer_pre, fullgraph=True, dynamic=False),
+                         torch.compile(self.layer_post, fullgraph=True, dynamic=False))
+
+
+class _Concat(torch.nn.Module):
+    """Quantized linears cannot share one weight: call each and concatenate the outputs."""
+
+    def __init__(self, *mods):
+        super().__init__()
+        self.mods = mods
+
+    def forward(self, x):
+        return torch.cat([m(x) for m in self.mods], dim=-1)

@@ -1,0 +1,53 @@
+"""The engine's own static-buffer decode step (layers.py) against transformers' modules: the
+same tokens, greedy, and the same logits when teacher-forced, across KV-length buckets."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.decode import kv_buckets
+from engine.events import LoadRequest
+from engine.session import Session
+from tests.engine.helpers import PROMPT, greedy_request, token_ids
+
+FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
+
+
+def test_buckets_cover_the_context():
+    assert kv_buckets(8192) == [256, 512, 1024, 2048, 4096, 8192]
+    assert kv_buckets(300) == [256, 300]
+    assert kv_buckets(100) == [100]
+
+
+@pytest.mark.parametrize("arch", FAMILY)
+def test_static_step_equals_transformers_modules(arch, tiny_models):
+    # context 300 and a ~250-token prompt: decode crosses from the 256 bucket into the 300 one
+    prompt = (PROMPT + " ") * 13
+    fast = Session.load(LoadRequest(str(tiny_models[arch]), device="cpu", context=300))
+    ref = Session.load(LoadRequest(str(tiny_models[arch]), device="cpu", context=300, eager=True))
+    assert fast.decoder.mode == "static" and ref.decoder.mode == "generic"
+    n_prompt = len(fast.prompt_ids(greedy_request(prompt)))
+    assert 200 < n_prompt < 256
+    a = token_ids(list(fast.generate(greedy_request(prompt, n=40))))
+    b = token_ids(list(ref.generate(greedy_request(prompt, n=40))))
+    assert a == b and len(a) == 40
+
+
+@pytest.mark.parametrize("arch", FAMILY)
+def test_teacher_forced_logits_match(arch, tiny_models):
+    fast = Session.load(LoadRequest(str(tiny_models[arch]), device="cpu", context=512))
+    ref = Session.load(LoadRequest(str(tiny_models[arch]), device="cpu", context=512, eager=True))
+    ids = torch.randint(3, 2048, (48,), generator=torch.Generator().manual_seed(7))
+    fast.decoder.forward(ids[:8], 0)
+    ref.decoder.forward(ids[:8], 0)
+    for pos in range(8, 48):
+        tok = ids[pos:pos + 1]
+        a, b = fast.decoder.step(tok, pos), ref.decoder.step(tok, pos)
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_other_architectures_say_why_they_are_generic(tiny_models):
+    s = Session.load(LoadRequest(str(tiny_models["gemma"]), device="cpu"))
+    assert s.decoder.mode == "generic"
+    assert any("transformers' modules" in n for n in s.loaded_event().notes)
