@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
 
 from engine.kv_cache import KVCache
 
@@ -52,11 +53,10 @@ def hearth_attention(module, query, key, value, attention_mask, scaling=None, dr
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling,
                                              enable_gqa=True)
     else:
-        # query i sits at start+i and sees keys 0..start+i (SDPA's is_causal aligns top-left)
-        rows = torch.arange(step.start, step.end, device=q.device)[:, None]
-        cols = torch.arange(step.end, device=q.device)[None, :]
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=cols <= rows, scale=scaling,
-                                             enable_gqa=True)
+        # query i sits at start+i and sees keys 0..start+i: causal aligned to the lower right
+        # (is_causal aligns top-left); a CausalBias keeps the flash kernel and builds no mask
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(T, step.end),
+                                             scale=scaling, enable_gqa=True)
     # out: [1, H, T, D] -> [1, T, H, D], the layout transformers' modules expect back
     return out.to(query.dtype).transpose(1, 2).contiguous(), None
 

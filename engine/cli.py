@@ -80,15 +80,36 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--draft", metavar="PATH")
     plan.add_argument("--json", action="store_true")
 
+    bench = sub.add_parser("bench", help="time to first token, decode speed, memory")
+    bench.add_argument("--model", help="model folder (with --random-weights: config.json only)")
+    bench.add_argument("--random-weights", action="store_true")
+    _load_args(bench, context=False)
+    spec = bench.add_mutually_exclusive_group()
+    spec.add_argument("--draft", metavar="PATH")
+    spec.add_argument("--prompt-lookup", action="store_true")
+    bench.add_argument("--num-speculative-tokens", type=int)
+    bench.add_argument("--synthetic-acceptance", type=float)
+    bench.add_argument("--prompt-len", type=int, default=512)
+    bench.add_argument("--new-tokens", type=int, default=256)
+    bench.add_argument("--prompts", metavar="FILE")
+    bench.add_argument("--num-prompts", type=int, default=4)
+    bench.add_argument("--turns", type=int)
+    bench.add_argument("--eager", action="store_true", help="transformers' modules, no graphs")
+    bench.add_argument("--compile", action="store_true", help="torch.compile the fused layer")
+    bench.add_argument("--baseline-hf", action="store_true", help="also time plain generate()")
+    bench.add_argument("--json", action="store_true")
+    bench.add_argument("--out", metavar="FILE")
+
     gpu = sub.add_parser("gpu", help="the GPUs NVML sees")
     gpu.add_argument("--json", action="store_true")
     return p
 
 
-def _load_args(p: argparse.ArgumentParser) -> None:
+def _load_args(p: argparse.ArgumentParser, context: bool = True) -> None:
     p.add_argument("--quant", default="auto")
     p.add_argument("--kv-dtype", default="auto")
-    p.add_argument("--context", type=int)
+    if context:
+        p.add_argument("--context", type=int)
     p.add_argument("--device", default="auto")
     p.add_argument("--memory-limit", type=float, metavar="GIB")
 
@@ -109,6 +130,16 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_plan(args.model, args.vram, args.gpu, args.context, args.quant,
                             args.kv_dtype, args.draft, args.json)
+        if args.command == "bench":
+            from engine.model_folder import check, resolve
+
+            if not args.random_weights:
+                check(args.model)
+            elif not (resolve(args.model) / "config.json").is_file():
+                raise BadRequest(f"{args.model} has no config.json")
+            from engine import bench
+
+            return bench.run_cli(args)
         if args.command == "gpu":
             from engine.plan_report import run_gpu
 
@@ -142,12 +173,13 @@ def _requests(args) -> tuple[LoadRequest, GenerateRequest]:
         messages = tuple(messages)
     elif args.prompt is None:
         raise BadRequest("give a --prompt or a --messages file")
-    load = LoadRequest(args.model, args.quant, args.kv_dtype, args.context, args.device,
-                       args.memory_limit)
-    gen = GenerateRequest(args.prompt, messages, args.system, args.raw, args.max_new_tokens,
-                          tuple(args.stop), SamplingParams(args.temperature, args.top_p,
-                                                           args.top_k, args.repetition_penalty,
-                                                           args.seed))
+    load = LoadRequest(model=args.model, quant=args.quant, kv_dtype=args.kv_dtype,
+                       context=args.context, device=args.device,
+                       memory_limit_gib=args.memory_limit)
+    gen = GenerateRequest(prompt=args.prompt, messages=messages, system=args.system,
+                          raw=args.raw, max_new_tokens=args.max_new_tokens, stop=tuple(args.stop),
+                          sampling=SamplingParams(args.temperature, args.top_p, args.top_k,
+                                                  args.repetition_penalty, args.seed))
     load.validate()
     gen.validate()
     return load, gen

@@ -76,11 +76,16 @@ KV_DTYPES = ("auto", "bf16", "fp16", "fp32", "fp8", "int8")
 
 @dataclass(frozen=True)
 class GenerateRequest:
-    """Exactly one of `prompt` or `messages`. `raw` tokenizes the prompt as is, no template."""
+    """Exactly one of `prompt`, `messages` or `prompt_ids` (token ids, sent as they are).
+
+    `raw` tokenizes the prompt as is, no template. `ignore_eos` (benchmarks) runs to max tokens.
+    """
 
     command: ClassVar[str] = "generate"
     prompt: str | None = None
     messages: tuple[dict, ...] | None = None
+    prompt_ids: tuple[int, ...] | None = None
+    ignore_eos: bool = False
     system: str | None = None
     raw: bool = False
     max_new_tokens: int = 256
@@ -88,8 +93,8 @@ class GenerateRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def validate(self) -> None:
-        if (self.prompt is None) == (self.messages is None):
-            raise BadRequest("give exactly one of a prompt or a list of messages")
+        if sum(x is not None for x in (self.prompt, self.messages, self.prompt_ids)) != 1:
+            raise BadRequest("give exactly one of a prompt, a list of messages or token ids")
         if self.raw and self.messages is not None:
             raise BadRequest("raw mode takes a prompt, not a list of messages")
         if self.max_new_tokens < 1:
@@ -151,8 +156,9 @@ def request_from_json(line: str):
             if not isinstance(s, dict) or set(s) - s_names:
                 raise BadRequest("sampling must be an object with known fields only")
             obj["sampling"] = SamplingParams(**s)
-        if obj.get("messages") is not None:
-            obj["messages"] = tuple(obj["messages"])
+        for key in ("messages", "prompt_ids"):
+            if obj.get(key) is not None:
+                obj[key] = tuple(obj[key])
         obj["stop"] = tuple(obj.get("stop") or ())
     try:
         return cls(**obj)

@@ -111,17 +111,21 @@ class FamilyStep:
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * cos + rotated * sin
 
-    def layer_pre(self, x, p: LayerParams, cos, sin, pos, k_cache, v_cache):
-        """x: [1, 1, hidden] -> q: [1, H, 1, D]; writes this token's K/V at pos."""
-        h = self.rms(x, p.ln_in)
-        qkv = _linear(h, p.qkv, p.qkv_bias)
+    def layer_pre(self, x, cos, sin, pos, k_cache, v_cache, qkv, qkv_bias, ln_in, q_norm,
+                  k_norm):
+        """x: [1, 1, hidden] -> q: [1, H, 1, D]; writes this token's K/V at pos.
+
+        Weights come as separate arguments (not one object per layer) so that one compiled
+        graph serves every layer.
+        """
+        h = self.rms(x, ln_in)
         d = self.head_dim
         nq, nkv = self.num_heads * d, self.num_kv_heads * d
-        q, k, v = qkv.split([nq, nkv, nkv], dim=-1)
+        q, k, v = _linear(h, qkv, qkv_bias).split([nq, nkv, nkv], dim=-1)
         q = q.view(1, 1, self.num_heads, d)  # [B, T, H, D]
         k = k.view(1, 1, self.num_kv_heads, d)
-        if p.q_norm is not None:
-            q, k = self.rms(q, p.q_norm), self.rms(k, p.k_norm)
+        if q_norm is not None:
+            q, k = self.rms(q, q_norm), self.rms(k, k_norm)
         q = self.rope(q.transpose(1, 2), cos, sin)  # [1, H, 1, D]
         k = self.rope(k.transpose(1, 2), cos, sin)  # [1, H_kv, 1, D]
         v = v.view(1, 1, self.num_kv_heads, d).transpose(1, 2)
@@ -129,12 +133,21 @@ class FamilyStep:
         v_cache.index_copy_(2, pos, v.to(v_cache.dtype))
         return q
 
-    def layer_post(self, x, attn, p: LayerParams):
+    def layer_post(self, x, attn, o, gate_up, down, ln_post):
         """attn: [1, H, 1, D] -> the layer's output x: [1, 1, hidden]."""
         attn = attn.to(x.dtype).transpose(1, 2).reshape(1, 1, self.num_heads * self.head_dim)
-        x = x + _linear(attn, p.o)
-        gate, up = _linear(self.rms(x, p.ln_post), p.gate_up).chunk(2, dim=-1)
-        return x + _linear(F.silu(gate) * up, p.down)
+        x = x + _linear(attn, o)
+        gate, up = _linear(self.rms(x, ln_post), gate_up).chunk(2, dim=-1)
+        return x + _linear(F.silu(gate) * up, down)
+
+    def attend(self, q, k_cache, v_cache, mask, kv_len: int):
+        """Grouped-query decode attention without expanding KV heads: the G query heads that
+        share a KV head become G queries of it. q: [1, H, 1, D] -> [1, H, 1, D]."""
+        group = self.num_heads // self.num_kv_heads
+        q = q.view(1, self.num_kv_heads, group, self.head_dim).to(k_cache.dtype)  # [1, Hkv, G, D]
+        out = F.scaled_dot_product_attention(q, k_cache[:, :, :kv_len], v_cache[:, :, :kv_len],
+                                             attn_mask=mask, scale=self.scaling)
+        return out.view(1, self.num_heads, 1, self.head_dim)
 
     def __call__(self, token: torch.Tensor, pos: torch.Tensor, kv_len: int) -> torch.Tensor:
         """token: [1] int64, pos: [1] int64 (device tensors) -> logits [V]."""
@@ -148,13 +161,18 @@ class FamilyStep:
         pre, post = self.layer_fn
         for i, p in enumerate(self.layers):
             k_cache, v_cache = self.cache.k[i], self.cache.v[i]
-            q = pre(x, p, cos, sin, pos, k_cache, v_cache)
-            attn = F.scaled_dot_product_attention(
-                q.to(k_cache.dtype), k_cache[:, :, :kv_len], v_cache[:, :, :kv_len],
-                attn_mask=mask, scale=self.scaling, enable_gqa=True)
-            x = post(x, attn, p)
+            q = pre(x, cos, sin, pos, k_cache, v_cache, p.qkv, p.qkv_bias, p.ln_in, p.q_norm,
+                    p.k_norm)
+            x = post(x, self.attend(q, k_cache, v_cache, mask, kv_len), p.o, p.gate_up, p.down,
+                     p.ln_post)
         x = self.rms(x, self.norm)
         return _linear(x, self.lm_head)[0, 0]
+
+    @property
+    def is_plain(self) -> bool:
+        """All weights plain tensors (bf16/fp16/fp32): what torch.compile is used for."""
+        p = self.layers[0]
+        return all(isinstance(w, torch.Tensor) for w in (p.qkv, p.o, p.gate_up, p.down))
 
     def compile(self) -> None:
         """Fuse each layer's small ops (norms, RoPE, residuals, cache writes), once for all."""

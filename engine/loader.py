@@ -74,9 +74,7 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
     quant = choose_quant(req, folder, device)
     if quant == "awq":
         raise BadRequest("AWQ checkpoints are not supported yet; use --quant nf4 or bf16")
-    if req.memory_limit_gib is not None and device.type == "cuda":
-        total = torch.cuda.get_device_properties(device).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, req.memory_limit_gib * 2**30 / total))
+    apply_memory_limit(device, req.memory_limit_gib)
     # quantized weights keep their unquantized parts (embeddings, norms) in 16 bits
     compute_dtype = DTYPES.get(quant, torch.bfloat16)
     if quant in ("int8", "nf4") and device.type == "cuda" and not torch.cuda.is_bf16_supported():
@@ -106,6 +104,45 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
                        device, quant, compute_dtype, context, tuple(notes))
 
 
+def apply_memory_limit(device: torch.device, gib: float | None) -> None:
+    """Emulate a smaller card: cap torch's allocator at that size minus the CUDA context."""
+    if gib is None or device.type != "cuda":
+        return
+    free, total = torch.cuda.mem_get_info(device)  # creates the context we must subtract
+    context_bytes = total - free - torch.cuda.memory_reserved(device)
+    budget = gib * 2**30 - max(context_bytes, 0)
+    if budget <= 0:
+        raise BadRequest(f"a {gib} GiB memory limit leaves nothing after the CUDA context")
+    torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), device)
+
+
+def random_model(folder: ModelFolder, req: LoadRequest) -> LoadedModel:
+    """A model with real shapes and random weights, from config.json alone (benchmarks)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    device = choose_device(req)
+    quant = choose_quant(req, folder, device)
+    if quant == "awq":
+        raise BadRequest("random weights cannot be AWQ; use --quant nf4 or bf16")
+    apply_memory_limit(device, req.memory_limit_gib)
+    compute_dtype = DTYPES.get(quant, torch.bfloat16)
+    config = AutoConfig.from_pretrained(folder.path, trust_remote_code=False)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=compute_dtype,
+                                                 attn_implementation="sdpa").eval()
+    if quant in ("nf4", "int8"):
+        from engine.quantize_bnb import quantize_linears
+
+        quantize_linears(model, quant, compute_dtype)
+    attention.register()
+    model.set_attn_implementation(attention.ATTN_IMPLEMENTATION)
+    context, notes = _context(folder.config, req.context)
+    gen = {"eos_token_id": config.eos_token_id}
+    return LoadedModel(folder, model, None, gen, _eos_ids(model, None, gen), device, quant,
+                       compute_dtype, context, (*notes, "random weights"))
+
+
 def _read_json(path) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -116,7 +153,7 @@ def _read_json(path) -> dict:
 def _eos_ids(model, tokenizer, gen_config: dict) -> frozenset[int]:
     ids: set[int] = set()
     for source in (gen_config.get("eos_token_id"), model.config.eos_token_id,
-                   tokenizer.eos_token_id):
+                   getattr(tokenizer, "eos_token_id", None)):
         if isinstance(source, int):
             ids.add(source)
         elif isinstance(source, list):

@@ -37,6 +37,13 @@ STATS_INTERVAL_S = 0.25
 KV_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
+class _NoText:
+    """Random-weight benchmarks have no tokenizer: tokens only."""
+
+    def add(self, token_id: int) -> str:
+        return ""
+
+
 class Session:
     def __init__(self, lm: loader.LoadedModel, kv_dtype: str = "auto", fast_path: bool = True,
                  compile_layers: bool = False):
@@ -72,6 +79,8 @@ class Session:
 
     def prompt_ids(self, req: GenerateRequest) -> list[int]:
         tok = self.lm.tokenizer
+        if req.prompt_ids is not None:
+            return list(req.prompt_ids)
         if req.raw:
             return list(tok(req.prompt)["input_ids"])
         messages = list(req.messages or [{"role": "user", "content": req.prompt}])
@@ -126,7 +135,7 @@ class Session:
             if chunked:
                 yield PrefillProgress(hi - start, len(ids) - start)
 
-        detok = Detokenizer(self.lm.tokenizer, ids)
+        detok = Detokenizer(self.lm.tokenizer, ids) if self.lm.tokenizer else _NoText()
         stop = StopMatcher(req.stop)
         t_first = None
         last_stats = time.perf_counter()
@@ -136,7 +145,7 @@ class Session:
             tid = int(token.item())  # the one host sync a step needs: the text is shown now
             if t_first is None:
                 t_first = time.perf_counter()
-            if tid in self.lm.eos_ids:
+            if tid in self.lm.eos_ids and not req.ignore_eos:
                 yield Token("", (tid,))
                 return (yield Finished("eos", self._stats(ids, n_new, t_start, t_first, start)))
             text, stopped = stop.feed(detok.add(tid))

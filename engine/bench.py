@@ -1,0 +1,246 @@
+"""`hearth bench`: time to first token, prefill and decode speed, peak memory, and the seed's
+throughput over a set of prompts, beside two references measured in the same run: the memory
+roofline and (with --baseline-hf) plain transformers `generate()` on the same model.
+
+Requests run one after another at batch 1 (there is no continuous batching yet).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from engine import loader, telemetry
+from engine.events import BadRequest, Failed, Finished, GenerateRequest, LoadRequest, SamplingParams
+from engine.model_folder import BadModel, ModelFolder, resolve
+from engine.session import Session
+
+NUM_RUNS = 3
+
+
+@dataclass
+class BenchResult:
+    model: str
+    device: str
+    quant: str
+    kv_dtype: str
+    decode_path: str
+    prompt_len: int
+    new_tokens: int
+    ttft_ms: float
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float  # median of NUM_RUNS
+    decode_runs_tokens_per_s: list[float]
+    peak_vram_bytes: int
+    torch_peak_reserved_bytes: int
+    load_s: float
+    copy_bandwidth_bytes_per_s: float
+    bytes_per_decode_step: int
+    roofline_tokens_per_s: float
+    roofline_fraction: float
+    throughput_tokens_per_s: float  # the seed's benchmark: total new tokens / elapsed
+    avg_latency_s: float
+    num_prompts: int
+    batching: str = "sequential, batch 1 (no continuous batching yet)"
+    hf_generate_decode_tokens_per_s: float | None = None
+    hf_generate_ttft_ms: float | None = None
+    speedup_vs_hf: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _folder_for_random(model: str | None) -> ModelFolder:
+    path = resolve(model)
+    cfg_path = path / "config.json"
+    if not cfg_path.is_file():
+        raise BadModel(f"{path} has no config.json")
+    config = json.loads(cfg_path.read_text())
+    arch = (config.get("architectures") or ["?"])[0]
+    from engine.model_folder import SUPPORTED_ARCHITECTURES
+
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise BadModel(f"architecture {arch} is not supported")
+    return ModelFolder(path, config, arch, (), 0)
+
+
+def copy_bandwidth(device: torch.device) -> float:
+    """Bytes read + written per second by a large device-to-device copy (the roofline's rate)."""
+    n = (1 << 30) if device.type == "cuda" else (1 << 27)
+    src = torch.empty(n, dtype=torch.uint8, device=device).random_(0, 255)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    reps = 20 if device.type == "cuda" else 5
+    _sync(device)
+    t = time.perf_counter()
+    for _ in range(reps):
+        dst.copy_(src)
+    _sync(device)
+    return 2 * n * reps / (time.perf_counter() - t)
+
+
+def decode_bytes(model, kv_bytes_per_token: int, context: int) -> int:
+    """What one decode step must read: every weight but the embedding table (the lm_head is
+    read every step, also when tied to it), plus the KV cache at `context`."""
+    embed = model.get_input_embeddings().weight
+    total = sum(p.numel() * p.element_size() for p in model.parameters() if p is not embed)
+    for m in model.modules():  # bitsandbytes keeps 4-bit scales beside the packed weight
+        state = getattr(getattr(m, "weight", None), "quant_state", None)
+        if state is not None and getattr(state, "absmax", None) is not None:
+            total += state.absmax.numel() * state.absmax.element_size()
+    head = model.get_output_embeddings().weight
+    if head is embed:
+        total += head.numel() * head.element_size()
+    return total + kv_bytes_per_token * context
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, vocab - 1, (length,), generator=g).tolist() for _ in range(n)]
+
+
+def _run_one(session: Session, ids: list[int], new_tokens: int) -> Finished:
+    session.cache.crop(0)  # every run prefills the whole prompt
+    req = GenerateRequest(prompt_ids=tuple(ids), max_new_tokens=new_tokens, ignore_eos=True,
+                          sampling=SamplingParams(temperature=0.0))
+    *_, last = session.generate(req)  # only the terminal event matters here
+    if isinstance(last, Failed):
+        raise RuntimeError(last.error)
+    return last
+
+
+def hf_generate(model, ids: list[int], new_tokens: int, device) -> tuple[float, float]:
+    """Plain transformers generate(), greedy, on the same model: (ttft_ms, decode tokens/s)."""
+    from engine import attention
+
+    model.set_attn_implementation("sdpa")
+    try:
+        x = torch.tensor([ids], device=device)
+        mask = torch.ones_like(x)
+
+        def timed(n):
+            _sync(device)
+            t = time.perf_counter()
+            model.generate(x, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
+                           do_sample=False, pad_token_id=0)
+            _sync(device)
+            return time.perf_counter() - t
+
+        timed(2)  # warm-up
+        t1 = timed(1)
+        tn = timed(new_tokens)
+        return t1 * 1000, (new_tokens - 1) / (tn - t1)
+    finally:
+        model.set_attn_implementation(attention.ATTN_IMPLEMENTATION)
+
+
+def run(model: str | None, random_weights: bool, quant: str, kv_dtype: str, prompt_len: int,
+        new_tokens: int, num_prompts: int, eager: bool, compile_layers: bool,
+        baseline_hf: bool, device: str, memory_limit_gib: float | None) -> BenchResult:
+    req = LoadRequest(model=model, quant=quant, kv_dtype=kv_dtype,
+                      context=prompt_len + new_tokens, device=device,
+                      memory_limit_gib=memory_limit_gib, eager=eager, compile=compile_layers)
+    req.validate()
+    t0 = time.perf_counter()
+    if random_weights:
+        lm = loader.random_model(_folder_for_random(model), req)
+    else:
+        from engine.model_folder import check
+
+        lm = loader.load(check(model), req, lambda e: None)
+    session = Session(lm, kv_dtype, fast_path=not eager, compile_layers=compile_layers)
+    dev = lm.device
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    vocab = lm.model.config.vocab_size
+    prompts = _prompts(max(num_prompts, NUM_RUNS), prompt_len, vocab, seed=0)
+    _run_one(session, prompts[0][:16], 4)  # warm-up: allocator, kernels, lazy init
+    load_s = time.perf_counter() - t0
+
+    runs = [_run_one(session, prompts[i], new_tokens).stats for i in range(NUM_RUNS)]
+    decode = statistics.median(s.decode_tokens_per_s for s in runs)
+    _sync(dev)
+    t = time.perf_counter()
+    total_new = 0
+    for ids in prompts[:num_prompts]:
+        total_new += _run_one(session, ids, new_tokens).stats.new_tokens
+    elapsed = time.perf_counter() - t
+
+    bw = copy_bandwidth(dev)
+    per_token = session.cache.num_bytes // session.cache.max_len
+    step_bytes = decode_bytes(lm.model, per_token, prompt_len + new_tokens)
+    roofline = bw / step_bytes
+    result = BenchResult(
+        model=str(lm.folder.path), device=_device_name(dev), quant=lm.quant,
+        kv_dtype=session.kv_dtype, decode_path=session.decoder.mode, prompt_len=prompt_len,
+        new_tokens=new_tokens, ttft_ms=statistics.median(s.ttft_ms for s in runs),
+        prefill_tokens_per_s=statistics.median(s.prefill_tokens_per_s for s in runs),
+        decode_tokens_per_s=decode,
+        decode_runs_tokens_per_s=[s.decode_tokens_per_s for s in runs],
+        peak_vram_bytes=telemetry.vram_used_bytes(dev),
+        torch_peak_reserved_bytes=int(torch.cuda.max_memory_reserved(dev))
+        if dev.type == "cuda" else 0,
+        load_s=round(load_s, 2), copy_bandwidth_bytes_per_s=bw, bytes_per_decode_step=step_bytes,
+        roofline_tokens_per_s=round(roofline, 1), roofline_fraction=round(decode / roofline, 3),
+        throughput_tokens_per_s=round(total_new / elapsed, 2),
+        avg_latency_s=round(elapsed / num_prompts, 4), num_prompts=num_prompts,
+        notes=list(session.loaded_event().notes))
+    if baseline_hf:
+        ttft, rate = hf_generate(lm.model, prompts[0], new_tokens, dev)
+        result.hf_generate_ttft_ms = round(ttft, 2)
+        result.hf_generate_decode_tokens_per_s = round(rate, 2)
+        result.speedup_vs_hf = round(decode / rate, 2)
+    return result
+
+
+def _device_name(dev: torch.device) -> str:
+    return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+
+
+def markdown(r: BenchResult) -> str:
+    rows = [
+        ("model", r.model), ("device", r.device), ("weights / KV", f"{r.quant} / {r.kv_dtype}"),
+        ("decode path", r.decode_path), ("prompt / new tokens", f"{r.prompt_len} / {r.new_tokens}"),
+        ("time to first token", f"{r.ttft_ms:.1f} ms"),
+        ("prefill", f"{r.prefill_tokens_per_s:,.0f} tokens/s"),
+        ("decode (median of 3)", f"{r.decode_tokens_per_s:,.1f} tokens/s"),
+        ("roofline", f"{r.roofline_tokens_per_s:,.1f} tokens/s "
+                     f"({r.copy_bandwidth_bytes_per_s / 1e12:.2f} TB/s / "
+                     f"{r.bytes_per_decode_step / 1e9:.3f} GB a step); "
+                     f"achieved {100 * r.roofline_fraction:.1f}%"),
+        ("peak VRAM (NVML, process)", f"{r.peak_vram_bytes / 2**30:.2f} GiB"),
+        ("throughput / avg latency", f"{r.throughput_tokens_per_s:,.1f} tokens/s / "
+                                     f"{r.avg_latency_s:.3f} s over {r.num_prompts} prompts, "
+                                     f"{r.batching}"),
+    ]
+    if r.hf_generate_decode_tokens_per_s is not None:
+        rows.append(("plain generate()", f"{r.hf_generate_decode_tokens_per_s:,.1f} tokens/s, "
+                                         f"ttft {r.hf_generate_ttft_ms:.1f} ms; engine is "
+                                         f"{r.speedup_vs_hf}x"))
+    lines = ["| measure | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
+    return "\n".join(lines) + "\n"
+
+
+def run_cli(args) -> int:
+    if args.draft or args.prompt_lookup or args.synthetic_acceptance is not None:
+        raise BadRequest("speculative decoding is not available yet in hearth bench")
+    if args.turns is not None or args.prompts is not None:
+        raise BadRequest("--turns and --prompts are not available yet; use --num-prompts")
+    if args.prompt_len < 1 or args.new_tokens < 2 or args.num_prompts < 1:
+        raise BadRequest("--prompt-len must be >= 1, --new-tokens >= 2, --num-prompts >= 1")
+    result = run(args.model, args.random_weights, args.quant, args.kv_dtype, args.prompt_len,
+                 args.new_tokens, args.num_prompts, args.eager, args.compile, args.baseline_hf,
+                 args.device, args.memory_limit)
+    print(json.dumps(asdict(result)) if args.json else markdown(result), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(asdict(result), f, indent=1)
+    return 0

@@ -1,0 +1,39 @@
+"""Swap a model's plain linear layers for bitsandbytes NF4 / INT8 ones, in place.
+
+For models built in memory (random-weight benchmarks); checkpoints on disk are quantized by
+transformers' loader with a BitsAndBytesConfig instead. The lm_head stays 16-bit, as there.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def quantize_linears(model: torch.nn.Module, quant: str, compute_dtype: torch.dtype) -> None:
+    import bitsandbytes as bnb
+
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is not torch.nn.Linear or child is model.get_output_embeddings():
+                continue
+            device = child.weight.device
+            if quant == "nf4":
+                weight = child.weight.data  # Params4bit quantizes when moved to its device
+                new = bnb.nn.Linear4bit(child.in_features, child.out_features,
+                                        bias=child.bias is not None, compute_dtype=compute_dtype,
+                                        quant_type="nf4", compress_statistics=True, device="meta")
+                new.weight = bnb.nn.Params4bit(weight, requires_grad=False, quant_type="nf4",
+                                               compress_statistics=True)
+            else:
+                if device.type != "cuda":
+                    raise ValueError("INT8 quantization in memory needs a CUDA device")
+                weight = child.weight.data.to("cpu")  # Int8Params quantizes on a CPU->GPU move
+                new = bnb.nn.Linear8bitLt(child.in_features, child.out_features,
+                                          bias=child.bias is not None, has_fp16_weights=False,
+                                          threshold=6.0, device="meta")
+                new.weight = bnb.nn.Int8Params(weight, requires_grad=False,
+                                               has_fp16_weights=False)
+            if child.bias is not None:
+                new.bias = torch.nn.Parameter(child.bias.data, requires_grad=False)
+            del child
+            setattr(parent, name, new.to(device))
