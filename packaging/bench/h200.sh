@@ -1,26 +1,28 @@
 #!/usr/bin/env bash
 # The whole H200 benchmark in one call (device tool): graph-vs-eager checks, then `hearth bench`
-# for the DESIGN.md shapes. Results land in $OUT as JSON lines; the table is printed last.
-# Usage (repo root, bitsandbytes wheel carried in .whl): bash packaging/bench/h200.sh [quick]
+# for the DESIGN.md shapes. Results: $OUT/graph_check.jsonl, $OUT/bench.jsonl, $OUT/log.txt,
+# and the table printed last. Usage (repo root, bitsandbytes wheel in .whl): bash packaging/bench/h200.sh
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device.txt"
-python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/device.txt"
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; LOG="$OUT/log.txt"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$LOG"
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$LOG"
 B=packaging/bench
+check() { timeout 240 python3 $B/graph_check.py "$@" 2>>"$LOG" | tee -a "$OUT/graph_check.jsonl"; }
 bench() {  # label, then hearth bench arguments
     local label=$1; shift
-    echo "== $label: hearth bench $*"
-    timeout 300 python3 -m engine.cli bench --json "$@" 2>"$OUT/err-$label.txt" \
-        | sed "s/^{/{\"label\": \"$label\", \"args\": \"$*\", /" | tee -a "$OUT/bench.jsonl" \
-        || tail -5 "$OUT/err-$label.txt"
+    echo "== $label: hearth bench $*" | tee -a "$LOG"
+    if timeout 300 python3 -m engine.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
+        python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; r['args']=sys.argv[2]; print(json.dumps(r))" "$label" "$*" >>"$OUT/bench.jsonl"
+    else echo "FAILED $label" | tee -a "$LOG"; tail -3 "$LOG"; fi
 }
-for q in bf16 nf4; do
-    timeout 200 python3 $B/graph_check.py $B/qwen2.5-0.5b $q | tee -a "$OUT/graph_check.jsonl"
-done
-timeout 200 python3 $B/graph_check.py $B/qwen2.5-7b bf16 | tee -a "$OUT/graph_check.jsonl"
+check $B/qwen2.5-0.5b bf16
+check $B/qwen2.5-0.5b fp32
+check $B/qwen2.5-0.5b nf4
+check $B/qwen2.5-7b bf16
+check $B/qwen2.5-7b nf4
 bench 05b-bf16 --model $B/qwen2.5-0.5b --random-weights --quant bf16 --baseline-hf
 bench 05b-bf16-compile --model $B/qwen2.5-0.5b --random-weights --quant bf16 --compile
 bench 7b-bf16 --model $B/qwen2.5-7b --random-weights --quant bf16 --baseline-hf
