@@ -1,0 +1,64 @@
+"""`python -m app`: open the Hearth window and load a model (the bundled demo model unless
+--model is given). `hearth` / `hearth gui` start this as a new process."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+
+from PySide6.QtGui import QIcon
+from PySide6.QtWidgets import QApplication
+
+from app.app_settings import AppSettings
+from app.conversation_store import FILE_NAME, ConversationStore
+from app.log_file import setup_logging
+from app.main_window import MainWindow
+from app.paths import RESOURCES_DIR, data_dir
+from app.worker_client import WorkerClient
+from engine.events import KV_DTYPES, QUANTS, LoadRequest
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="hearth gui", description="Open the Hearth window.")
+    parser.add_argument("--model", help="a model folder or a cached Hugging Face repo id "
+                                        "(default: the bundled demo model)")
+    parser.add_argument("--quant", default="auto", choices=QUANTS)
+    parser.add_argument("--kv-dtype", default="auto", choices=KV_DTYPES)
+    parser.add_argument("--context", type=int, help="tokens of context (default: the planner's)")
+    parser.add_argument("--worker-command",
+                        help="the engine process to start (default: python -m engine.worker)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    QApplication.setApplicationName("Hearth")
+    QApplication.setOrganizationName("Hearth")
+    qt_app = QApplication(sys.argv[:1])
+    qt_app.setQuitOnLastWindowClosed(False)  # the window quits once its worker has ended
+    qt_app.setWindowIcon(QIcon(str(RESOURCES_DIR / "icons" / "hearth.svg")))
+    style = RESOURCES_DIR / "hearth.qss"
+    if style.is_file():
+        qt_app.setStyleSheet(style.read_text(encoding="utf-8"))
+    folder = data_dir()
+    log_path = setup_logging(folder)
+    logging.getLogger("hearth").info("starting; data in %s, log in %s", folder, log_path)
+
+    store = ConversationStore(folder / FILE_NAME)
+    command = shlex.split(args.worker_command) if args.worker_command else None
+    worker = WorkerClient(command)
+    window = MainWindow(store, worker, AppSettings())
+    window.sig_closed.connect(qt_app.quit)
+    window.show()
+    window.start(LoadRequest(model=args.model, quant=args.quant, kv_dtype=args.kv_dtype,
+                             context=args.context))
+    code = qt_app.exec()
+    worker.kill()  # normally gone already: closing the window shut it down
+    store.close()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""A conversation as the app keeps it: its settings and its messages (plain data, no Qt)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+from engine.events import SamplingParams, Stats
+
+ROLES = ("user", "assistant")
+# done: complete; streaming: being written now; cancelled: stopped by the user;
+# interrupted: the app or the worker died mid-answer; failed: the engine reported an error
+STATUSES = ("done", "streaming", "cancelled", "interrupted", "failed")
+DEFAULT_TITLE = "New chat"
+
+
+@dataclass(frozen=True)
+class ChatSettings:
+    """Per-conversation settings; None leaves a value to the model's generation_config.json."""
+
+    system_prompt: str = ""
+    max_new_tokens: int = 1024
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    repetition_penalty: float | None = None
+    seed: int | None = None
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+                              repetition_penalty=self.repetition_penalty, seed=self.seed)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> ChatSettings:
+        known = {f.name for f in dataclasses.fields(cls)}
+        obj = json.loads(text) if text else {}
+        return cls(**{k: v for k, v in obj.items() if k in known})
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: int
+    title: str
+    settings: ChatSettings
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class Message:
+    id: int
+    conversation_id: int
+    role: str
+    content: str
+    status: str = "done"
+    finish_reason: str | None = None
+    error: str | None = None
+    stats: Stats | None = None

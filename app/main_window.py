@@ -1,0 +1,220 @@
+"""The main window: assembles the sidebar, the chat, the performance panel and the model strip,
+and routes the worker's load and crash events to them. Behaviour lives in the parts."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
+from PySide6.QtWidgets import QDockWidget, QMainWindow, QSplitter, QVBoxLayout, QWidget
+
+from app.app_settings import AppSettings
+from app.chat_controller import ChatController
+from app.chat_view import ChatView
+from app.conversation_list_view import ConversationListView
+from app.conversation_settings_dialog import ConversationSettingsDialog
+from app.conversation_store import ConversationStore
+from app.gpu_probe import GpuProbe
+from app.model_picker_dialog import ModelPickerDialog
+from app.model_status_panel import ModelStatusPanel
+from app.notice_panel import NoticePanel
+from app.paths import data_dir
+from app.performance_panel import PerformancePanel
+from app.worker_client import WorkerClient, WorkerDied
+from engine.events import Failed, Finished, Loaded, LoadRequest
+
+RESTART = "Restart engine"
+
+
+class MainWindow(QMainWindow):
+    sig_closed = Signal()
+    """The window has closed for good (its worker has ended): the app may quit."""
+
+    def __init__(self, store: ConversationStore, worker: WorkerClient, settings: AppSettings,
+                 gpu_probe: GpuProbe | None = None) -> None:
+        super().__init__()
+        self.setWindowTitle("Hearth")
+        self.resize(1280, 800)
+        self.store, self.worker, self.settings = store, worker, settings
+        self.gpu_probe = gpu_probe or GpuProbe(self)
+        self.last_load: LoadRequest | None = None
+        self._is_closing = False
+        self.picker: ModelPickerDialog | None = None
+
+        self.controller = ChatController(store, worker, self)
+        self.notice = NoticePanel()
+        self.conversation_list = ConversationListView(self.controller)
+        self.chat_view = ChatView(self.controller)
+        self.performance_panel = PerformancePanel()
+        self.model_status = ModelStatusPanel()
+        splitter = QSplitter()
+        splitter.addWidget(self.conversation_list)
+        splitter.addWidget(self.chat_view)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([240, 900])
+        central = QWidget()
+        layout = QVBoxLayout(central)
+        layout.addWidget(self.notice)
+        layout.addWidget(splitter, 1)
+        self.setCentralWidget(central)
+        self.performance_dock = QDockWidget("Performance")
+        self.performance_dock.setObjectName("performanceDock")
+        self.performance_dock.setWidget(self.performance_panel)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.performance_dock)
+        self.statusBar().addPermanentWidget(self.model_status, 1)
+        self._build_menus()
+        geometry = settings.geometry()
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+
+        worker.sig_load_progress.connect(self.model_status.show_progress)
+        worker.sig_loaded.connect(self._on_worker_loaded)
+        worker.sig_failed.connect(self._on_worker_failed)
+        worker.sig_stats.connect(self.performance_panel.add_stats)
+        worker.sig_finished.connect(self._on_worker_finished)
+        worker.sig_worker_died.connect(self._on_worker_worker_died)
+        worker.sig_stopped.connect(self._on_worker_stopped)
+        self.controller.sig_error.connect(self._on_controller_error)
+        self.notice.sig_action_triggered.connect(self._on_notice_action_triggered)
+        self.model_status.sig_choose_requested.connect(self.open_model_picker)
+        self.model_status.sig_cancel_requested.connect(self._on_model_status_cancel_requested)
+        self.chat_view.sig_settings_requested.connect(self._on_chat_view_settings_requested)
+        self.conversation_list.sig_settings_requested.connect(self.open_conversation_settings)
+        self.gpu_probe.sig_report.connect(self._on_gpu_probe_report)
+        self.gpu_probe.sig_vram_sample.connect(self.performance_panel.add_vram_sample)
+
+    def _build_menus(self) -> None:
+        chat = self.menuBar().addMenu("&Chat")
+        for text, keys, slot in (
+            ("New chat", QKeySequence.StandardKey.New, lambda: self.controller.new_conversation()),
+            ("Choose model…", QKeySequence("Ctrl+L"), self.open_model_picker),
+            (RESTART, None, self._restart_engine),
+            ("Quit", QKeySequence.StandardKey.Quit, self.close),
+        ):
+            action = QAction(text, self)
+            if keys is not None:
+                action.setShortcut(keys)
+            action.triggered.connect(slot)
+            chat.addAction(action)
+        self.menuBar().addMenu("&View").addAction(self.performance_dock.toggleViewAction())
+        self.menuBar().addMenu("&Help").addAction("Open the log folder", self._open_log_folder)
+
+    # ------------------------------------------------------------------ public
+
+    def start(self, request: LoadRequest) -> None:
+        """Show the latest conversation, look for a GPU, and start loading `request`."""
+        self.controller.show_latest_or_new()
+        self.gpu_probe.detect()
+        if self.store.num_interrupted:
+            self.notice.show_message(
+                f"{self.store.num_interrupted} answer(s) were cut off when Hearth last closed; "
+                "they are kept and marked as interrupted.", is_error=False)
+        self.load(request)
+
+    def load(self, request: LoadRequest) -> None:
+        if self.worker.busy is not None:
+            self.worker.kill()  # a load or a generation in the way: a fresh worker is quickest
+        # else the worker frees the old model's VRAM itself before it loads the new one
+        self.last_load = request
+        self.controller.clear_model()
+        self.model_status.show_loading(request.model or "the demo model")
+        self.worker.send(request)
+
+    def open_model_picker(self) -> None:
+        if self.picker is not None:
+            self.picker.deleteLater()
+        self.picker = ModelPickerDialog(self.settings, self.gpu_probe.report, parent=self)
+        self.picker.accepted.connect(self._on_picker_accepted)
+        self.picker.open()
+
+    def open_conversation_settings(self, conversation_id: int) -> ConversationSettingsDialog:
+        dialog = ConversationSettingsDialog(self.store.conversation(conversation_id), self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.accepted.connect(lambda: self._on_settings_dialog_accepted(dialog))
+        dialog.open()
+        return dialog
+
+    # ------------------------------------------------------------------ slots
+
+    def _on_worker_loaded(self, event: Loaded) -> None:
+        self.model_status.show_loaded(event)
+        self.performance_panel.set_loaded(event)
+        self.gpu_probe.watch(event.pid or self.worker.pid)
+        if self.last_load is not None:
+            self.settings.set_last_load(self.last_load)
+
+    def _on_worker_failed(self, event: Failed) -> None:
+        if self.worker.ended_command == "load":
+            self.model_status.show_unloaded("No model loaded (the load failed)")
+            self.notice.show_message(f"Could not load the model: {event.error}", event.hint)
+
+    def _on_worker_finished(self, event: Finished) -> None:
+        self.performance_panel.add_stats(event.stats)
+
+    def _on_worker_worker_died(self, event: WorkerDied) -> None:
+        self.gpu_probe.watch(0)
+        self.model_status.show_unloaded("No model loaded (the engine stopped)")
+        tail = event.stderr_tail.strip().splitlines()
+        detail = f" Last message: {tail[-1]}" if tail else ""
+        self.notice.show_message(event.message + detail, action=RESTART)
+
+    def _on_worker_stopped(self) -> None:
+        self.gpu_probe.watch(0)
+        if self._is_closing:
+            self.close()
+
+    def _on_controller_error(self, event: Failed) -> None:
+        self.notice.show_message(event.error, event.hint)
+
+    def _on_notice_action_triggered(self, action: str) -> None:
+        if action == RESTART:
+            self._restart_engine()
+
+    def _on_model_status_cancel_requested(self) -> None:
+        self.worker.kill()
+        self.controller.clear_model()
+        self.model_status.show_unloaded("No model loaded (load cancelled)")
+
+    def _on_chat_view_settings_requested(self) -> None:
+        if self.controller.conversation is not None:
+            self.open_conversation_settings(self.controller.conversation.id)
+
+    def _on_settings_dialog_accepted(self, dialog: ConversationSettingsDialog) -> None:
+        cid = dialog.conversation.id
+        self.controller.update_settings(cid, dialog.settings())
+        self.controller.rename_conversation(cid, dialog.title())
+
+    def _on_picker_accepted(self) -> None:
+        request = self.picker.load_request() if self.picker is not None else None
+        if request is not None:
+            self.load(request)
+
+    def _on_gpu_probe_report(self, report) -> None:
+        self.performance_panel.set_gpu_report(report)
+        if self.picker is not None and self.picker.isVisible():
+            self.picker.set_gpu_report(report)
+
+    def _open_log_folder(self) -> None:
+        """The folder of hearth.log, to attach to a bug report."""
+        QDesktopServices.openUrl(QUrl.fromLocalFile(str(data_dir())))
+
+    def _restart_engine(self) -> None:
+        self.notice.hide()
+        self.load(self.last_load or LoadRequest())
+
+    # ------------------------------------------------------------------ closing
+
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        """Hide at once, ask the worker to exit (killed after a timeout), then close for good."""
+        if self.worker.is_running:
+            if not self._is_closing:
+                self._is_closing = True
+                self.settings.set_geometry(self.saveGeometry())
+                self.hide()
+                self.worker.shutdown()
+            event.ignore()
+            return
+        if not self._is_closing:
+            self.settings.set_geometry(self.saveGeometry())
+        self.gpu_probe.close()
+        event.accept()
+        self.sig_closed.emit()

@@ -1,0 +1,33 @@
+"""Where Hearth keeps things on disk: its data folder, the bundled demo model, the Hub cache."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from PySide6.QtCore import QStandardPaths
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# The folder the worker loads for LoadRequest(model=None) (engine.model_folder.DEMO_MODEL_DIR).
+DEMO_MODEL_DIR = REPO_ROOT / "resources" / "demo_model"
+RESOURCES_DIR = REPO_ROOT / "resources"
+
+
+def data_dir() -> Path:
+    """$HEARTH_DATA_DIR, else the platform's per-user application data folder."""
+    env = os.environ.get("HEARTH_DATA_DIR")
+    if env:
+        path = Path(env)
+    else:
+        location = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation)
+        path = Path(location) if location else Path.home() / ".local" / "share" / "hearth"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def hub_cache_dir() -> Path:
+    """The local Hugging Face hub cache; HF_HUB_CACHE and HF_HOME as huggingface_hub reads them."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface"
+    return Path(home) / "hub"

@@ -1,0 +1,195 @@
+"""A model's shape from config.json, refined by its safetensors headers: what the planner counts.
+
+Pure stdlib (no torch): the Qt app imports it through the planner.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+AWQ_GROUP = 128
+_ST_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "U32": 4, "I16": 2,
+             "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "BF16": "bf16",
+           "F16": "fp16", "F32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
+_TIED_BY_DEFAULT = ("gemma", "gemma2", "gpt2")  # transformers' defaults when config.json is silent
+_UNGATED_MLP = ("gpt2", "gpt_neox", "phi", "opt", "falcon", "gpt_bigcode")
+
+
+class PlanError(ValueError):
+    """Bad input (folder, config, settings): one sentence for the user."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    max_position_embeddings: int
+    sliding_window: int | None  # only when in force (shorter than the native context)
+    native_dtype: str  # "bf16" | "fp16" | "fp32"
+    linears: tuple[tuple[int, int, int], ...]  # (out, in, count) of the quantizable Linear layers
+    embed_params: int
+    lm_head_params: int  # 0 when tied to the embedding: counted once
+    other_params: int  # norms and biases: 16-bit in every format
+    quant_method: str | None = None  # the checkpoint's own format: "awq", "nf4" or "int8"
+    quant_group_size: int | None = None
+    double_quant: bool | None = None
+    param_source: str = "config"  # or "safetensors"
+    checkpoint_bytes: int | None = None
+
+    @property
+    def total_params(self) -> int:
+        return self.embed_params + self.lm_head_params + self.other_params + sum(
+            o * i * n for o, i, n in self.linears)
+
+    @property
+    def context_limit(self) -> int:
+        return min(self.max_position_embeddings, self.sliding_window or math.inf)
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> ModelShape:
+        if not isinstance(cfg, dict):
+            raise PlanError("config.json does not hold a JSON object")
+        text = cfg.get("text_config")
+        c = {**cfg, **text} if isinstance(text, dict) else cfg  # multimodal wrappers
+
+        def num(*keys, default=None) -> int:
+            for k in keys:
+                if isinstance(c.get(k), int) and not isinstance(c.get(k), bool):
+                    if c[k] <= 0:
+                        raise PlanError(f"config.json has {k} = {c[k]}; it must be positive")
+                    return c[k]
+            if default is None:
+                raise PlanError(f"config.json has no {keys[0]}, so the model's size is unknown")
+            return default
+
+        mt = str(c.get("model_type") or "unknown")
+        hidden = num("hidden_size", "n_embd", "d_model")
+        layers = num("num_hidden_layers", "n_layer", "num_layers")
+        heads = num("num_attention_heads", "n_head")
+        kv = num("num_key_value_heads", "num_kv_heads",
+                 default=1 if c.get("multi_query") else heads)
+        hd = num("head_dim", default=hidden // heads or 1)  # explicit head_dim wins (Qwen3, Gemma)
+        if kv > heads or heads % kv:
+            raise PlanError(f"config.json has {heads} attention heads and {kv} KV heads")
+        inter = num("intermediate_size", "n_inner", "ffn_dim", default=4 * hidden)
+        vocab = num("vocab_size")
+        max_pos = num("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+                      default=2048)
+        window = c.get("sliding_window")
+        in_force = (c.get("use_sliding_window") is not False and isinstance(window, int)
+                    and 0 < window < max_pos)  # Qwen2.5 ships a window that is switched off
+        q, k = heads * hd, kv * hd
+        mlp = ((inter, hidden, 1), (hidden, inter, 1)) if mt in _UNGATED_MLP else (
+            (inter, hidden, 2), (hidden, inter, 1))
+        lin: dict[tuple[int, int], int] = {}
+        for o, i, n in ((q, hidden, 1), (k, hidden, 2), (hidden, q, 1), *mlp):
+            lin[(o, i)] = lin.get((o, i), 0) + n * layers
+        # Qwen2 has q/k/v biases without saying so; Llama-style attention_bias covers o too
+        bias = q + 2 * k if mt == "qwen2" else (q + 2 * k + hidden) * bool(c.get("attention_bias"))
+        bias += sum(o * n for o, _, n in mlp) if c.get("mlp_bias") else 0
+        qk_norm = 2 * hd if mt.startswith("qwen3") else 0
+        tied = bool(c.get("tie_word_embeddings", cfg.get("tie_word_embeddings",
+                                                          mt in _TIED_BY_DEFAULT)))
+        qc = cfg.get("quantization_config") or c.get("quantization_config") or {}
+        method, group, dq = _quant_method(qc)
+        return cls(mt, hidden, layers, heads, kv, hd, inter, vocab, tied, max_pos,
+                   window if in_force else None,
+                   _DTYPES.get(str(c.get("dtype") or c.get("torch_dtype") or cfg.get("dtype")
+                                   or cfg.get("torch_dtype")), "fp32"),  # HF's default: fp32
+                   tuple((o, i, n) for (o, i), n in lin.items()), vocab * hidden,
+                   0 if tied else vocab * hidden, layers * (2 * hidden + bias + qk_norm) + hidden,
+                   method, group, dq)
+
+    @classmethod
+    def from_folder(cls, path: str | Path) -> ModelShape:
+        p = Path(path).expanduser()
+        if not p.is_dir():
+            raise PlanError(f"{p} is not a model folder" if p.exists() else f"{p} does not exist")
+        cfg_path = p / "config.json"
+        if not cfg_path.is_file():
+            raise PlanError(f"{p} has no config.json, so it is not a Hugging Face model folder")
+        try:
+            cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise PlanError(f"{cfg_path} cannot be read as JSON ({e})") from None
+        shape = cls.from_config(cfg)
+        tensors: dict[str, tuple[str, list[int]]] = {}
+        for f in sorted(p.glob("*.safetensors")):
+            tensors.update(_safetensors_header(f))
+        return shape._refined(tensors) if tensors else shape
+
+    def _refined(self, tensors: dict[str, tuple[str, list[int]]]) -> ModelShape:
+        """Exact counts from the checkpoint's own tensors (bnb-packed shapes are not readable)."""
+        nbytes = {dt: 0 for dt in _ST_BYTES}
+        for dt, shp in tensors.values():
+            nbytes[dt] = nbytes.get(dt, 0) + math.prod(shp) * _ST_BYTES.get(dt, 0)
+        ckpt = replace(self, checkpoint_bytes=sum(nbytes.values()))
+        if self.quant_method in ("nf4", "int8"):
+            return ckpt
+        embed = lm = other = 0
+        lin: dict[tuple[int, int], int] = {}
+        for name, (_, shp) in tensors.items():
+            n = math.prod(shp)
+            if name.endswith((".scales", ".qzeros", ".g_idx")):
+                continue  # AWQ side tensors: the format arithmetic counts them
+            if name.endswith(".qweight") and len(shp) == 2:  # AWQ: [in, out / 8] int32
+                lin[(shp[1] * 8, shp[0])] = lin.get((shp[1] * 8, shp[0]), 0) + 1
+            elif name.endswith(("embed_tokens.weight", "wte.weight", "word_embeddings.weight")):
+                embed += n
+            elif name.split(".")[-2:-1] == ["lm_head"]:
+                lm += n
+            elif len(shp) == 2 and name.endswith(".weight") and not any(
+                    s in name for s in ("norm", "vision", "visual")):
+                lin[(shp[0], shp[1])] = lin.get((shp[0], shp[1]), 0) + 1
+            else:
+                other += n
+        if not embed or not lin:
+            return ckpt  # names we do not know: keep the config's arithmetic
+        tied = self.tie_word_embeddings or lm == 0
+        floats = {d: nbytes[d] for d in ("BF16", "F16", "F32")}
+        native = self.native_dtype if self.quant_method else _DTYPES[max(floats, key=floats.get)]
+        return replace(ckpt, linears=tuple((o, i, n) for (o, i), n in lin.items()),
+                       embed_params=embed, lm_head_params=0 if tied else lm, other_params=other,
+                       tie_word_embeddings=tied, native_dtype=native, param_source="safetensors")
+
+
+def _quant_method(qc: dict) -> tuple[str | None, int | None, bool | None]:
+    method = str(qc.get("quant_method", "")).lower() if isinstance(qc, dict) else ""
+    if not method:
+        return None, None, None
+    if method == "awq":
+        if (qc.get("bits") or qc.get("w_bit") or 4) != 4:
+            raise PlanError("this AWQ checkpoint is not 4-bit; Hearth plans 4-bit AWQ only")
+        return "awq", int(qc.get("group_size") or qc.get("q_group_size") or AWQ_GROUP), None
+    if method == "bitsandbytes":
+        if qc.get("load_in_4bit"):
+            return "nf4", None, bool(qc.get("bnb_4bit_use_double_quant", False))
+        return "int8", None, None
+    raise PlanError(f"the checkpoint is quantized with {method}; Hearth loads bf16/fp16/fp32, "
+                    "bitsandbytes and AWQ checkpoints")
+
+
+def _safetensors_header(path: Path) -> dict[str, tuple[str, list[int]]]:
+    """8-byte little-endian header length, then a JSON header: {name: {dtype, shape, ...}}."""
+    try:
+        with path.open("rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > 100_000_000:
+                raise ValueError("header length out of range")
+            header = json.loads(f.read(n))
+        return {k: (str(v["dtype"]), [int(d) for d in v["shape"]])
+                for k, v in header.items() if k != "__metadata__"}
+    except (OSError, ValueError, struct.error, KeyError, TypeError, AttributeError):
+        raise PlanError(f"{path.name} is not a readable safetensors file") from None
