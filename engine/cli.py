@@ -100,6 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--out", metavar="FILE")
 
+    ev = sub.add_parser("eval", help="perplexity over a text file")
+    ev.add_argument("--model", help="model folder (default: the bundled demo model)")
+    ev.add_argument("--text", required=True, metavar="FILE")
+    ev.add_argument("--quant", default="auto")
+    ev.add_argument("--kv-dtype", default="auto")
+    ev.add_argument("--json", action="store_true")
+
     gpu = sub.add_parser("gpu", help="the GPUs NVML sees")
     gpu.add_argument("--json", action="store_true")
     return p
@@ -140,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
             from engine import bench
 
             return bench.run_cli(args)
+        if args.command == "eval":
+            from engine.eval import run_eval
+
+            return run_eval(args.model, args.text, args.quant, args.kv_dtype, args.json)
         if args.command == "gpu":
             from engine.plan_report import run_gpu
 

@@ -34,8 +34,8 @@ class EvalResult:
 def windows(num_tokens: int, window: int, stride: int) -> list[tuple[int, int, int]]:
     """(begin, end, first_scored) per window: it reads tokens begin..end-1 and scores the
     predictions of tokens first_scored..end-1. Token 0 has no context and is never scored."""
-    if not 0 < stride <= window:
-        raise ValueError(f"need 0 < stride <= window, got stride {stride}, window {window}")
+    if not 0 < stride < window:  # windows must overlap: a window's first token has no context
+        raise ValueError(f"need 0 < stride < window, got stride {stride}, window {window}")
     spans, scored_up_to = [], 1
     for begin in range(0, num_tokens, stride):
         end = min(begin + window, num_tokens)
@@ -104,8 +104,11 @@ def run_eval(model: str | None, text_file: str, quant: str = "auto", kv_dtype: s
         req = LoadRequest(model, quant, kv_dtype)
         req.validate()
         check(model)  # before torch: a bad folder fails in well under a second
+        from transformers.utils import logging as hf_logging
+
         from engine.session import Session
 
+        hf_logging.disable_progress_bar()  # stdout and stderr carry the result or one line
         t0 = time.perf_counter()
         session = Session.load(req)
         ids = list(session.lm.tokenizer(text, verbose=False)["input_ids"])

@@ -147,7 +147,7 @@ class FamilyStep:
         q = q.view(1, self.num_kv_heads, group, self.head_dim).to(k_cache.dtype)  # [1, Hkv, G, D]
         out = F.scaled_dot_product_attention(q, k_cache[:, :, :kv_len], v_cache[:, :, :kv_len],
                                              attn_mask=mask, scale=self.scaling)
-        return out.view(1, self.num_heads, 1, self.head_dim)
+        return out.reshape(1, self.num_heads, 1, self.head_dim)  # kernels may permute it
 
     def __call__(self, token: torch.Tensor, pos: torch.Tensor, kv_len: int) -> torch.Tensor:
         """token: [1] int64, pos: [1] int64 (device tensors) -> logits [V]."""

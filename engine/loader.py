@@ -64,6 +64,9 @@ def choose_quant(req: LoadRequest, folder: ModelFolder, device: torch.device) ->
 def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress], None],
          cancel: threading.Event | None = None) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # progress travels as LoadProgress events instead
 
     def stage(name: str, done: int, message: str = ""):
         if cancel is not None and cancel.is_set():
