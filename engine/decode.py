@@ -17,7 +17,6 @@ from engine.attention import StepContext
 from engine.kv_cache import KVCache
 from engine.layers import FamilyStep, supports
 
-PREFILL_CHUNK = 2048  # bounds activation memory (~0.2 GB for a 7B) without starving the GEMMs
 MIN_BUCKET = 256
 
 
@@ -51,10 +50,8 @@ class Decoder:
             return
         self.family = FamilyStep(self.model, self.cache)
         self.mode = "static"
-        if compile_layers and self.family.is_plain:
+        if compile_layers:
             self.family.compile()
-        elif compile_layers:
-            self.notes.append("torch.compile is used for 16-bit weights only; skipped")
         if self.device.type != "cuda":
             self.notes.append("CPU: the decode step runs eagerly (CUDA graphs need a GPU)")
             return

@@ -79,7 +79,9 @@ class FamilyStep:
         self.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
         self.scaling = model.model.layers[0].self_attn.scaling
         self.layers = [self._params(layer) for layer in model.model.layers]
-        self.layer_fn = self.layer_pre, self.layer_post  # replaced by compiled versions
+        # the pieces between linear layers; compile() swaps in fused versions
+        self.fns = dict(rms=self.rms, qkv_rope=self.qkv_rope, add_rms=self.add_rms,
+                        silu_mul=self.silu_mul)
 
     def _params(self, layer) -> LayerParams:
         a, m = layer.self_attn, layer.mlp
@@ -111,17 +113,15 @@ class FamilyStep:
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * cos + rotated * sin
 
-    def layer_pre(self, x, cos, sin, pos, k_cache, v_cache, qkv, qkv_bias, ln_in, q_norm,
-                  k_norm):
-        """x: [1, 1, hidden] -> q: [1, H, 1, D]; writes this token's K/V at pos.
+    def qkv_rope(self, qkv, q_norm, k_norm, cos, sin, pos, k_cache, v_cache):
+        """qkv: [1, 1, (H + 2 H_kv) D] -> q: [1, H, 1, D]; writes this token's K/V at pos.
 
         Weights come as separate arguments (not one object per layer) so that one compiled
         graph serves every layer.
         """
-        h = self.rms(x, ln_in)
         d = self.head_dim
         nq, nkv = self.num_heads * d, self.num_kv_heads * d
-        q, k, v = _linear(h, qkv, qkv_bias).split([nq, nkv, nkv], dim=-1)
+        q, k, v = qkv.split([nq, nkv, nkv], dim=-1)
         q = q.view(1, 1, self.num_heads, d)  # [B, T, H, D]
         k = k.view(1, 1, self.num_kv_heads, d)
         if q_norm is not None:
@@ -133,24 +133,32 @@ class FamilyStep:
         v_cache.index_copy_(2, pos, v.to(v_cache.dtype))
         return q
 
-    def layer_post(self, x, attn, o, gate_up, down, ln_post):
-        """attn: [1, H, 1, D] -> the layer's output x: [1, 1, hidden]."""
-        attn = attn.to(x.dtype).transpose(1, 2).reshape(1, 1, self.num_heads * self.head_dim)
-        x = x + _linear(attn, o)
-        gate, up = _linear(self.rms(x, ln_post), gate_up).chunk(2, dim=-1)
-        return x + _linear(F.silu(gate) * up, down)
+    def add_rms(self, x, delta, w):
+        """The residual add and the next norm in one piece: -> (x + delta, rms(x + delta))."""
+        x = x + delta
+        return x, self.rms(x, w)
+
+    @staticmethod
+    def silu_mul(gate_up):
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.silu(gate) * up
 
     def attend(self, q, k_cache, v_cache, mask, kv_len: int):
         """Grouped-query decode attention without expanding KV heads: the G query heads that
-        share a KV head become G queries of it. q: [1, H, 1, D] -> [1, H, 1, D]."""
+        share a KV head become G queries of it. q: [1, H, 1, D] -> [1, 1, H * D]."""
         group = self.num_heads // self.num_kv_heads
         q = q.view(1, self.num_kv_heads, group, self.head_dim).to(k_cache.dtype)  # [1, Hkv, G, D]
         out = F.scaled_dot_product_attention(q, k_cache[:, :, :kv_len], v_cache[:, :, :kv_len],
                                              attn_mask=mask, scale=self.scaling)
-        return out.reshape(1, self.num_heads, 1, self.head_dim)  # kernels may permute it
+        return out.reshape(1, 1, self.num_heads * self.head_dim)  # kernels may permute it
 
     def __call__(self, token: torch.Tensor, pos: torch.Tensor, kv_len: int) -> torch.Tensor:
-        """token: [1] int64, pos: [1] int64 (device tensors) -> logits [V]."""
+        """token: [1] int64, pos: [1] int64 (device tensors) -> logits [V].
+
+        Linear layers run as they are (cuBLAS, bitsandbytes); the pieces between them are the
+        ones torch.compile fuses.
+        """
+        f = self.fns
         x = F.embedding(token, self.embed)[None]  # [1, 1, hidden]
         freqs = pos[:, None].float() * self.inv_freq[None]  # [1, D/2]
         emb = torch.cat((freqs, freqs), dim=-1)
@@ -158,26 +166,23 @@ class FamilyStep:
         sin = (emb.sin() * self.rope_scale).to(x.dtype)
         # keys 0..pos are real; the rest of the bucket is masked
         mask = (torch.arange(kv_len, device=pos.device) <= pos)[None, None, None, :]
-        pre, post = self.layer_fn
+        h = f["rms"](x, self.layers[0].ln_in)
         for i, p in enumerate(self.layers):
             k_cache, v_cache = self.cache.k[i], self.cache.v[i]
-            q = pre(x, cos, sin, pos, k_cache, v_cache, p.qkv, p.qkv_bias, p.ln_in, p.q_norm,
-                    p.k_norm)
-            x = post(x, self.attend(q, k_cache, v_cache, mask, kv_len), p.o, p.gate_up, p.down,
-                     p.ln_post)
-        x = self.rms(x, self.norm)
-        return _linear(x, self.lm_head)[0, 0]
-
-    @property
-    def is_plain(self) -> bool:
-        """All weights plain tensors (bf16/fp16/fp32): what torch.compile is used for."""
-        p = self.layers[0]
-        return all(isinstance(w, torch.Tensor) for w in (p.qkv, p.o, p.gate_up, p.down))
+            q = f["qkv_rope"](_linear(h, p.qkv, p.qkv_bias), p.q_norm, p.k_norm, cos, sin, pos,
+                              k_cache, v_cache)
+            attn = self.attend(q, k_cache, v_cache, mask, kv_len)
+            x, h = f["add_rms"](x, _linear(attn, p.o), p.ln_post)
+            mlp = _linear(f["silu_mul"](_linear(h, p.gate_up)), p.down)
+            next_norm = self.layers[i + 1].ln_in if i + 1 < len(self.layers) else self.norm
+            x, h = f["add_rms"](x, mlp, next_norm)
+        return _linear(h, self.lm_head)[0, 0]
 
     def compile(self) -> None:
-        """Fuse each layer's small ops (norms, RoPE, residuals, cache writes), once for all."""
-        self.layer_fn = (torch.compile(self.layer_pre, fullgraph=True, dynamic=False),
-                         torch.compile(self.layer_post, fullgraph=True, dynamic=False))
+        """Fuse the small ops between linear layers (norms, RoPE, residuals, cache writes): each
+        piece compiles once and serves every layer, whatever format the linears are in."""
+        self.fns = {name: torch.compile(fn, fullgraph=True, dynamic=False)
+                    for name, fn in self.fns.items()}
 
 
 class _Concat(torch.nn.Module):

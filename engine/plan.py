@@ -21,7 +21,7 @@ CUDA_CONTEXT_BYTES = 512 * MiB  # torch's context with lazy module loading: ~0.5
 CUBLAS_WORKSPACE_BYTES = 32 * MiB  # torch's default cuBLAS workspace on Hopper (:4096:8)
 GRAPH_POOL_BASE_BYTES = 64 * MiB  # private pool of the captured decode graphs (+ decode tensors)
 MARGIN_FRACTION, MARGIN_MIN, MARGIN_MAX = 0.05, 256 * MiB, 2 * GiB  # allocator fragmentation
-PREFILL_CHUNK = 512
+PREFILL_CHUNK = 512  # the smallest prefill pass the engine uses; larger where memory allows
 NUM_SPECULATIVE_TOKENS = 5  # the seed's num_speculative_tokens
 LOGITS_BYTES_PER_ENTRY = 24  # bf16 logits + fp32 copy + fp32 probs + int64 sort index + fp32 sort
 NF4_BLOCK, NF4_DQ_BLOCK = 64, 256
@@ -314,3 +314,13 @@ def plan(shape: ModelShape, quant: str, kv_dtype: str, context: int | None,
     p = _core(shape, q, k, ctx, vram_bytes, draft, prefill_chunk, concurrency,
               NUM_SPECULATIVE_TOKENS, cuda_context_bytes)
     return replace(p, recommended=best.to_dict())
+
+
+def largest_prefill_chunk(shape: ModelShape, quant: str, kv_dtype: str, context: int,
+                          vram_bytes: int, choices=(4096, 2048, 1024, PREFILL_CHUNK)) -> int:
+    """The longest prefill pass that still fits: fewer, larger GEMMs shorten time to first
+    token (one pass for a 4K prompt) where the card has room for their workspace."""
+    for chunk in choices:
+        if plan(shape, quant, kv_dtype, context, vram_bytes, prefill_chunk=chunk).fits:
+            return chunk
+    return min(choices)

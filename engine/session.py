@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from engine import loader, telemetry
-from engine.decode import PREFILL_CHUNK, Decoder
+from engine.decode import Decoder
 from engine.detokenizer import Detokenizer, StopMatcher
 from engine.events import (
     BadRequest,
@@ -31,6 +31,8 @@ from engine.events import (
 )
 from engine.kv_cache import KVCache
 from engine.model_folder import check
+from engine.model_shape import ModelShape
+from engine.plan import PREFILL_CHUNK, largest_prefill_chunk
 from engine.sampling import Sampler, resolve
 
 STATS_INTERVAL_S = 0.25
@@ -58,10 +60,25 @@ class Session:
                              lm.device)
         self.kv_dtype = {v: k for k, v in KV_DTYPES.items()}[dtype]
         self.decoder = Decoder(lm.model, self.cache, lm.device)
+        self.prefill_chunk = self._prefill_chunk()
         if fast_path:
             # LLM.int8's outlier columns have data-dependent shapes: no graph capture
             self.decoder.setup_fast_path(allow_graph=lm.quant != "int8",
                                          compile_layers=compile_layers)
+
+    def _prefill_chunk(self) -> int:
+        """The planner's choice on a GPU (the allocator's budget); the smallest pass on CPU."""
+        lm = self.lm
+        if lm.device.type != "cuda":
+            return PREFILL_CHUNK
+        total = torch.cuda.get_device_properties(lm.device).total_memory
+        budget = int(total * torch.cuda.get_per_process_memory_fraction(lm.device))
+        quant = lm.quant if lm.quant in ("bf16", "fp16", "fp32", "int8", "nf4") else "bf16"
+        try:
+            shape = ModelShape.from_config(lm.folder.config)
+            return largest_prefill_chunk(shape, quant, self.kv_dtype, lm.context, budget)
+        except Exception:  # the planner cannot read this config: stay with the safe size
+            return PREFILL_CHUNK
 
     @classmethod
     def load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None] = lambda e: None,
@@ -123,13 +140,14 @@ class Session:
         start = min(self.cache.reusable_prefix(ids), len(ids) - 1)
         self.cache.crop(start)
 
-        chunked = len(ids) - start > PREFILL_CHUNK
+        chunk = self.prefill_chunk
+        chunked = len(ids) - start > chunk
         tensor = torch.tensor(ids, dtype=torch.long, device=self.lm.device)
         logits = None
-        for lo in range(start, len(ids), PREFILL_CHUNK):
+        for lo in range(start, len(ids), chunk):
             if cancel.is_set():
                 return (yield Finished("cancelled", self._stats(ids, 0, t_start, None, None)))
-            hi = min(lo + PREFILL_CHUNK, len(ids))
+            hi = min(lo + chunk, len(ids))
             logits = self.decoder.forward(tensor[lo:hi], lo)
             self.cache.token_ids = ids[:hi]
             if chunked:

@@ -18,17 +18,25 @@ bench() {  # label, then hearth bench arguments
         python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; r['args']=sys.argv[2]; print(json.dumps(r))" "$label" "$*" >>"$OUT/bench.jsonl"
     else echo "FAILED $label" | tee -a "$LOG"; tail -3 "$LOG"; fi
 }
-check $B/qwen2.5-0.5b bf16
-check $B/qwen2.5-0.5b fp32
-check $B/qwen2.5-0.5b nf4
-check $B/qwen2.5-7b bf16
-check $B/qwen2.5-7b nf4
-bench 05b-bf16 --model $B/qwen2.5-0.5b --random-weights --quant bf16 --baseline-hf
-bench 05b-bf16-compile --model $B/qwen2.5-0.5b --random-weights --quant bf16 --compile
-bench 7b-bf16 --model $B/qwen2.5-7b --random-weights --quant bf16 --baseline-hf
-bench 7b-bf16-compile --model $B/qwen2.5-7b --random-weights --quant bf16 --compile
-bench 7b-nf4 --model $B/qwen2.5-7b --random-weights --quant nf4 --baseline-hf
-bench 05b-nf4 --model $B/qwen2.5-0.5b --random-weights --quant nf4
-bench 7b-bf16-ttft4k --model $B/qwen2.5-7b --random-weights --quant bf16 --prompt-len 4096 --new-tokens 8 --num-prompts 1 --baseline-hf
-bench 7b-bf16-ttft32k --model $B/qwen2.5-7b --random-weights --quant bf16 --prompt-len 32000 --new-tokens 8 --num-prompts 1
+case "${1:-full}" in
+full)
+    check $B/qwen2.5-0.5b bf16; check $B/qwen2.5-0.5b fp32; check $B/qwen2.5-0.5b nf4
+    check $B/qwen2.5-7b bf16; check $B/qwen2.5-7b nf4
+    bench 05b-bf16 --model $B/qwen2.5-0.5b --random-weights --quant bf16 --baseline-hf
+    bench 05b-bf16-compile --model $B/qwen2.5-0.5b --random-weights --quant bf16 --compile
+    bench 7b-bf16 --model $B/qwen2.5-7b --random-weights --quant bf16 --baseline-hf
+    bench 7b-bf16-compile --model $B/qwen2.5-7b --random-weights --quant bf16 --compile
+    bench 7b-nf4 --model $B/qwen2.5-7b --random-weights --quant nf4 --baseline-hf
+    bench 7b-nf4-compile --model $B/qwen2.5-7b --random-weights --quant nf4 --compile
+    bench 05b-nf4 --model $B/qwen2.5-0.5b --random-weights --quant nf4
+    bench 7b-bf16-ttft4k --model $B/qwen2.5-7b --random-weights --quant bf16 --prompt-len 4096 --new-tokens 8 --num-prompts 1 --baseline-hf
+    bench 7b-bf16-ttft32k --model $B/qwen2.5-7b --random-weights --quant bf16 --prompt-len 32000 --new-tokens 8 --num-prompts 1 ;;
+fused)  # after fusing the pieces between linears (NF4 too) and planner-sized prefill passes
+    check $B/qwen2.5-0.5b fp32; check $B/qwen2.5-0.5b bf16; check $B/qwen2.5-7b nf4
+    bench 7b-bf16 --model $B/qwen2.5-7b --random-weights --quant bf16
+    bench 7b-bf16-compile --model $B/qwen2.5-7b --random-weights --quant bf16 --compile --baseline-hf
+    bench 7b-nf4-compile --model $B/qwen2.5-7b --random-weights --quant nf4 --compile
+    bench 05b-bf16-compile --model $B/qwen2.5-0.5b --random-weights --quant bf16 --compile
+    bench 7b-bf16-ttft4k --model $B/qwen2.5-7b --random-weights --quant bf16 --compile --prompt-len 4096 --new-tokens 8 --num-prompts 1 --baseline-hf ;;
+esac
 python3 $B/summarize.py "$OUT/bench.jsonl" | tee "$OUT/summary.md"

@@ -53,3 +53,13 @@ def test_other_architectures_say_why_they_are_generic(tiny_models):
     s = Session.load(LoadRequest(str(tiny_models["gemma"]), device="cpu"))
     assert s.decoder.mode == "generic"
     assert any("transformers' modules" in n for n in s.loaded_event().notes)
+
+
+def test_compiled_pieces_equal_eager(tiny_models):
+    # torch.compile of the pieces between linears (CPU inductor here): same tokens as eager
+    path = str(tiny_models["qwen3"])  # qwen3: the per-head q/k norms are inside a piece
+    eager = Session.load(LoadRequest(path, device="cpu"))
+    compiled = Session.load(LoadRequest(path, device="cpu", compile=True))
+    assert compiled.decoder.family.fns["rms"] is not eager.decoder.family.fns["rms"]
+    a = token_ids(list(eager.generate(greedy_request(n=24))))
+    assert a == token_ids(list(compiled.generate(greedy_request(n=24))))
