@@ -72,7 +72,7 @@ class Session:
         if lm.device.type != "cuda":
             return PREFILL_CHUNK
         total = torch.cuda.get_device_properties(lm.device).total_memory
-        budget = int(total * torch.cuda.get_per_process_memory_fraction(lm.device))
+        budget = int(total * torch.cuda.get_per_process_memory_fraction(lm.device.index or 0))
         quant = lm.quant if lm.quant in ("bf16", "fp16", "fp32", "int8", "nf4") else "bf16"
         try:
             shape = ModelShape.from_config(lm.folder.config)

@@ -32,7 +32,6 @@ full)
     bench 7b-bf16-ttft4k --model $B/qwen2.5-7b --random-weights --quant bf16 --prompt-len 4096 --new-tokens 8 --num-prompts 1 --baseline-hf
     bench 7b-bf16-ttft32k --model $B/qwen2.5-7b --random-weights --quant bf16 --prompt-len 32000 --new-tokens 8 --num-prompts 1 ;;
 fused)  # after fusing the pieces between linears (NF4 too) and planner-sized prefill passes
-    check $B/qwen2.5-0.5b fp32; check $B/qwen2.5-0.5b bf16; check $B/qwen2.5-7b nf4
     bench 7b-bf16 --model $B/qwen2.5-7b --random-weights --quant bf16
     bench 7b-bf16-compile --model $B/qwen2.5-7b --random-weights --quant bf16 --compile --baseline-hf
     bench 7b-nf4-compile --model $B/qwen2.5-7b --random-weights --quant nf4 --compile
