@@ -49,6 +49,8 @@ class Decoder:
                               "modules (the fused step covers Llama, Mistral, Qwen2, Qwen3)")
             return
         self.family = FamilyStep(self.model, self.cache)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # the unfused weights' blocks, freed by fusing, go back
         self.mode = "static"
         if compile_layers:
             self.family.compile()
