@@ -61,6 +61,20 @@ def choose_quant(req: LoadRequest, folder: ModelFolder, device: torch.device) ->
     return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
 
 
+def _placement(req: LoadRequest, folder: ModelFolder) -> tuple[torch.device, str, torch.dtype]:
+    """Device, weight format and compute dtype for a load; applies --memory-limit."""
+    device = choose_device(req)
+    quant = choose_quant(req, folder, device)
+    if quant == "awq":
+        raise BadRequest("AWQ checkpoints are not supported yet; use --quant nf4 or bf16")
+    apply_memory_limit(device, req.memory_limit_gib)
+    # quantized weights keep their unquantized parts (embeddings, norms) in 16 bits
+    compute_dtype = DTYPES.get(quant, torch.bfloat16)
+    if quant in ("int8", "nf4") and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        compute_dtype = torch.float16
+    return device, quant, compute_dtype
+
+
 def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress], None],
          cancel: threading.Event | None = None) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
@@ -73,15 +87,7 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
             raise LoadCancelled()
         progress(LoadProgress(name, done, 4, message))
 
-    device = choose_device(req)
-    quant = choose_quant(req, folder, device)
-    if quant == "awq":
-        raise BadRequest("AWQ checkpoints are not supported yet; use --quant nf4 or bf16")
-    apply_memory_limit(device, req.memory_limit_gib)
-    # quantized weights keep their unquantized parts (embeddings, norms) in 16 bits
-    compute_dtype = DTYPES.get(quant, torch.bfloat16)
-    if quant in ("int8", "nf4") and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        compute_dtype = torch.float16
+    device, quant, compute_dtype = _placement(req, folder)
 
     stage("tokenizer", 0, "reading the tokenizer")
     tokenizer = AutoTokenizer.from_pretrained(folder.path, trust_remote_code=False)
@@ -123,12 +129,7 @@ def random_model(folder: ModelFolder, req: LoadRequest) -> LoadedModel:
     """A model with real shapes and random weights, from config.json alone (benchmarks)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    device = choose_device(req)
-    quant = choose_quant(req, folder, device)
-    if quant == "awq":
-        raise BadRequest("random weights cannot be AWQ; use --quant nf4 or bf16")
-    apply_memory_limit(device, req.memory_limit_gib)
-    compute_dtype = DTYPES.get(quant, torch.bfloat16)
+    device, quant, compute_dtype = _placement(req, folder)
     config = AutoConfig.from_pretrained(folder.path, trust_remote_code=False)
     torch.manual_seed(0)
     with torch.device(device):
