@@ -58,7 +58,23 @@ def choose_quant(req: LoadRequest, folder: ModelFolder, device: torch.device) ->
     native = CONFIG_DTYPES.get(str(folder.config.get("dtype") or folder.config.get("torch_dtype")))
     if device.type == "cpu":
         return native or "fp32"  # CPU keeps the checkpoint's own dtype
-    return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return _recommended_quant(req, folder, device)
+
+
+def _recommended_quant(req: LoadRequest, folder: ModelFolder, device: torch.device) -> str:
+    """The planner's choice for this card: 16-bit where it fits, else 4-bit (NF4)."""
+    from engine.model_shape import ModelShape
+    from engine.plan import recommend
+
+    sixteen = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    props = torch.cuda.get_device_properties(device)
+    vram = int(req.memory_limit_gib * 2**30) if req.memory_limit_gib else props.total_memory
+    try:
+        rec = recommend(ModelShape.from_folder(folder.path), vram, (props.major, props.minor),
+                        req.context)
+    except ValueError:  # a config the planner cannot read: the safe 16-bit default
+        return sixteen
+    return rec.quant if rec.fits and rec.quant in ("bf16", "fp16", "int8", "nf4") else sixteen
 
 
 def _placement(req: LoadRequest, folder: ModelFolder) -> tuple[torch.device, str, torch.dtype]:
