@@ -1,7 +1,12 @@
 """`python -m app`: open the Hearth window and load a model (the bundled demo model unless
 --model is given). `hearth` / `hearth gui` start this as a new process."""
 
+# ruff: noqa: E402 (the start-up clock is read before the imports, which are most of the start)
 from __future__ import annotations
+
+import time
+
+STARTED_AT = time.perf_counter()
 
 import argparse
 import logging
@@ -16,6 +21,7 @@ from app.conversation_store import FILE_NAME, ConversationStore
 from app.log_file import setup_logging
 from app.main_window import MainWindow
 from app.paths import RESOURCES_DIR, data_dir
+from app.startup_timer import StartupTimer
 from app.worker_client import WorkerClient
 from engine.events import KV_DTYPES, QUANTS, LoadRequest
 
@@ -29,11 +35,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--context", type=int, help="tokens of context (default: the planner's)")
     parser.add_argument("--worker-command",
                         help="the engine process to start (default: python -m engine.worker)")
+    parser.add_argument("--startup-check", action="store_true",
+                        help="print the seconds until the window appeared, then quit")
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def create_application() -> QApplication:
+    """The QApplication with Hearth's names (QSettings' location), icon and style sheet."""
     QApplication.setApplicationName("Hearth")
     QApplication.setOrganizationName("Hearth")
     qt_app = QApplication(sys.argv[:1])
@@ -42,15 +50,26 @@ def main(argv: list[str] | None = None) -> int:
     style = RESOURCES_DIR / "hearth.qss"
     if style.is_file():
         qt_app.setStyleSheet(style.read_text(encoding="utf-8"))
+    return qt_app
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    qt_app = create_application()
     folder = data_dir()
     log_path = setup_logging(folder)
-    logging.getLogger("hearth").info("starting; data in %s, log in %s", folder, log_path)
+    log = logging.getLogger("hearth")
+    log.info("starting; data in %s, log in %s", folder, log_path)
 
     store = ConversationStore(folder / FILE_NAME)
     command = shlex.split(args.worker_command) if args.worker_command else None
     worker = WorkerClient(command)
     window = MainWindow(store, worker, AppSettings())
     window.sig_closed.connect(qt_app.quit)
+    timer = StartupTimer(window, STARTED_AT)
+    timer.sig_shown.connect(lambda s: log.info("window shown %.3f s after start", s))
+    if args.startup_check:
+        timer.sig_shown.connect(lambda s: _report_and_quit(s, worker, qt_app))
     window.show()
     window.start(LoadRequest(model=args.model, quant=args.quant, kv_dtype=args.kv_dtype,
                              context=args.context))
@@ -58,6 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     worker.kill()  # normally gone already: closing the window shut it down
     store.close()
     return code
+
+
+def _report_and_quit(seconds: float, worker: WorkerClient, qt_app: QApplication) -> None:
+    print(f"window shown after {seconds:.3f} s", flush=True)
+    worker.kill()
+    qt_app.quit()
 
 
 if __name__ == "__main__":

@@ -52,6 +52,8 @@ class ChatController(QObject):
         self.worker = worker
         self.conversation: Conversation | None = None
         self.context_total_tokens = 0  # from Loaded; 0: no model
+        self.prompt_lookup = False  # speculate from n-grams of the conversation (picker)
+        self.num_speculative_tokens: int | None = None  # with prompt lookup; None: adaptive
         self._streaming: Message | None = None
         self._is_dirty = False
         self._flush_timer = QTimer(self)
@@ -189,6 +191,8 @@ class ChatController(QObject):
         request = GenerateRequest(
             messages=history, system=settings.system_prompt or None,
             max_new_tokens=settings.max_new_tokens, sampling=settings.sampling(),
+            prompt_lookup=self.prompt_lookup,
+            num_speculative_tokens=self.num_speculative_tokens if self.prompt_lookup else None,
         )
         self._streaming = self.store.add_message(conversation.id, "assistant", "", "streaming")
         self._is_dirty = False

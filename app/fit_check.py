@@ -67,32 +67,45 @@ def model_shape(folder: Path) -> planner.ModelShape:
     return planner.ModelShape.from_folder(folder)
 
 
+def shape_from_config(config: dict) -> planner.ModelShape:
+    """A Hub repo's shape from its config.json alone, before its weights are downloaded."""
+    return planner.ModelShape.from_config(config)
+
+
 def summarize(shape: planner.ModelShape) -> ModelSummary:
     return ModelSummary(shape.model_type, shape.total_params, shape.context_limit,
                         shape.native_dtype, shape.quant_method)
 
 
 def fit_table(shape: planner.ModelShape, gpu: GpuInfo | None, kv_dtype: str = "auto",
-              context: int | None = None) -> FitTable:
-    """One row per weight format at this KV dtype and context, against the card's free VRAM."""
+              context: int | None = None,
+              draft: planner.ModelShape | None = None) -> FitTable:
+    """One row per weight format at this KV dtype and context, against the card's free VRAM;
+    with a draft model, its weights and cache count too."""
     cc = gpu.compute_capability if gpu is not None else None
     context = min(context or shape.context_limit, shape.context_limit)
-    best = planner.recommend(shape, _vram(gpu), cc, context, kv_dtype=kv_dtype)
+    best = planner.recommend(shape, _vram(gpu), cc, context, kv_dtype=kv_dtype, draft=draft)
     # a quantized checkpoint is loaded in its own format only
     formats = [shape.quant_method] if shape.quant_method else FORMATS
-    rows = tuple(fit_row(shape, gpu, quant, kv_dtype, context) for quant in formats)
+    rows = tuple(fit_row(shape, gpu, quant, kv_dtype, context, draft) for quant in formats)
     return FitTable(rows, best.quant, best.kv_dtype, best.context, best.note or "")
 
 
 def fit_row(shape: planner.ModelShape, gpu: GpuInfo | None, quant: str, kv_dtype: str,
-            context: int) -> FitRow:
+            context: int, draft: planner.ModelShape | None = None) -> FitRow:
     cc = gpu.compute_capability if gpu is not None else None
-    p = planner.plan(shape, quant, kv_dtype, context, _vram(gpu), compute_capability=cc)
+    p = planner.plan(shape, quant, kv_dtype, context, _vram(gpu), draft, compute_capability=cc)
     reason = _reason(p, gpu)
     if p.quant == "awq" and shape.quant_method != "awq":
         reason += "; needs an AWQ copy first (hearth quantize --method awq)"
     return FitRow(p.quant, p.kv_dtype, p.context, p.weights_bytes, p.kv_bytes, p.total_bytes,
                   p.fits, p.max_context, reason)
+
+
+def can_draft_for(draft: planner.ModelShape, target: planner.ModelShape) -> bool:
+    """Worth offering as a draft: the same vocabulary size and fewer parameters (the engine
+    compares the two tokenizers token by token when it loads them)."""
+    return draft.vocab_size == target.vocab_size and draft.total_params < target.total_params
 
 
 def _vram(gpu: GpuInfo | None) -> int | None:
@@ -102,6 +115,8 @@ def _vram(gpu: GpuInfo | None) -> int | None:
 
 def _reason(p: planner.Plan, gpu: GpuInfo | None) -> str:
     need = f"{p.quant} needs {p.total_bytes / GiB:.1f} GiB at {p.context:,} tokens"
+    if p.draft_bytes:
+        need += f" (the draft model's {p.draft_bytes / GiB:.2f} GiB included)"
     if gpu is None:
         return f"{need}; no GPU to check against (CPU mode)"
     have = f"this card has {gpu.free_bytes / GiB:.1f} GiB free"

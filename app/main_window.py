@@ -13,7 +13,9 @@ from app.chat_view import ChatView
 from app.conversation_list_view import ConversationListView
 from app.conversation_settings_dialog import ConversationSettingsDialog
 from app.conversation_store import ConversationStore
+from app.fit_panel import Speculation
 from app.gpu_probe import GpuProbe
+from app.model_download import ModelDownload
 from app.model_picker_dialog import ModelPickerDialog
 from app.model_status_panel import ModelStatusPanel
 from app.notice_panel import NoticePanel
@@ -23,6 +25,8 @@ from app.worker_client import WorkerClient, WorkerDied
 from engine.events import Failed, Finished, Loaded, LoadRequest
 
 RESTART = "Restart engine"
+PERFORMANCE_WIDTH = 400
+SIDEBAR_MIN_WIDTH = 170
 
 
 class MainWindow(QMainWindow):
@@ -39,6 +43,8 @@ class MainWindow(QMainWindow):
         self.last_load: LoadRequest | None = None
         self._is_closing = False
         self.picker: ModelPickerDialog | None = None
+        self.model_download = ModelDownload(parent=self)  # outlives the picker: closing it
+        # while a download runs leaves the download running
 
         self.controller = ChatController(store, worker, self)
         self.notice = NoticePanel()
@@ -60,6 +66,9 @@ class MainWindow(QMainWindow):
         self.performance_dock.setObjectName("performanceDock")
         self.performance_dock.setWidget(self.performance_panel)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.performance_dock)
+        # the chat is the main thing: the charts get a column, the sidebar room for titles
+        self.resizeDocks([self.performance_dock], [PERFORMANCE_WIDTH], Qt.Orientation.Horizontal)
+        self.conversation_list.setMinimumWidth(SIDEBAR_MIN_WIDTH)
         self.statusBar().addPermanentWidget(self.model_status, 1)
         self._build_menus()
         geometry = settings.geometry()
@@ -81,6 +90,7 @@ class MainWindow(QMainWindow):
         self.conversation_list.sig_settings_requested.connect(self.open_conversation_settings)
         self.gpu_probe.sig_report.connect(self._on_gpu_probe_report)
         self.gpu_probe.sig_vram_sample.connect(self.performance_panel.add_vram_sample)
+        self.model_download.sig_downloaded.connect(self._on_model_download_downloaded)
 
     def _build_menus(self) -> None:
         chat = self.menuBar().addMenu("&Chat")
@@ -122,9 +132,18 @@ class MainWindow(QMainWindow):
     def open_model_picker(self) -> None:
         if self.picker is not None:
             self.picker.deleteLater()
-        self.picker = ModelPickerDialog(self.settings, self.gpu_probe.report, parent=self)
+        self.picker = ModelPickerDialog(self.settings, self.gpu_probe.report,
+                                        download=self.model_download, parent=self)
+        self.picker.fit_panel.set_speculation(self._speculation_in_force())
         self.picker.accepted.connect(self._on_picker_accepted)
         self.picker.open()
+
+    def _speculation_in_force(self) -> Speculation:
+        if self.controller.prompt_lookup:
+            return Speculation(prompt_lookup=True,
+                               num_speculative_tokens=self.controller.num_speculative_tokens)
+        last = self.last_load or LoadRequest()
+        return Speculation(draft=last.draft, num_speculative_tokens=last.num_speculative_tokens)
 
     def open_conversation_settings(self, conversation_id: int) -> ConversationSettingsDialog:
         dialog = ConversationSettingsDialog(self.store.conversation(conversation_id), self)
@@ -186,12 +205,22 @@ class MainWindow(QMainWindow):
     def _on_picker_accepted(self) -> None:
         request = self.picker.load_request() if self.picker is not None else None
         if request is not None:
+            speculation = self.picker.fit_panel.speculation()
+            self.controller.prompt_lookup = speculation.prompt_lookup  # sent with each answer
+            self.controller.num_speculative_tokens = speculation.num_speculative_tokens
             self.load(request)
 
     def _on_gpu_probe_report(self, report) -> None:
         self.performance_panel.set_gpu_report(report)
         if self.picker is not None and self.picker.isVisible():
             self.picker.set_gpu_report(report)
+
+    def _on_model_download_downloaded(self, snapshot) -> None:
+        if self.picker is None or not self.picker.isVisible():
+            listing = self.model_download.listing
+            name = listing.repo_id if listing is not None else str(snapshot)
+            self.notice.show_message(f"{name} is downloaded; choose it in the model picker "
+                                     "(Ctrl+L).", is_error=False)
 
     def _open_log_folder(self) -> None:
         """The folder of hearth.log, to attach to a bug report."""
@@ -205,6 +234,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         """Hide at once, ask the worker to exit (killed after a timeout), then close for good."""
+        self.model_download.cancel()  # what arrived is kept for the next start
         if self.worker.is_running:
             if not self._is_closing:
                 self._is_closing = True

@@ -6,20 +6,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.paths import DEMO_MODEL_DIR, hub_cache_dir
+from app.paths import DEMO_DRAFT_DIR, DEMO_MODEL_DIR, hub_cache_dir
 
 
 @dataclass(frozen=True)
 class ModelEntry:
     label: str
     folder: Path  # where config.json is
-    source: str  # "demo", "hub" or "folder"
+    source: str  # "demo", "hub", "folder", or "demo draft" (a draft only, never a target)
     load_name: str | None  # what LoadRequest.model gets; None is the demo model
 
 
 def demo_entry() -> ModelEntry | None:
     if (DEMO_MODEL_DIR / "config.json").is_file():
         return ModelEntry("Demo model (bundled)", DEMO_MODEL_DIR, "demo", None)
+    return None
+
+
+def demo_draft_entry() -> ModelEntry | None:
+    if (DEMO_DRAFT_DIR / "config.json").is_file():
+        return ModelEntry("demo_draft (bundled)", DEMO_DRAFT_DIR, "demo draft",
+                          str(DEMO_DRAFT_DIR))
     return None
 
 

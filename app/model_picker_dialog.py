@@ -1,81 +1,54 @@
-"""Pick a model, its weight format, KV dtype and context, and see before loading whether it
-fits this card: weights, KV cache and total in GiB per format, from the planner."""
+"""Pick a model and how to load it, and see before loading whether it fits this card: models
+from the bundled demo, the local Hugging Face cache and added folders, or a Hub repo checked
+before it is downloaded. The fit itself is the FitPanel's; the download the GetModelPanel's."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
-    QAbstractItemView,
-    QComboBox,
     QDialog,
     QDialogButtonBox,
     QFileDialog,
-    QFormLayout,
     QHBoxLayout,
-    QLabel,
     QListWidget,
     QListWidgetItem,
     QPushButton,
-    QSpinBox,
-    QTableWidget,
-    QTableWidgetItem,
     QVBoxLayout,
 )
 
 from app import fit_check
 from app.app_settings import AppSettings
-from app.model_catalog import ModelEntry, all_entries
+from app.fit_panel import FitPanel
+from app.get_model_panel import GetModelPanel, size_text
+from app.hub_listing import RepoListing
+from app.model_catalog import ModelEntry, all_entries, demo_draft_entry
+from app.model_download import ModelDownload
 from engine.events import LoadRequest
 from engine.gpu import GpuReport
 from engine.plan import PlanError
 
-GiB = fit_check.GiB
 ENTRY_ROLE = Qt.ItemDataRole.UserRole
-COLUMNS = ("Format", "Weights GiB", "KV cache GiB", "Total GiB", "Fits")
-FIT_WORDS = {True: "yes", False: "no", None: "unknown"}
-FIT_COLORS = {True: QColor("#2e7d32"), False: QColor("#c62828"), None: QColor("#757575")}
 
 
 class ModelPickerDialog(QDialog):
     def __init__(self, settings: AppSettings, gpu_report: GpuReport | None = None,
-                 hub: Path | None = None, parent=None) -> None:
+                 hub: Path | None = None, download: ModelDownload | None = None,
+                 parent=None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Choose a model")
-        self.resize(860, 520)
+        self.resize(980, 620)
         self.settings = settings
-        self.gpu_report = gpu_report
         self.hub = hub
-        self.shape = None
-        self.table_data: fit_check.FitTable | None = None
+        self.remote: RepoListing | None = None  # a Hub repo shown instead of a local model
+        self._shapes: dict[Path, object] = {}  # folder -> ModelShape, or None when unreadable
 
         self.model_list = QListWidget()
         self.add_button = QPushButton("Add folder…")
         self.remove_button = QPushButton("Remove")
-        self.summary_label = QLabel()
-        self.summary_label.setWordWrap(True)
-        self.gpu_label = QLabel()
-        self.gpu_label.setWordWrap(True)
-        self.quant_combo = QComboBox()
-        self.quant_combo.addItems(fit_check.QUANT_CHOICES)
-        self.kv_combo = QComboBox()
-        self.kv_combo.addItems(fit_check.KV_CHOICES)
-        self.context_spin = QSpinBox()
-        self.context_spin.setRange(16, 16)
-        self.context_spin.setSingleStep(1024)
-        self.context_spin.setKeyboardTracking(False)  # re-plan when typing ends, not per digit
-        self.fit_table = QTableWidget(0, len(COLUMNS))
-        self.fit_table.setHorizontalHeaderLabels(COLUMNS)
-        self.fit_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.fit_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.fit_table.verticalHeader().setVisible(False)
-        self.recommendation_label = QLabel()
-        self.recommendation_label.setWordWrap(True)
-        self.verdict_label = QLabel()
-        self.verdict_label.setObjectName("verdictLabel")
-        self.verdict_label.setWordWrap(True)
+        self.get_model_panel = GetModelPanel(download or ModelDownload(hub, self))
+        self.fit_panel = FitPanel(gpu_report)
         self.buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         self.load_button = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
@@ -87,42 +60,33 @@ class ModelPickerDialog(QDialog):
         row.addWidget(self.add_button)
         row.addWidget(self.remove_button)
         left.addLayout(row)
-        form = QFormLayout()
-        form.addRow("Quantization", self.quant_combo)
-        form.addRow("KV cache", self.kv_combo)
-        form.addRow("Context (tokens)", self.context_spin)
-        right = QVBoxLayout()
-        right.addWidget(self.summary_label)
-        right.addWidget(self.gpu_label)
-        right.addLayout(form)
-        right.addWidget(self.fit_table, 1)
-        right.addWidget(self.recommendation_label)
-        right.addWidget(self.verdict_label)
+        left.addWidget(self.get_model_panel)
         body = QHBoxLayout()
         body.addLayout(left, 1)
-        body.addLayout(right, 2)
+        body.addWidget(self.fit_panel, 1)
         layout = QVBoxLayout(self)
         layout.addLayout(body, 1)
         layout.addWidget(self.buttons)
 
         self.model_list.currentItemChanged.connect(self._on_model_list_current_item_changed)
+        self.model_list.itemDoubleClicked.connect(self._on_model_list_item_double_clicked)
         self.add_button.clicked.connect(self._on_add_button_clicked)
         self.remove_button.clicked.connect(self._on_remove_button_clicked)
-        self.quant_combo.currentTextChanged.connect(self._on_choice_changed)
-        self.kv_combo.currentTextChanged.connect(self._on_choice_changed)
-        self.context_spin.valueChanged.connect(self._on_choice_changed)
-        self.fit_table.cellClicked.connect(self._on_fit_table_cell_clicked)
+        self.get_model_panel.sig_listing_shown.connect(self._on_get_model_panel_listing_shown)
+        self.get_model_panel.sig_downloaded.connect(self._on_get_model_panel_downloaded)
+        self.fit_panel.sig_plan_changed.connect(self._on_fit_panel_plan_changed)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
-        self._show_gpu()
         self._fill_models()
 
     # ------------------------------------------------------------------ public
 
+    @property
+    def download(self) -> ModelDownload:
+        return self.get_model_panel.download
+
     def set_gpu_report(self, report: GpuReport) -> None:
-        self.gpu_report = report
-        self._show_gpu()
-        self._replan(preselect=True)  # the recommendation for the card, now that it is known
+        self.fit_panel.set_gpu_report(report)
 
     def add_folder(self, folder: Path) -> None:
         folders = self.settings.model_folders()
@@ -138,36 +102,34 @@ class ModelPickerDialog(QDialog):
         entry = self.selected_entry()
         if entry is None:
             return None
-        context = self.context_spin.value() if self.shape is not None else None
-        return LoadRequest(model=entry.load_name, quant=self.quant_combo.currentText(),
-                           kv_dtype=self.kv_combo.currentText(), context=context)
+        quant, kv_dtype, context = self.fit_panel.choice()
+        speculation = self.fit_panel.speculation()
+        return LoadRequest(model=entry.load_name, quant=quant, kv_dtype=kv_dtype, context=context,
+                           draft=speculation.draft,
+                           num_speculative_tokens=speculation.num_speculative_tokens
+                           if speculation.draft else None)
 
     # ------------------------------------------------------------------ slots
 
     def _on_model_list_current_item_changed(self, item, _previous) -> None:
-        self.shape = None
         self.remove_button.setEnabled(item is not None and item.data(ENTRY_ROLE).source == "folder")
         if item is None:
-            self.summary_label.setText("No model chosen.")
-            self._replan()
+            if self.remote is None:
+                self.fit_panel.show_nothing("No model chosen.")
             return
+        self.remote = None
         entry: ModelEntry = item.data(ENTRY_ROLE)
         try:
-            self.shape = fit_check.model_shape(entry.folder)
+            shape = fit_check.model_shape(entry.folder)
         except PlanError as e:
-            self.summary_label.setText(f"{entry.label}: {e}")
-            self._replan()
+            self.fit_panel.show_nothing(f"{entry.label}: {e}")
             return
-        s = fit_check.summarize(self.shape)
-        stored = f"{s.checkpoint_format} checkpoint" if s.checkpoint_format else s.native_dtype
-        self.summary_label.setText(
-            f"<b>{entry.label}</b><br>{s.architecture} · {s.num_params / 1e9:.2f} B parameters · "
-            f"{s.native_context:,}-token native context · stored as {stored}")
-        self.context_spin.blockSignals(True)
-        self.context_spin.setRange(16, s.native_context)
-        self.context_spin.setValue(s.native_context)
-        self.context_spin.blockSignals(False)
-        self._replan(preselect=True)
+        self.fit_panel.set_drafts(self._drafts_for(shape, entry.folder))
+        self.fit_panel.show_shape(shape, entry.label)
+
+    def _on_model_list_item_double_clicked(self, _item) -> None:
+        if self.load_button.isEnabled():
+            self.accept()
 
     def _on_add_button_clicked(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Model folder (with config.json)")
@@ -181,16 +143,49 @@ class ModelPickerDialog(QDialog):
                 [f for f in self.settings.model_folders() if f != entry.folder])
             self._fill_models()
 
-    def _on_choice_changed(self, _value) -> None:
-        self._replan()
+    def _on_get_model_panel_listing_shown(self, listing: RepoListing) -> None:
+        """Show the fit of a repo not downloaded yet, from its config.json."""
+        self.remote = listing
+        self.model_list.setCurrentItem(None)  # what the right side shows is not in the list
+        detail = f"On the Hub, not downloaded: {size_text(listing.weights_bytes)} of weights"
+        try:
+            shape = fit_check.shape_from_config(listing.config)
+        except PlanError as e:
+            self.fit_panel.show_nothing(f"{listing.repo_id}: {e}")
+            return
+        self.fit_panel.set_drafts(self._drafts_for(shape, None))
+        self.fit_panel.show_shape(shape, listing.repo_id, detail)
 
-    def _on_fit_table_cell_clicked(self, row: int, _column: int) -> None:
-        self.quant_combo.setCurrentText(self.fit_table.item(row, 0).text())
+    def _on_get_model_panel_downloaded(self, snapshot: Path) -> None:
+        self._fill_models(select=snapshot)
+
+    def _on_fit_panel_plan_changed(self, has_plan: bool) -> None:
+        # a Hub repo is downloaded first; a folder the planner cannot read won't load
+        self.load_button.setEnabled(has_plan and self.selected_entry() is not None)
 
     # ------------------------------------------------------------------ helpers
 
+    def _drafts_for(self, target, folder: Path | None) -> list[tuple[str, str, object]]:
+        """Local models that could draft for `target`: the bundled demo draft and any other
+        listed model with the same vocabulary and fewer parameters."""
+        entries = [e for e in (demo_draft_entry(), *(self.model_list.item(i).data(ENTRY_ROLE)
+                                                      for i in range(self.model_list.count())))
+                   if e is not None and e.folder != folder]
+        drafts = []
+        for entry in entries:
+            if entry.folder not in self._shapes:
+                try:
+                    self._shapes[entry.folder] = fit_check.model_shape(entry.folder)
+                except PlanError:
+                    self._shapes[entry.folder] = None
+            shape = self._shapes[entry.folder]
+            if shape is not None and fit_check.can_draft_for(shape, target):
+                drafts.append((entry.label, str(entry.folder), shape))
+        return drafts
+
     def _fill_models(self, select: Path | None = None) -> None:
         last = self.settings.last_load()
+        self.model_list.blockSignals(True)  # one selection change, once the list is whole
         self.model_list.clear()
         for entry in all_entries(self.settings.model_folders(), self.hub):
             item = QListWidgetItem(f"{entry.label}  ({entry.source})")
@@ -202,73 +197,7 @@ class ModelPickerDialog(QDialog):
                 self.model_list.setCurrentItem(item)
         if self.model_list.currentItem() is None and self.model_list.count():
             self.model_list.setCurrentRow(0)
+        self.model_list.blockSignals(False)
+        self._on_model_list_current_item_changed(self.model_list.currentItem(), None)
         if not self.model_list.count():
-            self.summary_label.setText("No models found: add a model folder (with config.json).")
-            self._replan()
-
-    def _show_gpu(self) -> None:
-        gpu = fit_check.first_gpu(self.gpu_report)
-        if self.gpu_report is None:
-            self.gpu_label.setText("Looking for a GPU…")
-        elif gpu is None:
-            self.gpu_label.setText(f"No GPU: {self.gpu_report.reason}")
-        else:
-            self.gpu_label.setText(
-                f"{gpu.name}: {gpu.free_bytes / GiB:.1f} GiB free of {gpu.total_bytes / GiB:.1f} "
-                f"GiB (driver {gpu.driver_version or 'unknown'})")
-
-    def _replan(self, preselect: bool = False) -> None:
-        self.fit_table.setRowCount(0)
-        self.table_data = None
-        if self.shape is None:
-            self.recommendation_label.setText("")
-            self.verdict_label.setText("")
-            self.load_button.setEnabled(False)  # a folder the planner cannot read won't load
-            return
-        gpu = fit_check.first_gpu(self.gpu_report)
-        try:
-            table = fit_check.fit_table(self.shape, gpu, self.kv_combo.currentText(),
-                                        self.context_spin.value())
-            if preselect and self.quant_combo.findText(table.recommended_quant) >= 0:
-                self.quant_combo.blockSignals(True)
-                self.quant_combo.setCurrentText(table.recommended_quant)
-                self.quant_combo.blockSignals(False)
-            self._show_verdict(table)
-        except PlanError as e:
-            self.verdict_label.setText(str(e))
-            self.load_button.setEnabled(False)
-            return
-        self.table_data = table
-        for row in table.rows:
-            self._add_fit_row(row)
-        note = f" {table.note}" if table.note else ""
-        self.recommendation_label.setText(
-            f"Recommended: {table.recommended_quant} weights, {table.recommended_kv_dtype} KV "
-            f"cache, {table.recommended_context:,} tokens.{note}")
-        self.load_button.setEnabled(True)
-
-    def _add_fit_row(self, row: fit_check.FitRow) -> None:
-        r = self.fit_table.rowCount()
-        self.fit_table.insertRow(r)
-        fits = "no GPU" if row.fits is None else FIT_WORDS[row.fits]
-        cells = (row.quant, f"{row.weights_bytes / GiB:.2f}", f"{row.kv_bytes / GiB:.2f}",
-                 f"{row.total_bytes / GiB:.2f}", fits)
-        for c, text in enumerate(cells):
-            item = QTableWidgetItem(text)
-            item.setToolTip(row.reason)
-            if c == 4:
-                item.setForeground(FIT_COLORS[row.fits])
-            self.fit_table.setItem(r, c, item)
-
-    def _show_verdict(self, table: fit_check.FitTable) -> None:
-        quant = self.quant_combo.currentText()
-        quant = table.recommended_quant if quant == "auto" else quant
-        row = next((r for r in table.rows if r.quant == quant), None)
-        if row is None:  # fp16 is not a table row
-            row = fit_check.fit_row(self.shape, fit_check.first_gpu(self.gpu_report), quant,
-                                    self.kv_combo.currentText(), self.context_spin.value())
-        verdict = {True: "fits", False: "does not fit", None: "runs on the CPU"}[row.fits]
-        self.verdict_label.setText(f"{row.reason}: {verdict}.")
-        self.verdict_label.setProperty("fits", FIT_WORDS[row.fits])
-        self.verdict_label.style().unpolish(self.verdict_label)
-        self.verdict_label.style().polish(self.verdict_label)
+            self.fit_panel.show_nothing("No models found: add a model folder (with config.json).")

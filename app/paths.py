@@ -10,6 +10,7 @@ from PySide6.QtCore import QStandardPaths
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The folder the worker loads for LoadRequest(model=None) (engine.model_folder.DEMO_MODEL_DIR).
 DEMO_MODEL_DIR = REPO_ROOT / "resources" / "demo_model"
+DEMO_DRAFT_DIR = REPO_ROOT / "resources" / "demo_draft"  # the demo model's speculative draft
 RESOURCES_DIR = REPO_ROOT / "resources"
 
 

@@ -42,6 +42,7 @@ class PerformancePanel(QWidget):
         self.gpu_label = QLabel("Looking for a GPU…")
         self.gpu_label.setWordWrap(True)
         self.latency_label = QLabel("No generation yet.")
+        self.latency_label.setWordWrap(True)
         self.vram_note = QLabel()  # why the VRAM chart is empty, when it is
         self.vram_note.setWordWrap(True)
         self.vram_note.setVisible(False)
@@ -126,7 +127,14 @@ class PerformancePanel(QWidget):
                  f"first token {stats.ttft_ms:.0f} ms"]
         if stats.proposed_draft_tokens:
             rate = stats.accepted_draft_tokens / stats.proposed_draft_tokens
-            parts.append(f"draft acceptance {rate:.0%}")
+            how = stats.speculation.replace("_", " ") or "draft"
+            parts.append(f"{how} acceptance {rate:.0%}")
+            if stats.mean_accepted_length:
+                parts.append(f"{stats.mean_accepted_length:.1f} tokens a step")
+            if stats.speculative_speedup:
+                parts.append(f"{stats.speculative_speedup:.2f}x a plain step")
+            if stats.speculation_switched_off:
+                parts.append("speculation paused: not paying off")
         self.latency_label.setText(" · ".join(parts))
 
     def _set_vram_empty(self, text: str) -> None:

@@ -15,7 +15,16 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from engine import loader, telemetry
-from engine.events import BadRequest, Failed, Finished, GenerateRequest, LoadRequest, SamplingParams
+from engine.bench_speculative import SpecArgs
+from engine.events import (
+    BadRequest,
+    Failed,
+    Finished,
+    GenerateRequest,
+    LoadRequest,
+    SamplingParams,
+    Token,
+)
 from engine.model_folder import BadModel, ModelFolder, resolve
 from engine.session import Session
 
@@ -33,7 +42,7 @@ class BenchResult:
     new_tokens: int
     ttft_ms: float
     prefill_tokens_per_s: float
-    decode_tokens_per_s: float  # median of NUM_RUNS
+    decode_tokens_per_s: float  # median of the runs: NUM_RUNS, or every --prompts prompt
     decode_runs_tokens_per_s: list[float]
     peak_vram_bytes: int
     torch_peak_reserved_bytes: int
@@ -49,6 +58,7 @@ class BenchResult:
     hf_generate_decode_tokens_per_s: float | None = None
     hf_generate_ttft_ms: float | None = None
     speedup_vs_hf: float | None = None
+    speculative: dict | None = None  # bench_speculative.SpeculativeResult, with --draft etc.
     notes: list[str] = field(default_factory=list)
 
 
@@ -107,14 +117,33 @@ def _prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
     return [torch.randint(3, vocab - 1, (length,), generator=g).tolist() for _ in range(n)]
 
 
-def _run_one(session: Session, ids: list[int], new_tokens: int) -> Finished:
+def _run_one(session: Session, ids: list[int], new_tokens: int, prompt_lookup: bool = False,
+             num_speculative_tokens: int | None = None) -> tuple[Finished, list[int]]:
+    """One greedy generation from an empty cache -> (its Finished, the new token ids)."""
     session.cache.crop(0)  # every run prefills the whole prompt
+    if session.draft is not None:
+        session.draft.cache.crop(0)
     req = GenerateRequest(prompt_ids=tuple(ids), max_new_tokens=new_tokens, ignore_eos=True,
-                          sampling=SamplingParams(temperature=0.0))
-    *_, last = session.generate(req)  # only the terminal event matters here
-    if isinstance(last, Failed):
-        raise RuntimeError(last.error)
-    return last
+                          sampling=SamplingParams(temperature=0.0), prompt_lookup=prompt_lookup,
+                          num_speculative_tokens=num_speculative_tokens)
+    events = list(session.generate(req))
+    if isinstance(events[-1], Failed):
+        raise (BadRequest if events[-1].bad_input else RuntimeError)(events[-1].error)
+    return events[-1], [i for e in events if isinstance(e, Token) for i in e.token_ids]
+
+
+def read_prompts(session: Session, path: str) -> list[list[int]]:
+    """--prompts FILE: one JSON string a line (a user message, through the chat template)."""
+    if session.lm.tokenizer is None:
+        raise BadRequest("--prompts needs a tokenizer; leave out --random-weights")
+    try:
+        with open(path, encoding="utf-8") as f:
+            texts = [json.loads(line) for line in f if line.strip()]
+    except (OSError, json.JSONDecodeError) as e:
+        raise BadRequest(f"cannot read prompts from {path}: {e}") from None
+    if not texts or not all(isinstance(t, str) and t for t in texts):
+        raise BadRequest(f"{path} must hold one non-empty JSON string a line")
+    return [session.prompt_ids(GenerateRequest(prompt=t)) for t in texts]
 
 
 def hf_generate(model, ids: list[int], new_tokens: int, device) -> tuple[float, float]:
@@ -144,10 +173,15 @@ def hf_generate(model, ids: list[int], new_tokens: int, device) -> tuple[float, 
 
 def run(model: str | None, random_weights: bool, quant: str, kv_dtype: str, prompt_len: int,
         new_tokens: int, num_prompts: int, eager: bool, compile_layers: bool,
-        baseline_hf: bool, device: str, memory_limit_gib: float | None) -> BenchResult:
-    req = LoadRequest(model=model, quant=quant, kv_dtype=kv_dtype,
-                      context=prompt_len + new_tokens, device=device,
-                      memory_limit_gib=memory_limit_gib, eager=eager, compile=compile_layers)
+        baseline_hf: bool, device: str, memory_limit_gib: float | None,
+        spec: SpecArgs | None = None) -> BenchResult:
+    spec = spec or SpecArgs()
+    context = prompt_len + new_tokens
+    if spec.prompts_file:  # the file decides the prompt lengths; the model's context holds them
+        context = None
+    req = LoadRequest(model=model, quant=quant, kv_dtype=kv_dtype, context=context,
+                      device=device, memory_limit_gib=memory_limit_gib, eager=eager,
+                      compile=compile_layers)
     req.validate()
     t0 = time.perf_counter()
     if random_weights:
@@ -161,17 +195,29 @@ def run(model: str | None, random_weights: bool, quant: str, kv_dtype: str, prom
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     vocab = lm.model.config.vocab_size
-    prompts = _prompts(max(num_prompts, NUM_RUNS), prompt_len, vocab, seed=0)
+    if spec.prompts_file:
+        prompts = read_prompts(session, spec.prompts_file)
+        runs_n = max(NUM_RUNS, len(prompts))
+        prompts = [prompts[i % len(prompts)] for i in range(max(num_prompts, runs_n))]
+        longest = max(map(len, prompts))
+        if longest + new_tokens > lm.context:
+            raise BadRequest(f"a prompt of {longest} tokens and {new_tokens} new ones exceed "
+                             f"the context of {lm.context}")
+        prompt_len = round(statistics.mean(map(len, prompts[:runs_n])))
+    else:
+        runs_n = NUM_RUNS
+        prompts = _prompts(max(num_prompts, NUM_RUNS), prompt_len, vocab, seed=0)
     _run_one(session, prompts[0][:16], 4)  # warm-up: allocator, kernels, lazy init
     load_s = time.perf_counter() - t0
 
-    runs = [_run_one(session, prompts[i], new_tokens).stats for i in range(NUM_RUNS)]
+    plain = [_run_one(session, prompts[i], new_tokens) for i in range(runs_n)]
+    runs = [fin.stats for fin, _ in plain]
     decode = statistics.median(s.decode_tokens_per_s for s in runs)
     _sync(dev)
     t = time.perf_counter()
     total_new = 0
     for ids in prompts[:num_prompts]:
-        total_new += _run_one(session, ids, new_tokens).stats.new_tokens
+        total_new += _run_one(session, ids, new_tokens)[0].stats.new_tokens
     elapsed = time.perf_counter() - t
 
     bw = copy_bandwidth(dev)
@@ -193,6 +239,15 @@ def run(model: str | None, random_weights: bool, quant: str, kv_dtype: str, prom
         throughput_tokens_per_s=round(total_new / elapsed, 2),
         avg_latency_s=round(elapsed / num_prompts, 4), num_prompts=num_prompts,
         notes=list(session.loaded_event().notes))
+    if spec.draft or spec.prompt_lookup:
+        from engine import bench_speculative
+
+        draft = (bench_speculative.load_draft(session, spec.draft, random_weights, req)
+                 if spec.draft else None)
+        measured = bench_speculative.measure(
+            session, prompts[:runs_n], plain, _run_one, draft, spec.prompt_lookup,
+            spec.num_speculative_tokens, spec.synthetic_acceptance)
+        result.speculative = asdict(measured)
     if baseline_hf:
         ttft, rate = hf_generate(lm.model, prompts[0], new_tokens, dev)
         result.hf_generate_ttft_ms = round(ttft, 2)
@@ -211,7 +266,8 @@ def markdown(r: BenchResult) -> str:
         ("decode path", r.decode_path), ("prompt / new tokens", f"{r.prompt_len} / {r.new_tokens}"),
         ("time to first token", f"{r.ttft_ms:.1f} ms"),
         ("prefill", f"{r.prefill_tokens_per_s:,.0f} tokens/s"),
-        ("decode (median of 3)", f"{r.decode_tokens_per_s:,.1f} tokens/s"),
+        (f"decode (median of {len(r.decode_runs_tokens_per_s)})",
+         f"{r.decode_tokens_per_s:,.1f} tokens/s"),
         ("roofline", f"{r.roofline_tokens_per_s:,.1f} tokens/s "
                      f"({r.copy_bandwidth_bytes_per_s / 1e12:.2f} TB/s / "
                      f"{r.bytes_per_decode_step / 1e9:.3f} GB a step); "
@@ -225,20 +281,29 @@ def markdown(r: BenchResult) -> str:
         rows.append(("plain generate()", f"{r.hf_generate_decode_tokens_per_s:,.1f} tokens/s, "
                                          f"ttft {r.hf_generate_ttft_ms:.1f} ms; engine is "
                                          f"{r.speedup_vs_hf}x"))
+    if r.speculative is not None:
+        from engine.bench_speculative import SpeculativeResult, markdown_rows
+
+        rows += markdown_rows(SpeculativeResult(**r.speculative))
     lines = ["| measure | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
     return "\n".join(lines) + "\n"
 
 
 def run_cli(args) -> int:
-    if args.draft or args.prompt_lookup or args.synthetic_acceptance is not None:
-        raise BadRequest("speculative decoding is not available yet in hearth bench")
-    if args.turns is not None or args.prompts is not None:
-        raise BadRequest("--turns and --prompts are not available yet; use --num-prompts")
+    if args.turns is not None:
+        raise BadRequest("--turns is not available yet; use --num-prompts")
     if args.prompt_len < 1 or args.new_tokens < 2 or args.num_prompts < 1:
         raise BadRequest("--prompt-len must be >= 1, --new-tokens >= 2, --num-prompts >= 1")
+    if args.synthetic_acceptance is not None and not args.draft:
+        raise BadRequest("--synthetic-acceptance needs --draft (its forward is the cost)")
+    if args.num_speculative_tokens is not None and not (args.draft or args.prompt_lookup):
+        raise BadRequest("--num-speculative-tokens needs --draft PATH or --prompt-lookup")
+    LoadRequest(num_speculative_tokens=args.num_speculative_tokens).validate()
+    spec = SpecArgs(args.draft, args.prompt_lookup, args.num_speculative_tokens,
+                    args.synthetic_acceptance, args.prompts)
     result = run(args.model, args.random_weights, args.quant, args.kv_dtype, args.prompt_len,
                  args.new_tokens, args.num_prompts, args.eager, args.compile, args.baseline_hf,
-                 args.device, args.memory_limit)
+                 args.device, args.memory_limit, spec)
     print(json.dumps(asdict(result)) if args.json else markdown(result), flush=True)
     if args.out:
         with open(args.out, "w") as f:

@@ -109,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     gpu = sub.add_parser("gpu", help="the GPUs NVML sees")
     gpu.add_argument("--json", action="store_true")
+
+    sub.add_parser("doctor", help="check the Python, torch, CUDA, driver, bitsandbytes, "
+                   "gptqmodel, Triton and Qt stack, and say how to fix what is missing")
+    sub.add_parser("install-desktop", help="install the .desktop entry and icon for this user")
     return p
 
 
@@ -155,6 +159,14 @@ def main(argv: list[str] | None = None) -> int:
             from engine.plan_report import run_gpu
 
             return run_gpu(args.json)
+        if args.command == "doctor":
+            from engine import doctor
+
+            return doctor.main()
+        if args.command == "install-desktop":
+            from engine import desktop_entry
+
+            return desktop_entry.main()
     except BadRequest as e:
         print(f"hearth: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -170,8 +182,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _requests(args) -> tuple[LoadRequest, GenerateRequest]:
-    if args.draft or args.prompt_lookup or args.num_speculative_tokens is not None:
-        raise BadRequest("speculative decoding (--draft, --prompt-lookup) is not available yet")
+    if args.num_speculative_tokens is not None and not (args.draft or args.prompt_lookup):
+        raise BadRequest("--num-speculative-tokens needs --draft PATH or --prompt-lookup")
     messages = None
     if args.messages:
         try:
@@ -186,14 +198,25 @@ def _requests(args) -> tuple[LoadRequest, GenerateRequest]:
         raise BadRequest("give a --prompt or a --messages file")
     load = LoadRequest(model=args.model, quant=args.quant, kv_dtype=args.kv_dtype,
                        context=args.context, device=args.device,
-                       memory_limit_gib=args.memory_limit)
+                       memory_limit_gib=args.memory_limit, draft=args.draft,
+                       num_speculative_tokens=args.num_speculative_tokens)
     gen = GenerateRequest(prompt=args.prompt, messages=messages, system=args.system,
                           raw=args.raw, max_new_tokens=args.max_new_tokens, stop=tuple(args.stop),
                           sampling=SamplingParams(args.temperature, args.top_p, args.top_k,
-                                                  args.repetition_penalty, args.seed))
+                                                  args.repetition_penalty, args.seed),
+                          prompt_lookup=args.prompt_lookup)
     load.validate()
     gen.validate()
     return load, gen
+
+
+def _speculation(s) -> str:
+    if not s.speculation:
+        return ""
+    speedup = f", {s.speculative_speedup:.2f}x a plain step" if s.speculative_speedup else ""
+    return (f"; {s.speculation.replace('_', ' ')}: {s.accepted_draft_tokens} of "
+            f"{s.proposed_draft_tokens} proposed tokens accepted, mean accepted length "
+            f"{s.mean_accepted_length:.2f}{speedup}")
 
 
 def _run(args) -> int:
@@ -201,6 +224,8 @@ def _run(args) -> int:
 
     load, gen = _requests(args)
     check(load.model)  # before torch: a bad folder fails in well under a second
+    if load.draft is not None:
+        check(load.draft)
 
     def show(event) -> None:
         if args.json:
@@ -215,7 +240,7 @@ def _run(args) -> int:
         elif isinstance(event, Finished):
             s = event.stats
             print(f"\n[{event.reason}] {s.new_tokens} tokens, ttft {s.ttft_ms:.0f} ms, "
-                  f"{s.decode_tokens_per_s:.1f} tokens/s", file=sys.stderr)
+                  f"{s.decode_tokens_per_s:.1f} tokens/s{_speculation(s)}", file=sys.stderr)
 
     from engine.session import Session
 

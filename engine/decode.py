@@ -5,6 +5,8 @@ The decode step takes the fastest path the model and device allow:
   bucket, replayed with the token and position copied into static device tensors;
 - "static": the same step run eagerly (CPU, or where capture failed): the graph's reference;
 - "generic": transformers' own modules with the engine's attention (every architecture).
+`verify` runs a block of T tokens and returns every position's logits (speculative decoding);
+in "graph" mode each (T, bucket) pair can be captured too (`capture_blocks`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ class Decoder:
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.token = torch.zeros(1, dtype=torch.long, device=device)  # graph inputs
         self.pos = torch.zeros(1, dtype=torch.long, device=device)
+        # (T, bucket) -> (graph, its token input [T], its logits [T, V]); all read block_start
+        self.block_graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor,
+                                                       torch.Tensor]] = {}
+        self.block_start = torch.zeros(1, dtype=torch.long, device=device)
 
     def setup_fast_path(self, allow_graph: bool, compile_layers: bool) -> None:
         """Choose the decode path once, at load; say why in `notes` when it is not the fastest."""
@@ -92,14 +98,85 @@ class Decoder:
         self.cache.crop(0)  # warm-up wrote K/V at position 0: nothing cached is valid
 
     @torch.inference_mode()
-    def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
-        """ids: [T] int64 at positions start..start+T-1 -> logits of the last one, [V]."""
+    def capture_blocks(self, sizes) -> None:
+        """Capture the verify block for each size T in `sizes` (K + 1) and each KV bucket.
+
+        Untested on a GPU so far (written without one): on any failure the blocks stay eager,
+        which computes the same. Warm-up and capture write K/V at the tail of the cache, past
+        anything a later turn reuses, so this may run between generations.
+        """
+        todo = sorted({T for T in sizes if T > 1} - {T for T, _ in self.block_graphs})
+        if self.mode != "graph" or not todo:
+            return
+        tail = self.cache.max_len - max(todo)
+        self.cache.crop(min(len(self.cache.token_ids), tail))
+        self.block_start.fill_(tail)
+        inputs = {T: torch.zeros(T, dtype=torch.long, device=self.device) for T in todo}
+        t0 = time.perf_counter()
+        try:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for T in todo:
+                    for b in self.buckets:
+                        for _ in range(2):
+                            self._block(inputs[T], b)
+            torch.cuda.current_stream().wait_stream(stream)
+            pool = torch.cuda.graph_pool_handle()
+            for T in todo:
+                for b in self.buckets:
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph, pool=pool):
+                        logits = self._block(inputs[T], b)
+                    self.block_graphs[(T, b)] = (graph, inputs[T], logits)
+            torch.cuda.synchronize()
+            self.notes.append(f"verify blocks of {todo[0]}-{todo[-1]} tokens captured as "
+                              f"{len(todo) * len(self.buckets)} CUDA graphs in "
+                              f"{time.perf_counter() - t0:.2f} s")
+        except Exception as e:  # an optimization: the eager block computes the same
+            self.block_graphs = {k: v for k, v in self.block_graphs.items() if k[0] not in todo}
+            self.notes.append(f"verify-block capture failed ({type(e).__name__}: {e}); "
+                              "verification runs eagerly")
+
+    def _block(self, tokens: torch.Tensor, kv_len: int) -> torch.Tensor:
+        """The captured body: positions block_start.. read from a device tensor."""
+        pos = self.block_start + torch.arange(tokens.numel(), device=self.device)
+        return self.family.block(tokens, pos, kv_len)
+
+    def _model(self, ids: torch.Tensor, start: int, keep: int) -> torch.Tensor:
+        """transformers' modules over ids [T] at start.. -> logits of the last `keep` (0: all)."""
         end = start + ids.numel()
         positions = torch.arange(start, end, device=self.device)
         out = self.model(input_ids=ids[None], position_ids=positions[None], use_cache=False,
-                         logits_to_keep=1, hearth_step=StepContext(self.cache, positions, start,
-                                                                   end))
-        return out.logits[0, -1]
+                         logits_to_keep=keep, hearth_step=StepContext(self.cache, positions,
+                                                                      start, end))
+        return out.logits[0]
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """ids: [T] int64 at positions start..start+T-1 -> logits of the last one, [V]."""
+        return self._model(ids, start, keep=1)[-1]
+
+    @torch.inference_mode()
+    def verify(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """ids: [T] int64 at positions start..start+T-1 -> logits of every position, [T, V].
+
+        Speculative verification: the pending token and K proposals in one pass. Like `step`,
+        the logits may live in a graph's static buffer: use them before the next call.
+        """
+        if self.mode == "generic":
+            return self._model(ids, start, keep=0)
+        T = ids.numel()
+        kv_len = next(b for b in self.buckets if b >= start + T)
+        captured = self.block_graphs.get((T, kv_len))
+        if captured is None:
+            return self.family.block(ids, torch.arange(start, start + T, device=self.device),
+                                     kv_len)
+        graph, tokens, logits = captured
+        tokens.copy_(ids)
+        self.block_start.fill_(start)  # a host scalar into the graph's input: no sync
+        graph.replay()
+        return logits
 
     @torch.inference_mode()
     def step(self, token: torch.Tensor, position: int) -> torch.Tensor:

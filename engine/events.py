@@ -54,6 +54,8 @@ class LoadRequest:
     memory_limit_gib: float | None = None
     eager: bool = False  # decode through transformers' modules: the reference, no fast path
     compile: bool = False  # torch.compile the fused layer (slow first load, cached after)
+    draft: str | None = None  # a draft model folder (same tokenizer): speculative decoding
+    num_speculative_tokens: int | None = None  # fixed K for every generation; None: adaptive
 
     def validate(self) -> None:
         if self.quant not in QUANTS:
@@ -68,6 +70,16 @@ class LoadRequest:
             raise BadRequest(f"context must be at least 16 tokens, got {self.context}")
         if self.memory_limit_gib is not None and not self.memory_limit_gib > 0:
             raise BadRequest(f"memory limit must be above 0 GiB, got {self.memory_limit_gib}")
+        _check_speculative_tokens(self.num_speculative_tokens, minimum=1)
+
+
+MAX_SPECULATIVE_TOKENS = 16
+
+
+def _check_speculative_tokens(k: int | None, minimum: int) -> None:
+    if k is not None and not minimum <= k <= MAX_SPECULATIVE_TOKENS:
+        raise BadRequest(f"the number of speculative tokens must be {minimum} to "
+                         f"{MAX_SPECULATIVE_TOKENS}, got {k}")
 
 
 QUANTS = ("auto", "bf16", "fp16", "fp32", "int8", "nf4", "awq")
@@ -79,6 +91,9 @@ class GenerateRequest:
     """Exactly one of `prompt`, `messages` or `prompt_ids` (token ids, sent as they are).
 
     `raw` tokenizes the prompt as is, no template. `ignore_eos` (benchmarks) runs to max tokens.
+    Speculation: a session loaded with a draft uses it; `prompt_lookup` proposes from n-gram
+    matches in the conversation instead; `num_speculative_tokens` fixes K for this request
+    (None: the session's choice, adaptive unless fixed at load; 0: no speculation).
     """
 
     command: ClassVar[str] = "generate"
@@ -91,6 +106,8 @@ class GenerateRequest:
     max_new_tokens: int = 256
     stop: tuple[str, ...] = ()
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    prompt_lookup: bool = False
+    num_speculative_tokens: int | None = None
 
     def validate(self) -> None:
         if sum(x is not None for x in (self.prompt, self.messages, self.prompt_ids)) != 1:
@@ -109,6 +126,7 @@ class GenerateRequest:
                 )
         if any(not s for s in self.stop):
             raise BadRequest("stop strings must not be empty")
+        _check_speculative_tokens(self.num_speculative_tokens, minimum=0)
         self.sampling.validate()
 
 
@@ -223,6 +241,15 @@ class Stats:
     decode_tokens_per_s: float = 0.0
     accepted_draft_tokens: int = 0
     proposed_draft_tokens: int = 0
+    # speculative decoding; 0 / "" when off. Mean accepted length: tokens a verify pass yields
+    # (its accepted proposals plus the target's own token). Speedup: the measured time per
+    # token of a plain step over that of speculation, 0 until both were measured.
+    speculation: str = ""  # "draft", "prompt_lookup" or "synthetic"
+    num_speculative_tokens: int = 0  # the K in use now (adaptive)
+    mean_accepted_length: float = 0.0
+    acceptance_rate: float = 0.0  # per proposal, given the ones before it were accepted
+    speculative_speedup: float = 0.0
+    speculation_switched_off: bool = False  # not paying for itself now: plain steps for a while
     vram_used_bytes: int = 0
     kv_cache_bytes: int = 0
     context_used_tokens: int = 0

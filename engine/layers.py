@@ -58,7 +58,8 @@ def _linear(x: torch.Tensor, w, bias=None) -> torch.Tensor:
 
 
 class FamilyStep:
-    """The decode step: token [1] at position pos [1] -> logits [V], reading cache[:, :, :kv_len].
+    """The decode step: token [1] at position pos [1] -> logits [V], reading cache[:, :, :kv_len];
+    and `block`, the same over T consecutive tokens (speculative verification).
 
     `kv_len` is a host int fixed per captured graph (a bucket); positions past `pos` inside it
     are masked, so one graph serves every position below its bucket.
@@ -114,21 +115,21 @@ class FamilyStep:
         return x * cos + rotated * sin
 
     def qkv_rope(self, qkv, q_norm, k_norm, cos, sin, pos, k_cache, v_cache):
-        """qkv: [1, 1, (H + 2 H_kv) D] -> q: [1, H, 1, D]; writes this token's K/V at pos.
+        """qkv: [1, T, (H + 2 H_kv) D] -> q: [1, H, T, D]; writes these tokens' K/V at pos [T].
 
         Weights come as separate arguments (not one object per layer) so that one compiled
         graph serves every layer.
         """
-        d = self.head_dim
+        d, T = self.head_dim, qkv.shape[1]
         nq, nkv = self.num_heads * d, self.num_kv_heads * d
         q, k, v = qkv.split([nq, nkv, nkv], dim=-1)
-        q = q.view(1, 1, self.num_heads, d)  # [B, T, H, D]
-        k = k.view(1, 1, self.num_kv_heads, d)
+        q = q.view(1, T, self.num_heads, d)  # [B, T, H, D]
+        k = k.view(1, T, self.num_kv_heads, d)
         if q_norm is not None:
             q, k = self.rms(q, q_norm), self.rms(k, k_norm)
-        q = self.rope(q.transpose(1, 2), cos, sin)  # [1, H, 1, D]
-        k = self.rope(k.transpose(1, 2), cos, sin)  # [1, H_kv, 1, D]
-        v = v.view(1, 1, self.num_kv_heads, d).transpose(1, 2)
+        q = self.rope(q.transpose(1, 2), cos, sin)  # [1, H, T, D]
+        k = self.rope(k.transpose(1, 2), cos, sin)  # [1, H_kv, T, D]
+        v = v.view(1, T, self.num_kv_heads, d).transpose(1, 2)
         k_cache.index_copy_(2, pos, k.to(k_cache.dtype))
         v_cache.index_copy_(2, pos, v.to(v_cache.dtype))
         return q
@@ -144,13 +145,18 @@ class FamilyStep:
         return F.silu(gate) * up
 
     def attend(self, q, k_cache, v_cache, mask, kv_len: int):
-        """Grouped-query decode attention without expanding KV heads: the G query heads that
-        share a KV head become G queries of it. q: [1, H, 1, D] -> [1, 1, H * D]."""
-        group = self.num_heads // self.num_kv_heads
-        q = q.view(1, self.num_kv_heads, group, self.head_dim).to(k_cache.dtype)  # [1, Hkv, G, D]
+        """Grouped-query attention without expanding KV heads: the G query heads that share a
+        KV head become G queries of it. q: [1, H, T, D] -> [1, T, H * D]; mask: [1, 1, G T, kv]
+        (one row for T = 1)."""
+        group, T = self.num_heads // self.num_kv_heads, q.shape[2]
+        # rows g T + t: head group g, token t  # [1, Hkv, G T, D]
+        q = q.reshape(1, self.num_kv_heads, group * T, self.head_dim).to(k_cache.dtype)
         out = F.scaled_dot_product_attention(q, k_cache[:, :, :kv_len], v_cache[:, :, :kv_len],
                                              attn_mask=mask, scale=self.scaling)
-        return out.reshape(1, 1, self.num_heads * self.head_dim)  # kernels may permute it
+        if T == 1:
+            return out.reshape(1, 1, self.num_heads * self.head_dim)  # kernels may permute it
+        out = out.view(1, self.num_kv_heads, group, T, self.head_dim).permute(0, 3, 1, 2, 4)
+        return out.reshape(1, T, self.num_heads * self.head_dim)
 
     def __call__(self, token: torch.Tensor, pos: torch.Tensor, kv_len: int) -> torch.Tensor:
         """token: [1] int64, pos: [1] int64 (device tensors) -> logits [V].
@@ -158,14 +164,32 @@ class FamilyStep:
         Linear layers run as they are (cuBLAS, bitsandbytes); the pieces between them are the
         ones torch.compile fuses.
         """
+        return self._logits(token, pos, kv_len)[0, 0]
+
+    def block(self, tokens: torch.Tensor, pos: torch.Tensor, kv_len: int) -> torch.Tensor:
+        """tokens: [T] at positions pos: [T] (consecutive) -> logits of every position [T, V].
+
+        Speculative verification: T tokens in one pass, each attending causally to the cache
+        and to the block's earlier tokens (their K/V are written before attention reads).
+        """
+        return self._logits(tokens, pos, kv_len)[0]
+
+    def _logits(self, token: torch.Tensor, pos: torch.Tensor, kv_len: int) -> torch.Tensor:
+        """token, pos: [T] -> logits [1, T, V]."""
         f = self.fns
-        x = F.embedding(token, self.embed)[None]  # [1, 1, hidden]
-        freqs = pos[:, None].float() * self.inv_freq[None]  # [1, D/2]
+        T = token.shape[0]
+        x = F.embedding(token, self.embed)[None]  # [1, T, hidden]
+        freqs = pos[:, None].float() * self.inv_freq[None]  # [T, D/2]
         emb = torch.cat((freqs, freqs), dim=-1)
-        cos = (emb.cos() * self.rope_scale).to(x.dtype)  # [1, D], broadcasts over [1, H, 1, D]
+        cos = (emb.cos() * self.rope_scale).to(x.dtype)  # [T, D], broadcasts over [1, H, T, D]
         sin = (emb.sin() * self.rope_scale).to(x.dtype)
-        # keys 0..pos are real; the rest of the bucket is masked
-        mask = (torch.arange(kv_len, device=pos.device) <= pos)[None, None, None, :]
+        # key j is visible to the token at pos p when j <= p; the rest of the bucket is masked
+        keys = torch.arange(kv_len, device=pos.device)
+        if T == 1:
+            mask = (keys <= pos)[None, None, None, :]  # [1, 1, 1, kv]
+        else:
+            group = self.num_heads // self.num_kv_heads
+            mask = (keys[None, :] <= pos[:, None]).repeat(group, 1)[None, None]  # [1, 1, G T, kv]
         h = f["rms"](x, self.layers[0].ln_in)
         for i, p in enumerate(self.layers):
             k_cache, v_cache = self.cache.k[i], self.cache.v[i]
@@ -176,11 +200,15 @@ class FamilyStep:
             mlp = _linear(f["silu_mul"](_linear(h, p.gate_up)), p.down)
             next_norm = self.layers[i + 1].ln_in if i + 1 < len(self.layers) else self.norm
             x, h = f["add_rms"](x, mlp, next_norm)
-        return _linear(h, self.lm_head)[0, 0]
+        return _linear(h, self.lm_head)
 
     def compile(self) -> None:
         """Fuse the small ops between linear layers (norms, RoPE, residuals, cache writes): each
         piece compiles once and serves every layer, whatever format the linears are in."""
+        import torch._dynamo.config as dynamo
+
+        # one compiled version per token count: the step, and each speculative verify block
+        dynamo.recompile_limit = max(dynamo.recompile_limit, 32)
         self.fns = {name: torch.compile(fn, fullgraph=True, dynamic=False)
                     for name, fn in self.fns.items()}
 

@@ -67,32 +67,65 @@ class Sampler:
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         """logits: [V] for the last position -> next token id, [1] int64 on the device."""
-        logits = logits.float()
-        if self.seen is not None:
-            # CTRL-style penalty as in transformers: divide positive logits, multiply negatives
-            p = self.s.repetition_penalty
-            penalized = torch.where(logits > 0, logits / p, logits * p)
-            logits = torch.where(self.seen, penalized, logits)
+        logits = self.penalize(logits.float(), self.seen)
         if self.s.is_greedy:
             token = logits.argmax(-1, keepdim=True)
         else:
-            token = self._draw(logits)
+            token = self.race(self.filter(logits).softmax(-1))
         if self.seen is not None:
             self.seen[token] = True
         return token
 
-    def _draw(self, logits: torch.Tensor) -> torch.Tensor:
+    def penalize(self, logits: torch.Tensor, seen: torch.Tensor | None) -> torch.Tensor:
+        """logits, seen: [..., V] (seen broadcasts); None or a penalty of 1: unchanged."""
+        if seen is None:
+            return logits
+        # CTRL-style penalty as in transformers: divide positive logits, multiply negatives
+        p = self.s.repetition_penalty
+        penalized = torch.where(logits > 0, logits / p, logits * p)
+        return torch.where(seen, penalized, logits)
+
+    def filter(self, logits: torch.Tensor) -> torch.Tensor:
+        """Temperature, top-k, top-p over the last dim of [..., V] float logits."""
         logits = logits / self.s.temperature
-        if 0 < self.s.top_k < logits.numel():
-            kth = torch.topk(logits, self.s.top_k).values[-1]
+        if 0 < self.s.top_k < logits.shape[-1]:
+            kth = torch.topk(logits, self.s.top_k).values[..., -1:]
             logits = logits.masked_fill(logits < kth, float("-inf"))
         if self.s.top_p < 1.0:
             sorted_logits, order = torch.sort(logits, descending=False)
             cum = sorted_logits.softmax(-1).cumsum(-1)
             drop_sorted = cum <= 1 - self.s.top_p  # the low tail whose mass is below 1 - p
-            drop_sorted[-1] = False  # always keep the most likely token
-            drop = torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted)
+            drop_sorted[..., -1] = False  # always keep the most likely token
+            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
             logits = logits.masked_fill(drop, float("-inf"))
-        probs = logits.softmax(-1)
-        race = torch.empty_like(probs).exponential_(1, generator=self.generator)
-        return (probs / race).argmax(-1, keepdim=True)
+        return logits
+
+    def race(self, weights: torch.Tensor) -> torch.Tensor:
+        """A draw proportional to weights [V] (need not sum to 1) -> [1]: argmax(w / Exp(1))."""
+        race = torch.empty_like(weights).exponential_(1, generator=self.generator)
+        return (weights / race).argmax(-1, keepdim=True)
+
+    # ------------------------------------------------ speculative blocks (speculative.py)
+
+    def block_seen(self, proposals: torch.Tensor) -> torch.Tensor | None:
+        """The penalty's seen mask for each of the K + 1 verified positions, [K + 1, V]: row i
+        also holds proposals[:i], the tokens that precede position i if accepted."""
+        if self.seen is None:
+            return None
+        rows = self.seen.expand(proposals.numel() + 1, -1).clone()
+        if proposals.numel():
+            marks = torch.zeros(rows[1:].shape, dtype=torch.int32, device=rows.device)
+            marks.scatter_(1, proposals[:, None], 1)  # one_hot would sync to validate
+            rows[1:] |= marks.cumsum(0) > 0  # row i + 1: proposals[:i + 1]
+        return rows
+
+    def target_logits(self, logits: torch.Tensor, proposals: torch.Tensor) -> torch.Tensor:
+        """Verified logits [K + 1, V] -> the target's next-token logits at each position, as
+        __call__ would see them there (penalty, and for sampling temperature, top-k, top-p)."""
+        logits = self.penalize(logits.float(), self.block_seen(proposals))
+        return logits if self.s.is_greedy else self.filter(logits)
+
+    def mark(self, tokens: list[int]) -> None:
+        """Committed tokens join the penalty's seen set."""
+        if self.seen is not None and tokens:
+            self.seen[torch.tensor(tokens, device=self.seen.device)] = True

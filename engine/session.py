@@ -33,7 +33,10 @@ from engine.kv_cache import KVCache
 from engine.model_folder import check
 from engine.model_shape import ModelShape
 from engine.plan import PREFILL_CHUNK, largest_prefill_chunk
+from engine.proposers import DraftModel, PromptLookup, check_same_tokenizer
 from engine.sampling import Sampler, resolve
+from engine.spec_controller import MAX_ADAPTIVE_K, Controller
+from engine.speculative import SpeculativeDecoding
 
 STATS_INTERVAL_S = 0.25
 KV_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -46,10 +49,38 @@ class _NoText:
         return ""
 
 
+class PlainDecoding:
+    """One target step per token: the loop's fast path (speculative.SpeculativeDecoding is the
+    other strategy). `next` feeds the pending token and returns the next one."""
+
+    def __init__(self, decoder: Decoder, cache: KVCache, sampler: Sampler):
+        self.decoder, self.cache, self.sampler = decoder, cache, sampler
+
+    def first(self, logits: torch.Tensor) -> list[int]:
+        self.token = self.sampler(logits)  # [1] on the device
+        self.last = int(self.token.item())  # the one host sync a step needs: the text is shown now
+        return [self.last]
+
+    def next(self, position: int, budget: int) -> list[int]:
+        logits = self.decoder.step(self.token, position)
+        self.cache.token_ids.append(self.last)
+        return self.first(logits)
+
+    def stats(self) -> dict:
+        return {}
+
+
 class Session:
     def __init__(self, lm: loader.LoadedModel, kv_dtype: str = "auto", fast_path: bool = True,
                  compile_layers: bool = False):
         self.lm = lm
+        # speculative decoding (attach_draft; GenerateRequest.prompt_lookup needs no setup)
+        self.draft: Session | None = None
+        self.synthetic = None  # bench only: a proposers.SyntheticDraft over self.draft
+        self.num_speculative_tokens: int | None = None  # fixed K; None: adaptive
+        self.adaptive, self.switch_off = True, True  # tests and benchmarks may turn them off
+        # one per way of speculating; they remember timings and switch-offs across generations
+        self.controllers: dict[tuple, Controller] = {}
         cfg = lm.model.config
         if kv_dtype in ("fp8", "int8"):
             raise BadRequest(f"a {kv_dtype} KV cache is not available yet; use --kv-dtype auto")
@@ -84,14 +115,47 @@ class Session:
     def load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None] = lambda e: None,
              cancel: threading.Event | None = None) -> Session:
         req.validate()
-        lm = loader.load(check(req.model), req, progress, cancel)
-        return cls(lm, req.kv_dtype, fast_path=not req.eager, compile_layers=req.compile)
+        folder = check(req.model)
+        if req.draft is not None:  # a wrong draft fails before anything loads
+            from transformers import AutoTokenizer
+
+            tokenizers = (AutoTokenizer.from_pretrained(f.path) for f in (folder, check(req.draft)))
+            check_same_tokenizer(*tokenizers, req.draft)
+        lm = loader.load(folder, req, progress, cancel)
+        session = cls(lm, req.kv_dtype, fast_path=not req.eager, compile_layers=req.compile)
+        session.num_speculative_tokens = req.num_speculative_tokens
+        if req.draft is not None:
+            session.attach_draft(cls._load_draft(req, lm, progress, cancel))
+        return session
+
+    @classmethod
+    def _load_draft(cls, req: LoadRequest, lm: loader.LoadedModel,
+                    progress: Callable[[LoadProgress], None], cancel) -> Session:
+        folder = check(req.draft)
+        dreq = LoadRequest(model=req.draft, device=lm.device.type, context=lm.context,
+                           eager=req.eager, compile=req.compile)
+        tagged = lambda e: progress(LoadProgress(f"draft {e.stage}", e.done, e.total,
+                                                 e.message and f"draft: {e.message}"))
+        try:
+            dlm = loader.load(folder, dreq, tagged, cancel)
+        except BadRequest as e:
+            raise BadRequest(f"draft model: {e}") from None
+        return cls(dlm, "auto", fast_path=not req.eager, compile_layers=req.compile)
+
+    def attach_draft(self, draft: Session) -> None:
+        """Speculate with `draft` (same tokenizer, same device) from the next generation on."""
+        self.draft = draft
+        self.decoder.capture_blocks(range(2, (self.num_speculative_tokens or MAX_ADAPTIVE_K) + 2))
 
     def loaded_event(self) -> Loaded:
         lm = self.lm
+        notes = (*lm.notes, f"decode path: {self.decoder.mode}", *self.decoder.notes)
+        if self.draft is not None:
+            d = self.draft
+            notes += (f"speculative decoding with the draft {d.lm.folder.path} "
+                      f"({d.lm.quant}, decode path: {d.decoder.mode})",)
         return Loaded(str(lm.folder.path), lm.folder.architecture, str(lm.device), lm.quant,
-                      self.kv_dtype, lm.context, lm.weights_bytes, self.cache.num_bytes,
-                      (*lm.notes, f"decode path: {self.decoder.mode}", *self.decoder.notes),
+                      self.kv_dtype, lm.context, lm.weights_bytes, self.cache.num_bytes, notes,
                       os.getpid())
 
     def prompt_ids(self, req: GenerateRequest) -> list[int]:
@@ -116,12 +180,41 @@ class Session:
         except BadRequest as e:
             yield Failed(str(e), bad_input=True)
         except torch.OutOfMemoryError:
-            self.cache.crop(0)
+            self._forget()
             yield Failed("the GPU ran out of memory during generation",
                          hint="use a shorter context, a 4-bit --quant or a smaller model")
         except Exception as e:  # the stream must end in one Failed, whatever broke
-            self.cache.crop(0)
+            self._forget()
             yield Failed(f"generation failed: {type(e).__name__}: {e}")
+
+    def _forget(self) -> None:
+        self.cache.crop(0)
+        if self.draft is not None:
+            self.draft.cache.crop(0)
+
+    def _decoding(self, req: GenerateRequest, sampler: Sampler, ids: list[int]):
+        """The loop's strategy for this request: plain steps, or speculation."""
+        k = req.num_speculative_tokens
+        k, proposer = self.num_speculative_tokens if k is None else k, None
+        if req.prompt_lookup:
+            proposer = PromptLookup(self.lm.device)
+        elif self.draft is not None:
+            proposer = self.synthetic or DraftModel(self.draft, self.lm.model.config.vocab_size)
+        elif req.num_speculative_tokens:
+            raise BadRequest("speculative tokens need a draft model (--draft) or prompt lookup")
+        if proposer is None or k == 0:
+            return PlainDecoding(self.decoder, self.cache, sampler)
+        max_k = k or MAX_ADAPTIVE_K
+        self.decoder.capture_blocks(range(2, max_k + 2))  # once; a no-op without CUDA graphs
+        key = (proposer.name, max_k, k is None and self.adaptive, self.switch_off)
+        control = self.controllers.get(key)
+        if control is None:
+            known = next((c.plain_step_s for c in self.controllers.values() if c.plain_step_s),
+                         None)
+            control = self.controllers[key] = Controller(max_k, *key[2:], plain_step_s=known)
+        control.new_generation()
+        return SpeculativeDecoding(self.decoder, self.cache, sampler, proposer, control,
+                                   list(ids))
 
     def _generate(self, req: GenerateRequest, cancel: threading.Event):
         req.validate()
@@ -136,6 +229,7 @@ class Session:
         sampling = resolve(req.sampling, self.lm.gen_config)
         sampler = Sampler(sampling, self.lm.model.config.vocab_size, self.lm.device,
                           torch.tensor(ids, device=self.lm.device))
+        decoding = self._decoding(req, sampler, ids)  # before prefill: it may capture graphs
         # keep at least the last prompt token to compute: its logits start the answer
         start = min(self.cache.reusable_prefix(ids), len(ids) - 1)
         self.cache.crop(start)
@@ -155,38 +249,39 @@ class Session:
 
         detok = Detokenizer(self.lm.tokenizer, ids) if self.lm.tokenizer else _NoText()
         stop = StopMatcher(req.stop)
-        t_first = None
         last_stats = time.perf_counter()
-        position = len(ids)
-        for n_new in range(1, max_new + 1):
-            token = sampler(logits)  # [1] on the device
-            tid = int(token.item())  # the one host sync a step needs: the text is shown now
-            if t_first is None:
-                t_first = time.perf_counter()
-            if tid in self.lm.eos_ids and not req.ignore_eos:
-                yield Token("", (tid,))
-                return (yield Finished("eos", self._stats(ids, n_new, t_start, t_first, start)))
-            text, stopped = stop.feed(detok.add(tid))
-            if stopped or n_new == max_new:
-                text += "" if stopped else stop.flush()
-                yield Token(text, (tid,))
-                reason = "stop_string" if stopped else "max_tokens"
-                return (yield Finished(reason, self._stats(ids, n_new, t_start, t_first, start)))
-            yield Token(text, (tid,))
+        n_new = 0
+        new = decoding.first(logits)  # then 1 token a plain step, up to K + 1 a round
+        t_first = time.perf_counter()
+        stats = lambda: self._stats(ids, n_new, t_start, t_first, start, decoding)
+        while True:
+            text, shown = "", []
+            for tid in new:
+                n_new += 1
+                shown.append(tid)
+                if tid in self.lm.eos_ids and not req.ignore_eos:
+                    yield Token(text, tuple(shown))
+                    return (yield Finished("eos", stats()))
+                piece, stopped = stop.feed(detok.add(tid))
+                text += piece
+                if stopped or n_new == max_new:
+                    text += "" if stopped else stop.flush()
+                    yield Token(text, tuple(shown))
+                    reason = "stop_string" if stopped else "max_tokens"
+                    return (yield Finished(reason, stats()))
+            yield Token(text, tuple(shown))
             if cancel.is_set():
                 tail = stop.flush()
                 if tail:
                     yield Token(tail, ())
-                return (yield Finished("cancelled", self._stats(ids, n_new, t_start, t_first,
-                                                                 start)))
-            logits = self.decoder.step(token, position)
-            self.cache.token_ids.append(tid)
-            position += 1
+                return (yield Finished("cancelled", stats()))
             if time.perf_counter() - last_stats > STATS_INTERVAL_S:
                 last_stats = time.perf_counter()
-                yield self._stats(ids, n_new, t_start, t_first, start)
+                yield stats()
+            # the pending token (the last shown) goes at len(ids) + n_new - 1
+            new = decoding.next(len(ids) + n_new - 1, max_new - n_new)
 
-    def _stats(self, ids, n_new, t_start, t_first, start) -> Stats:
+    def _stats(self, ids, n_new, t_start, t_first, start, decoding=None) -> Stats:
         now = time.perf_counter()
         prefilled = len(ids) - (start or 0)
         ttft = (t_first - t_start) if t_first else 0.0
@@ -201,4 +296,5 @@ class Session:
             kv_cache_bytes=self.cache.num_bytes,
             context_used_tokens=len(ids) + n_new,
             pid=os.getpid(),
+            **(decoding.stats() if decoding is not None else {}),
         )

@@ -7,9 +7,11 @@ import json
 
 import pytest
 
+from app.fit_panel import Speculation
 from app.model_catalog import all_entries, hub_entries
 from app.model_picker_dialog import ModelPickerDialog
-from engine.events import LoadRequest
+from app.paths import DEMO_DRAFT_DIR
+from engine.events import GenerateRequest, LoadRequest
 from engine.gpu import GpuInfo, GpuReport
 
 GiB = 1 << 30
@@ -50,7 +52,7 @@ def pick(qtbot, settings, hub, report) -> ModelPickerDialog:
 
 
 def fits_column(dialog) -> dict[str, str]:
-    t = dialog.fit_table
+    t = dialog.fit_panel.fit_table
     return {t.item(r, 0).text(): t.item(r, 4).text() for r in range(t.rowCount())}
 
 
@@ -62,20 +64,21 @@ def test_hub_cache_models_are_listed(hub):
 
 def test_an_8_gib_card_fits_4_bit_but_not_bf16(qtbot, settings, hub):
     dialog = pick(qtbot, settings, hub, card(8))
-    dialog.context_spin.setValue(8192)
-    assert "qwen2" in dialog.summary_label.text() and "32,768" in dialog.summary_label.text()
-    assert "Fake 8 GiB" in dialog.gpu_label.text()
+    fit = dialog.fit_panel
+    fit.context_spin.setValue(8192)
+    assert "qwen2" in fit.summary_label.text() and "32,768" in fit.summary_label.text()
+    assert "Fake 8 GiB" in dialog.fit_panel.gpu_label.text()
     assert fits_column(dialog) == {"bf16": "no", "int8": "no", "nf4": "yes", "awq": "yes"}
-    bf16 = dialog.table_data.rows[0]
+    bf16 = dialog.fit_panel.table_data.rows[0]
     assert bf16.weights_bytes > 14 * GiB and bf16.total_bytes > bf16.weights_bytes + bf16.kv_bytes
-    assert float(dialog.fit_table.item(0, 1).text()) == pytest.approx(bf16.weights_bytes / GiB,
-                                                                      abs=0.01)
-    assert dialog.table_data.recommended_quant == "nf4"
-    assert dialog.quant_combo.currentText() == "nf4"  # the recommendation is preselected
-    assert dialog.verdict_label.text().endswith(": fits.")
-    dialog.fit_table.cellClicked.emit(0, 0)  # choosing bf16 says it will not fit, and why
-    assert dialog.quant_combo.currentText() == "bf16"
-    verdict = dialog.verdict_label.text()
+    assert float(fit.fit_table.item(0, 1).text()) == pytest.approx(bf16.weights_bytes / GiB,
+                                                                   abs=0.01)
+    assert dialog.fit_panel.table_data.recommended_quant == "nf4"
+    assert dialog.fit_panel.quant_combo.currentText() == "nf4"  # the recommendation is preselected
+    assert dialog.fit_panel.verdict_label.text().endswith(": fits.")
+    dialog.fit_panel.fit_table.cellClicked.emit(0, 0)  # choosing bf16 says it will not fit, and why
+    assert dialog.fit_panel.quant_combo.currentText() == "bf16"
+    verdict = dialog.fit_panel.verdict_label.text()
     assert verdict.startswith("bf16 needs ") and "this card has 8.0 GiB free" in verdict
     assert verdict.endswith("does not fit.")
     assert dialog.load_request() == LoadRequest(model="Qwen/Qwen2.5-7B-Instruct", quant="bf16",
@@ -85,13 +88,13 @@ def test_an_8_gib_card_fits_4_bit_but_not_bf16(qtbot, settings, hub):
 def test_a_big_card_fits_bf16(qtbot, settings, hub):
     dialog = pick(qtbot, settings, hub, card(80))
     assert fits_column(dialog)["bf16"] == "yes"
-    assert dialog.quant_combo.currentText() == "bf16"
+    assert dialog.fit_panel.quant_combo.currentText() == "bf16"
 
 
 def test_without_a_gpu_the_table_says_so(qtbot, settings, hub):
     dialog = pick(qtbot, settings, hub, GpuReport((), "no NVIDIA driver is installed; CPU mode"))
     assert set(fits_column(dialog).values()) == {"no GPU"}
-    assert "No GPU: no NVIDIA driver" in dialog.gpu_label.text()
+    assert "No GPU: no NVIDIA driver" in dialog.fit_panel.gpu_label.text()
     dialog.set_gpu_report(card(8))  # the report arrives after the dialog opened
     assert fits_column(dialog)["nf4"] == "yes"
 
@@ -115,8 +118,8 @@ def test_a_folder_the_planner_cannot_read_is_explained(qtbot, settings, hub, tmp
     dialog = ModelPickerDialog(settings, card(8), hub=hub)
     qtbot.addWidget(dialog)
     dialog.add_folder(folder)
-    assert "has no config.json" in dialog.summary_label.text()
-    assert dialog.fit_table.rowCount() == 0
+    assert "has no config.json" in dialog.fit_panel.summary_label.text()
+    assert dialog.fit_panel.fit_table.rowCount() == 0
     assert not dialog.load_button.isEnabled()
 
 
@@ -133,3 +136,43 @@ def test_the_window_loads_what_the_picker_chose(qtbot, make_window, hub, fake_lo
     request = [r for r in fake_log() if isinstance(r, LoadRequest)][-1]
     assert (request.model, request.quant) == ("Qwen/Qwen2.5-7B-Instruct", "nf4")
     assert window.settings.last_load() == request
+
+
+def test_speculative_decoding_with_the_bundled_draft(qtbot, settings, hub):
+    dialog = ModelPickerDialog(settings, card(8), hub=hub)
+    qtbot.addWidget(dialog)
+    assert dialog.selected_entry().source == "demo"
+    fit = dialog.fit_panel
+    offered = [fit.speculation_combo.itemText(i) for i in range(fit.speculation_combo.count())]
+    assert offered == ["Off", "Prompt lookup (no extra model)", "Draft: demo_draft (bundled)"]
+    plain_total = fit.table_data.rows[0].total_bytes
+    assert not fit.speculative_spin.isEnabled()
+    fit.speculation_combo.setCurrentIndex(2)
+    fit.speculative_spin.setValue(4)
+    assert fit.table_data.rows[0].total_bytes > plain_total  # the draft's weights and cache
+    assert "the draft model's" in fit.verdict_label.text()
+    request = dialog.load_request()
+    assert (request.model, request.draft, request.num_speculative_tokens) == (
+        None, str(DEMO_DRAFT_DIR), 4)
+    dialog.model_list.setCurrentRow(1)  # a 7B Qwen: another vocabulary, no draft offered
+    assert "Qwen2.5-7B" in dialog.selected_entry().label
+    assert fit.speculation_combo.count() == 2 and fit.speculation() == Speculation()
+
+
+def test_prompt_lookup_goes_with_each_answer(qtbot, make_window, fake_log):
+    window = make_window()
+    window.open_model_picker()
+    fit = window.picker.fit_panel
+    fit.speculation_combo.setCurrentIndex(1)
+    fit.speculative_spin.setValue(3)
+    with qtbot.waitSignal(window.worker.sig_loaded, timeout=10_000):
+        window.picker.accept()
+    assert [r for r in fake_log() if isinstance(r, LoadRequest)][-1].draft is None
+    window.chat_view.input.setPlainText("hi")
+    with qtbot.waitSignal(window.worker.sig_finished, timeout=10_000):
+        window.chat_view.send_button.click()
+    [generate] = [r for r in fake_log() if isinstance(r, GenerateRequest)]
+    assert (generate.prompt_lookup, generate.num_speculative_tokens) == (True, 3)
+    window.open_model_picker()  # it shows the choice in force
+    assert window.picker.fit_panel.speculation() == Speculation(prompt_lookup=True,
+                                                                num_speculative_tokens=3)

@@ -1,0 +1,159 @@
+"""Where speculative tokens come from: a draft model (its own cache and decode step), prompt
+lookup (the latest earlier match of the last few tokens in the conversation so far), and the
+benchmark-only synthetic draft. Each proposes K token ids on the device and, where they were
+sampled, the distributions they were drawn from; verification is speculative.py's.
+
+Every proposer sees `seq`: the committed tokens, the pending one (not yet fed) last.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from engine.events import BadRequest
+from engine.plan import PREFILL_CHUNK
+from engine.sampling import Sampler
+
+MAX_STEP_CATCH_UP = 4  # more missing tokens than this go through one prefill-like pass
+PROMPT_LOOKUP_NGRAMS = (3, 2, 1)  # the longest suffix that matches earlier decides
+
+
+def check_same_tokenizer(target_tok, draft_tok, draft_path: str) -> None:
+    """A draft's ids must mean the target's tokens: compare the vocabularies token by token
+    (not vocab_size: models that share a tokenizer may pad their embeddings differently)."""
+    a, b = target_tok.get_vocab(), draft_tok.get_vocab()
+    if a != b:
+        differ = sum(b.get(tok) != i for tok, i in a.items()) + len(set(b) - set(a))
+        raise BadRequest(f"the draft model {draft_path} has another tokenizer than the target "
+                         f"({differ} of {len(a)} tokens differ); a draft must share the "
+                         "target's tokenizer")
+
+
+def fit(logits: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Draft logits [..., V_d] -> [..., vocab]: cut padding rows the target lacks, or give the
+    target's extra (padding) ids no draft probability."""
+    size = logits.shape[-1]
+    if size >= vocab:
+        return logits[..., :vocab]
+    pad = logits.new_full((*logits.shape[:-1], vocab - size), float("-inf"))
+    return torch.cat([logits, pad], dim=-1)
+
+
+class DraftModel:
+    """A small model with the target's tokenizer, decoding in its own Session (cache, graphs)."""
+
+    name = "draft"
+
+    def __init__(self, draft_session, vocab: int):
+        self.session = draft_session
+        self.decoder, self.cache = draft_session.decoder, draft_session.cache
+        self.device = draft_session.lm.device
+        self.vocab = vocab  # the target's logits width
+
+    def start(self, ids: list[int]) -> None:
+        """A new generation over prompt `ids`: prefill what the draft cache lacks."""
+        self.cache.crop(min(self.cache.reusable_prefix(ids), len(ids) - 1))
+        self._catch_up(ids)
+
+    def _catch_up(self, seq: list[int]) -> torch.Tensor:
+        """Feed the committed tokens the draft has not seen -> its logits after seq[-1]."""
+        have = len(self.cache.token_ids)
+        missing = torch.tensor(seq[have:], dtype=torch.long, device=self.device)
+        if missing.numel() <= MAX_STEP_CATCH_UP:
+            for i in range(missing.numel()):
+                logits = self.decoder.step(missing[i:i + 1], have + i)
+        else:
+            for lo in range(0, missing.numel(), PREFILL_CHUNK):
+                logits = self.decoder.forward(missing[lo:lo + PREFILL_CHUNK], have + lo)
+        self.cache.token_ids.extend(seq[have:])
+        return logits
+
+    def propose(self, seq: list[int], k: int, sampler: Sampler):
+        """-> (tokens [k], their distributions [k, V] or None for greedy)."""
+        logits = self._catch_up(seq)
+        tokens, qs = [], []
+        for i in range(k):
+            logits = fit(logits, self.vocab)
+            if sampler.s.is_greedy:
+                token, q = logits.argmax(-1, keepdim=True), None
+            else:  # the target's own filters, so q is near p
+                q = sampler.filter(sampler.penalize(logits.float(), sampler.seen)).softmax(-1)
+                token = sampler.race(q)
+            tokens.append(token)
+            qs.append(q)
+            if i + 1 < k:  # the last proposal is fed only if accepted (next round's catch-up)
+                logits = self.decoder.step(token, len(seq) + i)
+        return torch.cat(tokens), None if qs[0] is None else torch.stack(qs)
+
+    def commit(self, accepted: list[int], proposed: int) -> None:
+        """Rollback: keep the draft's K/V of accepted proposals it has fed (not the last)."""
+        self.cache.token_ids.extend(accepted[:proposed - 1])
+
+
+class PromptLookup:
+    """No model: propose what followed the latest earlier occurrence of the sequence's last n
+    tokens (n = 3, 2, 1, longest first). An index of n-grams keeps each lookup O(1)."""
+
+    name = "prompt_lookup"
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.index: dict[int, dict[tuple[int, ...], int]] = {}
+        self.indexed = 0
+
+    def start(self, ids: list[int]) -> None:
+        self.index = {n: {} for n in PROMPT_LOOKUP_NGRAMS}
+        self.indexed = 0
+
+    def _extend(self, seq: list[int]) -> None:
+        # an entry maps an n-gram to the position of the token that followed it (latest wins)
+        for e in range(max(self.indexed, 1), len(seq)):
+            for n, table in self.index.items():
+                if e >= n:
+                    table[tuple(seq[e - n:e])] = e
+        self.indexed = max(self.indexed, len(seq))
+
+    def propose(self, seq: list[int], k: int, sampler: Sampler):
+        self._extend(seq)
+        for n, table in self.index.items():
+            e = table.get(tuple(seq[-n:]))
+            if e is not None:
+                found = seq[e:e + k]
+                return torch.tensor(found, dtype=torch.long, device=self.device), None
+        return None, None
+
+    def commit(self, accepted: list[int], proposed: int) -> None:
+        pass
+
+
+class SyntheticDraft(DraftModel):
+    """Benchmark only (`hearth bench --synthetic-acceptance A`): runs the real draft forward for
+    its cost, but proposes the target's own greedy continuation (`reference`: a plain greedy
+    run's prompt and output), each token wrong with probability 1 - A, so the acceptance rate
+    is A by construction. Greedy decoding only."""
+
+    name = "synthetic"
+
+    def __init__(self, draft_session, vocab: int, acceptance: float, seed: int = 0):
+        super().__init__(draft_session, vocab)
+        self.acceptance = acceptance
+        self.rng = random.Random(seed)
+        self.reference: list[int] = []
+
+    def propose(self, seq: list[int], k: int, sampler: Sampler):
+        if not sampler.s.is_greedy:
+            raise BadRequest("the synthetic draft measures greedy decoding only")
+        logits = self._catch_up(seq)
+        chosen = []
+        for i in range(len(seq), len(seq) + k):
+            right = self.reference[i] if i < len(self.reference) else 0
+            wrong = (right + 1) % self.vocab
+            chosen.append(right if self.rng.random() < self.acceptance else wrong)
+        tokens = torch.tensor(chosen, dtype=torch.long, device=self.device)  # one copy a round
+        for i in range(k):
+            logits.argmax(-1)  # what a real draft computes per proposal
+            if i + 1 < k:
+                logits = self.decoder.step(tokens[i:i + 1], len(seq) + i)
+        return tokens, None

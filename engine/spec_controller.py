@@ -1,0 +1,189 @@
+"""How many tokens to propose next (adaptive K) and whether speculation pays at all (the
+switch-off), from times measured on this card and model. Pure bookkeeping: no torch.
+
+The model behind adaptive K: with a per-token acceptance rate alpha, a round of K proposals
+yields (1 - alpha^(K+1)) / (1 - alpha) tokens and costs K draft steps plus one verify pass of
+K + 1 tokens; K is chosen to maximize tokens per second. The switch-off does not trust the
+model: it compares the measured time per token of speculation with a measured plain step.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass
+
+START_K = 4
+MAX_ADAPTIVE_K = 8
+PROBE_STEPS = 4  # plain steps timed before the first round when no plain step time is known
+REPROBE_TOKENS = 256  # and again after this many tokens of speculation: the context grows,
+# the machine's load changes; a plain step is never a loss against plain decoding
+WINDOW_TOKENS = 48  # tokens emitted by rounds before speculation is judged
+BACKOFF_TOKENS = 64  # plain tokens after a switch-off; doubles while speculation keeps losing
+MAX_BACKOFF_TOKENS = 4096
+DECAY = 0.9  # exponential forgetting of old rounds in the acceptance estimate
+PRIOR_ALPHA, PRIOR_TESTS = 0.6, 2.0
+SAMPLES = 15  # timings are medians of the last few: one slow step (a first use, another
+# process on the CPU) must not decide
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Tokens one round yields: the accepted run of proposals plus the target's own token."""
+    if alpha >= 1.0:
+        return k + 1.0
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def expected_speedup(alpha: float, k: int, c: float) -> float:
+    """The issue's formula: c is the draft-to-target step-time ratio, a verify pass costs one
+    target step."""
+    return expected_tokens(alpha, k) / (k * c + 1.0)
+
+
+class Median:
+    """The median of the last SAMPLES values; None before the first."""
+
+    def __init__(self, first: float | None = None):
+        self.values: deque[float] = deque(maxlen=SAMPLES)
+        if first is not None:
+            self.values.append(first)
+
+    def add(self, value: float) -> None:
+        self.values.append(value)
+
+    @property
+    def value(self) -> float | None:
+        return statistics.median(self.values) if self.values else None
+
+
+@dataclass
+class Totals:
+    rounds: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    tested: int = 0  # proposals the rule judged: the accepted ones and each first rejection
+    spec_tokens: int = 0  # tokens the rounds yielded
+
+
+class Controller:
+    """One per session and way of speculating (the session keeps them, so what one generation
+    measured and decided carries into the next). `next_k` says what to do next: 0 is a plain
+    step."""
+
+    def __init__(self, max_k: int, adaptive: bool, switch_off: bool,
+                 plain_step_s: float | None = None):
+        self.max_k = max_k
+        self.adaptive, self.switch_off = adaptive, switch_off
+        self.k = min(START_K, max_k) if adaptive else max_k
+        self.plain = Median(plain_step_s)
+        self.plain_left = PROBE_STEPS + 1 if switch_off and plain_step_s is None else 0
+        self.first_plain = plain_step_s is None  # the first step pays one-time costs: skipped
+        self.since_probe = 0  # tokens of speculation since plain steps were last timed
+        self.backoff = BACKOFF_TOKENS
+        self.switched_off = False
+        self.hits, self.tests = PRIOR_ALPHA * PRIOR_TESTS, PRIOR_TESTS  # decayed counts
+        self.draft = Median()  # seconds per proposed token
+        self.verify: dict[int, Median] = {}  # block size T -> seconds
+        self.round = Median()  # seconds per round, all sizes
+        self.window_rounds, self.window_tokens = 0, 0
+        self.totals = Totals()
+
+    def new_generation(self) -> None:
+        """Stats count per generation; timings, acceptance and a switch-off carry over."""
+        self.totals = Totals()
+
+    @property
+    def plain_step_s(self) -> float | None:
+        return self.plain.value
+
+    def time_per_token(self, rounds: int, tokens: int) -> float:
+        """Seconds a token of speculation costs: a typical round's time over the mean yield
+        (a round takes about as long whatever it yields)."""
+        return self.round.value * rounds / tokens
+
+    @property
+    def alpha(self) -> float:
+        return self.hits / self.tests
+
+    @property
+    def speedup(self) -> float:
+        t = self.totals
+        if not self.plain_step_s or not t.rounds:
+            return 0.0
+        return self.plain_step_s / self.time_per_token(t.rounds, t.spec_tokens)
+
+    def next_k(self, limit: int) -> int:
+        """K for the next round, at most `limit` (what the token budget and context allow)."""
+        if self.plain_left > 0:
+            return 0
+        return max(0, min(self.k, limit))
+
+    def plain_done(self, seconds: float) -> None:
+        if not self.first_plain:
+            self.plain.add(seconds)
+        self.first_plain = False
+        self.since_probe = 0
+        if self.plain_left > 0:
+            self.plain_left -= 1
+            if self.plain_left == 0:
+                self.switched_off = False
+
+    def round_done(self, proposed: int, accepted: int, draft_s: float, verify_s: float,
+                   seconds: float) -> None:
+        """One round: `accepted` of `proposed` tokens kept; the round yielded accepted + 1."""
+        t = self.totals
+        t.rounds += 1
+        t.proposed += proposed
+        t.accepted += accepted
+        t.tested += accepted + (accepted < proposed)
+        t.spec_tokens += accepted + 1
+        # alpha: each proposal is tested only if the ones before it were accepted
+        self.hits = DECAY * self.hits + accepted
+        self.tests = DECAY * self.tests + accepted + (accepted < proposed)
+        self.draft.add(draft_s / proposed)
+        if proposed + 1 in self.verify:
+            self.verify[proposed + 1].add(verify_s)
+        else:  # the first pass of a size pays one-time costs (kernels, allocations): skip it
+            self.verify[proposed + 1] = Median()
+        self.round.add(seconds)
+        self.window_rounds += 1
+        self.window_tokens += accepted + 1
+        self.since_probe += accepted + 1
+        if self.window_tokens >= WINDOW_TOKENS:
+            self._judge()
+        if self.switch_off and self.plain_left == 0 and self.since_probe >= REPROBE_TOKENS:
+            self.plain_left = PROBE_STEPS
+        if self.adaptive:
+            self.k = self.best_k()
+
+    def _judge(self) -> None:
+        per_token = self.time_per_token(self.window_rounds, self.window_tokens)
+        self.window_rounds, self.window_tokens = 0, 0
+        if self.switch_off and self.plain_step_s and per_token > self.plain_step_s:
+            self.switched_off = True
+            self.plain_left = self.backoff
+            self.backoff = min(2 * self.backoff, MAX_BACKOFF_TOKENS)
+        else:
+            self.backoff = BACKOFF_TOKENS
+
+    def verify_time(self, size: int) -> float:
+        """Predicted seconds of a verify pass (and its accept rule) over `size` tokens: measured
+        sizes as measured, others interpolated between the nearest measured ones, or equal to
+        the nearest beyond the measured range, an optimistic guess that gets K explored."""
+        measured = sorted((t, m.value) for t, m in self.verify.items() if m.values)
+        if not measured:
+            return self.plain_step_s or 0.0
+        below = [(t, v) for t, v in measured if t <= size]
+        above = [(t, v) for t, v in measured if t > size]
+        if not below or not above:
+            return (below[-1] if below else above[0])[1]
+        (t0, v0), (t1, v1) = below[-1], above[0]
+        return v0 + (v1 - v0) * (size - t0) / (t1 - t0)
+
+    def best_k(self) -> int:
+        draft_s = self.draft.value
+        if draft_s is None or not any(m.values for m in self.verify.values()):
+            return self.k
+        rates = {k: expected_tokens(self.alpha, k) / (k * draft_s + self.verify_time(k + 1))
+                 for k in range(1, min(self.max_k, MAX_ADAPTIVE_K) + 1)}
+        return max(rates, key=rates.get)

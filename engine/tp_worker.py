@@ -1,0 +1,181 @@
+"""One process per rank of tensor parallelism: what every rank runs (`Rank`: its step, cache and
+CUDA graphs) and the follower process, `python -m engine.tp_worker`, started by rank 0
+(tp_leader.py). Not the math: that is tensor_parallel.py.
+
+A follower joins the process group (gloo on CPU, NCCL on CUDA), receives its tensors from rank 0,
+then executes rank 0's ops in lockstep: each is a 4-int header [op, position, length, token]
+broadcast by rank 0. It raises -> it leaves its error in the store and exits; rank 0 ends the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import NoReturn
+
+import torch
+import torch.distributed as dist
+
+from engine.kv_cache import KVCache
+from engine.tensor_parallel import DTYPES, TPSpec, TPStep, layout
+
+OP_PREFILL, OP_STEP, OP_VERIFY, OP_SETUP, OP_STOP = 1, 2, 3, 4, 5
+# NVLink multicast stays off, in the environment of every child process (device README)
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                "NVSHMEM_DISABLE_NVLS": "1"}
+TIMEOUT = timedelta(minutes=10)  # longest a collective may wait (first compile and capture)
+FAIL_ENV = "HEARTH_TP_FAIL_AT_STEP"  # tests: "R:S" makes follower R raise at its decode step S
+_ROOT = str(Path(__file__).resolve().parents[1])
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {**os.environ, **NO_MULTICAST, **(extra or {})}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
+    return env
+
+
+class Rank:
+    """One rank's side of the lockstep: its step, its cache (its KV heads only), its graphs."""
+
+    def __init__(self, spec: TPSpec, rank: int, weights: dict[str, torch.Tensor], device):
+        self.device = device
+        self.cache = KVCache(spec.num_layers, spec.num_kv_heads // spec.world_size,
+                             spec.head_dim, spec.context, DTYPES[spec.kv_dtype], device)
+        self.step_fn = TPStep(spec, rank, weights, self.cache)
+        self.buckets = spec.buckets
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.token = torch.zeros(1, dtype=torch.long, device=device)  # graph inputs
+        self.pos = torch.zeros(1, dtype=torch.long, device=device)
+        self.num_steps = 0
+
+    @torch.inference_mode()
+    def prefill(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        return self.step_fn.prefill(ids, start)
+
+    @torch.inference_mode()
+    def step(self, token: torch.Tensor, position: int) -> torch.Tensor:
+        self.num_steps += 1
+        kv_len = next(b for b in self.buckets if b > position)
+        if not self.graphs:
+            return self.step_fn(token, torch.tensor([position], device=self.device), kv_len)
+        graph, logits = self.graphs[kv_len]
+        self.token.copy_(token)
+        self.pos.fill_(position)
+        graph.replay()
+        return logits
+
+    @torch.inference_mode()
+    def verify(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """ids: [T] at start.. -> every position's logits [T, V] (speculative verification)."""
+        T = ids.numel()
+        kv_len = next(b for b in self.buckets if b >= start + T)
+        return self.step_fn.block(ids, torch.arange(start, start + T, device=self.device), kv_len)
+
+    @torch.inference_mode()
+    def setup(self, allow_graph: bool, compile_layers: bool) -> None:
+        """As Decoder.setup_fast_path, on every rank at once: the warm-up and the captured steps
+        run their collectives in the same order everywhere. A capture that fails fails the rank
+        (the others would wait on its collectives), unlike on one GPU."""
+        if compile_layers:
+            self.step_fn.compile()
+        if self.device.type != "cuda" or not allow_graph:
+            return
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm-up (and NCCL's lazy setup) off the capture stream
+            for b in self.buckets:
+                for _ in range(2):
+                    self.step_fn(self.token, self.pos, b)
+        torch.cuda.current_stream().wait_stream(stream)
+        pool = torch.cuda.graph_pool_handle()
+        for b in self.buckets:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                logits = self.step_fn(self.token, self.pos, b)
+            self.graphs[b] = (graph, logits)
+        torch.cuda.synchronize()
+        self.cache.crop(0)  # warm-up wrote K/V at position 0
+
+
+def device_id(device: torch.device) -> dict:
+    """init_process_group's device_id for NCCL: its communicator is set up at once."""
+    return {"device_id": device} if device.type == "cuda" else {}
+
+
+def follow(rank: int, world: int, store_addr: str, backend: str, leader_pid: int) -> NoReturn:
+    """A follower's life: join, receive its tensors, then execute rank 0's ops until OP_STOP."""
+    threading.Thread(target=_watch_leader, args=(leader_pid,), daemon=True).start()
+    host, port = store_addr.rsplit(":", 1)
+    store = dist.TCPStore(host, int(port), world, is_master=False, timeout=TIMEOUT)
+    try:
+        spec = TPSpec.from_json(store.get("spec").decode())
+        device = torch.device(f"cuda:{rank}" if backend == "nccl" else "cpu")
+        if device.type == "cpu":  # ranks share the cores: spinning threads would starve each other
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+        if device.type == "cuda":
+            from engine.loader import apply_memory_limit
+
+            torch.cuda.set_device(device)
+            apply_memory_limit(device, spec.memory_limit_gib)
+        store.set(f"ready/{rank}", "1")
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=TIMEOUT,
+                                **device_id(device))
+        weights = {}
+        for name, shape, dtype in layout(spec):
+            weights[name] = torch.empty(shape, dtype=dtype, device=device)
+            dist.recv(weights[name], src=0)
+        me = Rank(spec, rank, weights, device)
+        fail_rank, _, fail_step = os.environ.get(FAIL_ENV, "-1:-1").partition(":")
+        header = torch.empty(4, dtype=torch.long, device=device)
+        while True:
+            dist.broadcast(header, src=0)
+            op, a, n, _ = header.tolist()
+            if op == OP_STOP:
+                break
+            if op in (OP_PREFILL, OP_VERIFY):
+                ids = torch.empty(n, dtype=torch.long, device=device)
+                dist.broadcast(ids, src=0)
+                (me.prefill if op == OP_PREFILL else me.verify)(ids, a)
+            elif op == OP_STEP:
+                if int(fail_rank) == rank and me.num_steps + 1 == int(fail_step):
+                    raise RuntimeError(f"injected failure at decode step {fail_step} ({FAIL_ENV})")
+                me.step(header[3:4], a)
+            elif op == OP_SETUP:
+                me.setup(bool(a), bool(n))
+        dist.destroy_process_group()
+    except BaseException as e:
+        traceback.print_exc()
+        try:
+            store.set(f"error/{rank}", f"{type(e).__name__}: {e}")
+        finally:
+            sys.stderr.flush()
+            os._exit(1)  # no teardown: a broken NCCL communicator can hang it
+    os._exit(0)  # nothing left to tear down: skip the interpreter's slow exit
+
+
+def _watch_leader(leader_pid: int) -> None:
+    """Rank 0 gone (crashed, killed): end this rank rather than wait on a collective forever."""
+    while os.getppid() == leader_pid:
+        time.sleep(0.5)
+    os._exit(1)
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    ap = argparse.ArgumentParser(description="a tensor-parallel follower (started by rank 0)")
+    ap.add_argument("--rank", type=int, required=True)
+    ap.add_argument("--world", type=int, required=True)
+    ap.add_argument("--store", required=True, help="HOST:PORT of rank 0's TCPStore")
+    ap.add_argument("--backend", choices=("gloo", "nccl"), required=True)
+    ap.add_argument("--leader-pid", type=int, required=True)
+    a = ap.parse_args(argv)
+    follow(a.rank, a.world, a.store, a.backend, a.leader_pid)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""On two GPUs: tensor-parallel decode (tp=2) against the one-GPU fast path, random weights.
+
+Teacher-forced first: both get the same prompt and then the same tokens at the same positions;
+per step, the logits' relative error and argmax agreement where the one-GPU top-2 margin exceeds
+bf16 rounding (graph_check.Tally). Then tokens/s of each, decoding greedily with a host sync per
+token as a session does. With --no-reference (a model over one card's --memory-limit, e.g. the
+Qwen2.5-14B shape under 24 GiB) the weights are built on the host and only tp runs; NVML's peak
+per GPU is reported beside the planner's prediction (plan_multi). Set CUDA_DEVICE_ORDER=PCI_BUS_ID
+so NVML's and CUDA's indices agree.
+Usage: python packaging/bench/tp_check.py SHAPE_DIR [--tp 2] [--steps 256] [--new-tokens 256]
+       [--memory-limit GIB] [--no-reference] [--compile] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parent)]
+
+from graph_check import BF16_ROUNDING, Tally, new_cache  # noqa: E402
+
+from engine import gpu, loader  # noqa: E402
+from engine.bench import _folder_for_random  # noqa: E402
+from engine.decode import Decoder  # noqa: E402
+from engine.events import LoadRequest  # noqa: E402
+from engine.model_shape import ModelShape  # noqa: E402
+from engine.plan_multi import plan_multi  # noqa: E402
+from engine.tp_leader import TPLeader  # noqa: E402
+
+
+def tokens_per_s(dec, logits: torch.Tensor, start: int, n: int) -> float:
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for pos in range(start, start + n):
+        tok = logits.argmax().view(1)
+        int(tok.item())  # the one host sync a session's step has
+        logits = dec.step(tok, pos)
+    torch.cuda.synchronize()
+    return n / (time.perf_counter() - t0)
+
+
+@torch.inference_mode()
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("shape")
+    ap.add_argument("--tp", type=int, default=2)
+    ap.add_argument("--prompt", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=256)
+    ap.add_argument("--new-tokens", type=int, default=256)
+    ap.add_argument("--memory-limit", type=float)
+    ap.add_argument("--no-reference", action="store_true")
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    context = a.prompt + a.steps + a.new_tokens + 1
+    where = "cpu" if a.no_reference else "cuda"  # the whole model on GPU 0 for the reference
+    req = LoadRequest(model=a.shape, quant="bf16", device=where, context=context)
+    lm = loader.random_model(_folder_for_random(a.shape), req)
+    ids = torch.randint(3, lm.model.config.vocab_size - 1, (a.prompt + a.steps,),
+                        generator=torch.Generator().manual_seed(1)).cuda()
+    ref = None
+    if not a.no_reference:
+        ref = Decoder(lm.model, new_cache(lm, context), lm.device)
+        ref.setup_fast_path(allow_graph=True, compile_layers=a.compile)
+    t0 = time.perf_counter()
+    tp = TPLeader(lm.model, a.tp, context, "bf16", "cuda", a.memory_limit)
+    tp.setup_fast_path(allow_graph=True, compile_layers=a.compile)
+    result = dict(shape=a.shape, tp=a.tp, tp_mode=tp.mode, tp_notes=tp.notes,
+                  tp_start_s=round(time.perf_counter() - t0, 1))
+    try:
+        tally = Tally()
+        lg_tp = tp.forward(ids[: a.prompt], 0)
+        lg_ref = ref.forward(ids[: a.prompt], 0) if ref else None
+        for pos in range(a.prompt, a.prompt + a.steps):
+            tok = ids[pos: pos + 1]
+            lg_tp = tp.step(tok, pos).float().clone()
+            if ref:
+                lg_ref = ref.step(tok, pos).float().clone()
+                tally.add(lg_tp, lg_ref)
+        start = a.prompt + a.steps
+        result["tp_tokens_per_s"] = round(tokens_per_s(tp, lg_tp, start, a.new_tokens), 1)
+        if ref:
+            result["one_gpu_tokens_per_s"] = round(
+                tokens_per_s(ref, lg_ref, start, a.new_tokens), 1)
+            result["speedup"] = round(result["tp_tokens_per_s"] / result["one_gpu_tokens_per_s"], 2)
+            result["vs_one_gpu"] = tally.summary()
+            result["agrees"] = tally.ok(BF16_ROUNDING)
+        if ref is None:  # else GPU 0 also holds the whole model for the reference
+            pids = [(0, os.getpid()), *tp.follower_pids.items()]
+            # static buffers (weights, cache, graphs): what NVML shows after the run ~ the peak
+            result["nvml_bytes_per_gpu"] = [gpu.process_used_bytes(pid, r) for r, pid in pids]
+            vram = int(a.memory_limit * 2**30) if a.memory_limit else None
+            result["predicted_bytes_per_gpu"] = plan_multi(
+                ModelShape.from_config(lm.folder.config), a.tp, "bf16", "bf16", context,
+                vram).total_bytes_per_device
+    finally:
+        tp.close()
+    print(json.dumps(result))
+    if a.json:
+        Path(a.json).write_text(json.dumps(result, indent=1))
+    return 0 if result.get("agrees", True) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""Speculative decoding at the edges: the CLI flags, the tokenizer check (exit 2, one line), the
+JSON contract, `hearth bench --synthetic-acceptance`, the context limit, and the controller's
+adaptive K and switch-off on made-up timings."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from engine import cli
+from engine.events import (
+    GenerateRequest,
+    LoadRequest,
+    SamplingParams,
+    Stats,
+    event_from_json,
+    event_to_json,
+    request_from_json,
+    request_to_json,
+)
+from engine.session import Session
+from engine.spec_controller import (
+    BACKOFF_TOKENS,
+    PROBE_STEPS,
+    WINDOW_TOKENS,
+    Controller,
+    expected_speedup,
+)
+from tests.engine.helpers import finished, greedy_request, token_ids
+from tests.engine.test_bad_input import one_error_line
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def other_tokenizer_draft(tiny_model, tmp_path_factory):
+    """The tiny model with two tokens' ids swapped: the same vocab_size, another tokenizer."""
+    folder = tmp_path_factory.mktemp("draft") / "swapped"
+    shutil.copytree(tiny_model, folder)
+    spec = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = spec["model"]["vocab"]
+    a, b = "the", "Ġthe"
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (folder / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    return folder
+
+
+def test_draft_with_another_tokenizer_exits_2_with_one_line(tiny_model, other_tokenizer_draft,
+                                                           capsys):
+    rc = cli.main(["run", "--model", str(tiny_model), "--draft", str(other_tokenizer_draft),
+                   "--prompt", "hi", "--device", "cpu", "--max-new-tokens", "2"])
+    assert rc == 2
+    line = one_error_line(capsys)
+    assert "another tokenizer" in line and "2 of 2048 tokens differ" in line
+
+
+def test_cli_run_speculates_and_reports_it(tiny_model, capsys):
+    rc = cli.main(["run", "--model", str(tiny_model), "--draft", str(tiny_model), "--prompt",
+                   "hello there", "--raw", "--temperature", "0", "--max-new-tokens", "12",
+                   "--num-speculative-tokens", "3", "--device", "cpu", "--json"])
+    assert rc == 0
+    events = [event_from_json(line) for line in capsys.readouterr().out.splitlines()]
+    loaded = next(e for e in events if e.name == "loaded")
+    assert any("speculative decoding with the draft" in n for n in loaded.notes)
+    stats = finished(events).stats
+    assert stats.speculation == "draft" and stats.proposed_draft_tokens > 0
+    assert stats.mean_accepted_length > 1
+    rc = cli.main(["run", "--model", str(tiny_model), "--prompt-lookup", "--prompt", "a b a b a",
+                   "--raw", "--temperature", "0", "--max-new-tokens", "8", "--device", "cpu"])
+    assert rc == 0
+    assert "prompt lookup:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--num-speculative-tokens", "3"], "needs --draft"),
+    (["--prompt-lookup", "--num-speculative-tokens", "0"], "speculative tokens must be 1"),
+    (["--draft", "a", "--prompt-lookup"], "not allowed with"),
+    (["--draft", "/nonexistent/draft"], "neither a folder"),
+])
+def test_speculative_flags_bad_input(flags, words, tiny_model, capsys):
+    assert cli.main(["run", "--model", str(tiny_model), "--prompt", "hi", *flags]) == 2
+    assert words in one_error_line(capsys)
+
+
+def test_requests_and_stats_keep_json_compatibility():
+    old = request_from_json('{"command": "load", "model": "m"}')
+    assert old.draft is None and old.num_speculative_tokens is None
+    load = LoadRequest(model="m", draft="d", num_speculative_tokens=5)
+    assert request_from_json(request_to_json(load)) == load
+    gen = request_from_json('{"command": "generate", "prompt": "x", "prompt_lookup": true, '
+                            '"num_speculative_tokens": 0}')
+    assert gen.prompt_lookup and gen.num_speculative_tokens == 0
+    assert request_from_json('{"command": "generate", "prompt": "x"}').prompt_lookup is False
+    stats = Stats(speculation="draft", accepted_draft_tokens=3, proposed_draft_tokens=4,
+                  mean_accepted_length=2.5, acceptance_rate=0.75, speculative_speedup=1.4)
+    assert event_from_json(event_to_json(stats)) == stats
+    assert event_from_json('{"event": "stats", "new_tokens": 3}').speculation == ""
+
+
+def test_speculation_runs_to_the_end_of_the_context(tiny_model):
+    path = str(tiny_model)
+    plain = Session.load(LoadRequest(path, device="cpu", context=40))
+    spec = Session.load(LoadRequest(path, device="cpu", context=40, draft=path,
+                                    num_speculative_tokens=8))
+    spec.switch_off = False
+    req = greedy_request(n=500)  # the context, not max tokens, ends it
+    a, b = list(plain.generate(req)), list(spec.generate(req))
+    assert token_ids(a) == token_ids(b)
+    assert finished(b).reason == "max_tokens" and finished(b).stats.context_used_tokens == 40
+
+
+def test_sampled_speculation_is_seeded(tiny_model, tiny_model_bf16):
+    s = Session.load(LoadRequest(str(tiny_model), device="cpu", draft=str(tiny_model_bf16)))
+    s.adaptive = s.switch_off = False
+    req = GenerateRequest(prompt="seeded", raw=True, max_new_tokens=24,
+                          sampling=SamplingParams(temperature=0.9, top_k=20, seed=5))
+    first, second = token_ids(list(s.generate(req))), token_ids(list(s.generate(req)))
+    assert first == second and len(first) == 24
+
+
+def test_bench_synthetic_acceptance(tiny_models, capsys):
+    rc = cli.main(["bench", "--model", str(tiny_models["qwen2"]), "--draft",
+                   str(tiny_models["llama"]), "--synthetic-acceptance", "0.8",
+                   "--num-speculative-tokens", "3", "--prompt-len", "24", "--new-tokens", "64",
+                   "--num-prompts", "1", "--device", "cpu", "--json"])
+    assert rc == 0
+    spec = json.loads(capsys.readouterr().out)["speculative"]
+    assert spec["speculation"] == "synthetic" and spec["identical_to_plain"]
+    assert spec["num_speculative_tokens"] == 3
+    # 3 runs of 64 tokens: about 100 judged proposals, alpha 0.8 by construction
+    assert 0.65 < spec["acceptance_rate"] < 0.93
+    assert spec["draft_step_ratio"] > 0 and spec["expected_speedup"] > 0
+    assert spec["switch_off_speedup"] > 0 and spec["plain_decode_tokens_per_s"] > 0
+
+
+def test_bench_prompt_lookup_with_prompts_file(tiny_model, tmp_path, capsys):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps("copy: a b c d e a b c d e a b") + "\n")
+    rc = cli.main(["bench", "--model", str(tiny_model), "--prompt-lookup", "--prompts",
+                   str(prompts), "--new-tokens", "16", "--num-prompts", "1", "--device", "cpu"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "| speculation | prompt lookup, K adaptive |" in out
+    assert "| same tokens as plain greedy | yes |" in out
+
+
+# ---------------------------------------------------------------- the controller
+
+
+def test_expected_speedup_formula():
+    assert expected_speedup(0.0, 4, 0.1) == pytest.approx(1 / 1.4)
+    assert expected_speedup(0.8, 4, 0.0) == pytest.approx((1 - 0.8 ** 5) / 0.2)
+    assert expected_speedup(1.0, 3, 0.5) == pytest.approx(4 / 2.5)
+
+
+def test_controller_probes_then_switches_off_when_speculation_loses():
+    c = Controller(max_k=4, adaptive=False, switch_off=True)
+    assert c.next_k(10) == 0  # no plain step time yet: probe first
+    c.plain_done(0.500)  # the first step's one-time costs are not its speed
+    for _ in range(PROBE_STEPS):
+        c.plain_done(0.010)
+    assert c.plain_step_s == 0.010
+    assert c.next_k(10) == 4 and c.next_k(2) == 2
+    tokens = 0
+    while tokens < WINDOW_TOKENS:  # rounds of 30 ms yielding 2 tokens: 15 ms a token
+        c.round_done(4, 1, 0.010, 0.020, 0.030)
+        tokens += 2
+    assert c.switched_off and c.next_k(10) == 0 and c.plain_left == BACKOFF_TOKENS
+    assert c.speedup == pytest.approx(0.010 / 0.015)
+    for _ in range(BACKOFF_TOKENS):
+        c.plain_done(0.010)
+    assert not c.switched_off and c.next_k(10) == 4  # try again
+    tokens = 0
+    while tokens < WINDOW_TOKENS:  # a loss again: twice as long a rest
+        c.round_done(4, 0, 0.010, 0.020, 0.030)
+        tokens += 1
+    assert c.plain_left == 2 * BACKOFF_TOKENS
+
+
+def test_controller_keeps_speculating_when_it_pays_and_adapts_k():
+    c = Controller(max_k=8, adaptive=True, switch_off=True, plain_step_s=0.010)
+    assert c.next_k(100) == 4  # a known plain step: no probe
+    for _ in range(40):  # cheap draft, flat verify cost, everything accepted
+        k = c.next_k(100)
+        if k == 0:  # plain steps are timed again now and then
+            c.plain_done(0.010)
+            continue
+        c.round_done(k, k, 0.001 * k, 0.011, 0.001 * k + 0.011)
+    assert not c.switched_off and c.k == 8 and c.speedup > 3
+    for _ in range(60):  # now nothing is accepted: K falls to 1, then speculation rests
+        k = c.next_k(100)
+        if k == 0:
+            c.plain_done(0.010)
+            continue
+        c.round_done(k, 0, 0.001 * k, 0.011, 0.001 * k + 0.011)
+    assert c.k == 1 and c.alpha < 0.05 and c.switched_off

@@ -1,0 +1,164 @@
+"""Installers and desktop integration: the .desktop entry passes desktop-file-validate, the
+installer picks torch by driver, and one real install.sh run in a fresh folder answers with the
+demo model (CPU torch from local disk; the slowest test here, about a minute)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine import cli, desktop_entry, doctor
+from tests.engine.helpers import REPO
+
+INSTALL_SH = REPO / "packaging" / "install.sh"
+VALIDATE = shutil.which("desktop-file-validate")
+needs_validator = pytest.mark.skipif(
+    VALIDATE is None,
+    reason="desktop-file-validate is missing (apt-get install desktop-file-utils)")
+
+
+def validate(path: Path) -> None:
+    proc = subprocess.run([VALIDATE, str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
+
+
+def entry_values(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+@needs_validator
+def test_desktop_template_is_valid():
+    validate(desktop_entry.TEMPLATE)
+
+
+@needs_validator
+def test_install_desktop_into_xdg_data_home(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "share"))
+    assert cli.main(["install-desktop"]) == 0
+    entry = tmp_path / "share" / "applications" / "hearth.desktop"
+    icon = tmp_path / "share" / "icons" / "hicolor" / "scalable" / "apps" / "hearth.svg"
+    assert icon.read_bytes() == desktop_entry.ICON.read_bytes()
+    validate(entry)
+    values = entry_values(entry)
+    command = desktop_entry.hearth_command()
+    assert values["Exec"] == " ".join([*command, "gui"])
+    assert values["TryExec"] == command[0] and values["Icon"] == "hearth"
+    assert str(entry) in capsys.readouterr().out
+
+
+@needs_validator
+@pytest.mark.parametrize("folder", ["my apps", "50%off", "cost$", 'quote"d', "back\\slash"])
+def test_exec_paths_that_need_quoting(tmp_path, folder):
+    script = str(tmp_path / folder / "hearth")
+    entry, _ = desktop_entry.install(tmp_path / "share", command=[script])
+    validate(entry)
+    exec_line = entry_values(entry)["Exec"]
+    assert exec_line.endswith(" gui")
+    # undo the two escape levels (string, then Exec quoting) and the %% field-code doubling
+    arg = exec_line.removesuffix(" gui").replace("\\\\", "\\")
+    if arg.startswith('"'):
+        arg = re.sub(r'\\(["`$\\])', r"\1", arg[1:-1])
+    assert arg.replace("%%", "%") == script
+
+
+def test_relative_xdg_data_home_is_ignored(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/share")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert desktop_entry.data_home() == tmp_path / ".local" / "share"
+
+
+def test_console_script_beside_the_interpreter_is_preferred(tmp_path, monkeypatch):
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    python.touch()
+    monkeypatch.setattr(sys, "executable", str(python))
+    assert desktop_entry.hearth_command() == [str(python), "-m", "engine.cli"]
+    script = python.with_name("hearth")
+    script.touch(mode=0o755)
+    assert desktop_entry.hearth_command() == [str(script)]
+
+
+def _dry_run(tmp_path: Path, smi_output: str | None, **env: str) -> str:
+    """install.sh's plan with a fake nvidia-smi first on PATH (None: one that fails, as without a
+    driver); returns what it prints."""
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir(exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\necho '{smi_output}'\n" if smi_output else "#!/bin/sh\nexit 9\n")
+    smi.chmod(0o755)
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("HEARTH_")}
+    full_env.update(PATH=f"{bin_dir}:/usr/bin:/bin", HEARTH_DRY_RUN="1",
+                    HEARTH_PYTHON=sys.executable, **env)
+    proc = subprocess.run(["bash", str(INSTALL_SH), str(tmp_path / "venv")], env=full_env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "dry run: nothing changed" in proc.stdout
+    assert not (tmp_path / "venv").exists()
+    return proc.stdout
+
+
+SMI = "| NVIDIA-SMI 580.95.05   Driver Version: 580.95.05   CUDA Version: {} |"
+
+
+@pytest.mark.parametrize("cuda", [None, "11.4", "12.2", "12.8", "13.0"])
+def test_install_sh_picks_torch_like_doctor(tmp_path, cuda):
+    out = _dry_run(tmp_path, SMI.format(cuda) if cuda else None)
+    version = tuple(int(x) for x in cuda.split(".")) if cuda else None
+    assert f"torch:        torch from {doctor.torch_index_url(version)} " in out
+
+
+def test_install_sh_torch_spec_uses_pips_own_index(tmp_path):
+    out = _dry_run(tmp_path, SMI.format("12.8"), HEARTH_TORCH_SPEC="torch==2.13.0")
+    assert "torch:        torch==2.13.0 (HEARTH_TORCH_SPEC" in out
+    assert "download.pytorch.org" not in out
+
+
+def test_install_sh_is_valid_bash():
+    subprocess.run(["bash", "-n", str(INSTALL_SH)], check=True)
+    if shutil.which("shellcheck"):
+        proc = subprocess.run(["shellcheck", str(INSTALL_SH)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.skipif(shutil.which("pwsh") is None, reason="PowerShell (pwsh) is not installed")
+def test_install_ps1_parses():
+    script = REPO / "packaging" / "install.ps1"
+    check = (f"$e = $null; [System.Management.Automation.Language.Parser]::ParseFile("
+             f"'{script}', [ref]$null, [ref]$e) | Out-Null; exit $e.Count")
+    subprocess.run(["pwsh", "-NoProfile", "-Command", check], check=True)
+
+
+@pytest.mark.skipif(os.environ.get("HEARTH_SKIP_INSTALL_TEST") == "1",
+                    reason="HEARTH_SKIP_INSTALL_TEST=1 (CI runs it)")
+def test_install_sh_in_a_fresh_folder_answers_with_the_demo_model(tmp_path):
+    """One full install (pip, about a minute); everything else about it is checked here too."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(HEARTH_TORCH_SPEC="torch==2.13.0",  # the CPU build on local disk, never CUDA
+               HEARTH_PYTHON=sys.executable, XDG_DATA_HOME=str(tmp_path / "share"),
+               HEARTH_BIN_DIR=str(tmp_path / "bin"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    venv = tmp_path / "hearth venv"  # a space, as in many home folders
+    proc = subprocess.run(["bash", str(INSTALL_SH), str(venv)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "Everything Hearth needs is here." in proc.stdout, proc.stdout[-4000:]
+    hearth = venv / "bin" / "hearth"
+    assert (tmp_path / "bin" / "hearth").resolve() == hearth.resolve()
+
+    run = subprocess.run([str(hearth), "run", "--prompt", "hi", "--max-new-tokens", "8",
+                          "--temperature", "0"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip(), run.stderr
+    assert "loaded Qwen2ForCausalLM" in run.stderr
+    assert re.search(r"\[(eos|max_tokens|stop_string)\] [1-8] tokens", run.stderr), run.stderr
+
+    entry = tmp_path / "share" / "applications" / "hearth.desktop"
+    assert entry_values(entry)["TryExec"] == str(hearth)
+    if VALIDATE:
+        validate(entry)
