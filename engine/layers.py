@@ -34,8 +34,13 @@ class LayerParams:
 
 
 def supports(model) -> bool:
-    return getattr(model.config, "model_type", None) in FAMILY and not getattr(
-        model.config, "mlp_bias", False)
+    """The fused step adds biases to q/k/v only (Qwen2's); a model with a bias on o_proj or in
+    its MLP (Llama's attention_bias / mlp_bias) decodes through transformers' modules."""
+    if getattr(model.config, "model_type", None) not in FAMILY:
+        return False
+    layer = model.model.layers[0]
+    return all(getattr(m, "bias", None) is None for m in (
+        layer.self_attn.o_proj, layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj))
 
 
 def _is_plain(*mods) -> bool:

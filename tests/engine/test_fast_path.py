@@ -63,3 +63,23 @@ def test_compiled_pieces_equal_eager(tiny_models):
     assert compiled.decoder.family.fns["rms"] is not eager.decoder.family.fns["rms"]
     a = token_ids(list(eager.generate(greedy_request(n=24))))
     assert a == token_ids(list(compiled.generate(greedy_request(n=24))))
+
+
+def test_llama_with_attention_bias_is_not_sent_down_the_fused_step(tiny_models, tmp_path):
+    import json
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path / "llama_bias"
+    shutil.copytree(tiny_models["llama"], folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["attention_bias"] = True
+    (folder / "config.json").write_text(json.dumps(cfg))
+    AutoModelForCausalLM.from_config(
+        AutoModelForCausalLM.from_pretrained(folder).config).save_pretrained(folder)
+    s = Session.load(LoadRequest(str(folder), device="cpu"))
+    assert s.decoder.mode == "generic"
+    ref = Session.load(LoadRequest(str(folder), device="cpu", eager=True))
+    assert token_ids(list(s.generate(greedy_request(n=16)))) == token_ids(
+        list(ref.generate(greedy_request(n=16))))
