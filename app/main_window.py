@@ -3,6 +3,8 @@ and routes the worker's load and crash events to them. Behaviour lives in the pa
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QSplitter, QVBoxLayout, QWidget
@@ -19,7 +21,7 @@ from app.model_download import ModelDownload
 from app.model_picker_dialog import ModelPickerDialog
 from app.model_status_panel import ModelStatusPanel
 from app.notice_panel import NoticePanel
-from app.paths import data_dir
+from app.paths import DEMO_MODEL_DIR, data_dir
 from app.performance_panel import PerformancePanel
 from app.worker_client import WorkerClient, WorkerDied
 from engine.events import Failed, Finished, Loaded, LoadRequest
@@ -160,6 +162,12 @@ class MainWindow(QMainWindow):
         self.gpu_probe.watch(event.pid or self.worker.pid)
         if self.last_load is not None:
             self.settings.set_last_load(self.last_load)
+        if event.device == "cpu" and Path(event.model).resolve() == DEMO_MODEL_DIR.resolve():
+            # first run with no GPU and no model: say what this is and what would be better
+            self.notice.show_message(
+                "Hearth is running its bundled 5M-parameter demo model on the CPU.",
+                "An NVIDIA GPU and a downloaded model (Get a model, in the model picker) give "
+                "real answers at full speed.", is_error=False)
 
     def _on_worker_failed(self, event: Failed) -> None:
         if self.worker.ended_command == "load":

@@ -3,6 +3,8 @@ edit and resend; reasoning; errors; a crash of the worker; closing mid-answer.""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
@@ -233,3 +235,21 @@ def test_deleting_the_conversation_being_answered(qtbot, make_window, store):
     assert store.conversation(doomed) is None
     assert window.controller.conversation.id != doomed
     assert window.chat_view.send_button.isEnabled()
+
+
+def test_first_run_on_the_demo_model_without_a_gpu_says_what_a_gpu_would_add(
+        qtbot, make_window, tmp_path):
+    import json
+
+    from app.paths import DEMO_MODEL_DIR
+
+    lines = (Path(__file__).parent / "recordings" / "load.jsonl").read_text().splitlines()
+    loaded = json.loads(lines[-1])
+    loaded["model"] = str(DEMO_MODEL_DIR)
+    recording = tmp_path / "load_demo.jsonl"
+    recording.write_text("\n".join([*lines[:-1], json.dumps(loaded)]) + "\n")
+    window = make_window(HEARTH_FAKE_LOAD=str(recording))
+    assert "demo model on the CPU" in window.notice.text
+    assert "GPU" in window.notice.text and window.notice.isVisible()
+    other = make_window()  # a model of the user's own: no such notice
+    assert "demo model" not in other.notice.text
