@@ -33,14 +33,19 @@ class LayerParams:
     k_norm: torch.Tensor | None
 
 
-def supports(model) -> bool:
-    """The fused step adds biases to q/k/v only (Qwen2's); a model with a bias on o_proj or in
-    its MLP (Llama's attention_bias / mlp_bias) decodes through transformers' modules."""
+def in_family(model) -> bool:
+    """Llama/Mistral/Qwen2/Qwen3 with a bias-free MLP: the shapes this file's math covers."""
     if getattr(model.config, "model_type", None) not in FAMILY:
         return False
-    layer = model.model.layers[0]
-    return all(getattr(m, "bias", None) is None for m in (
-        layer.self_attn.o_proj, layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj))
+    mlp = model.model.layers[0].mlp
+    return all(getattr(m, "bias", None) is None for m in (mlp.gate_proj, mlp.up_proj,
+                                                          mlp.down_proj))
+
+
+def supports(model) -> bool:
+    """The fused step adds biases to q/k/v only (Qwen2's); a model with a bias on o_proj
+    (Llama's attention_bias) decodes through transformers' modules."""
+    return in_family(model) and model.model.layers[0].self_attn.o_proj.bias is None
 
 
 def _is_plain(*mods) -> bool:

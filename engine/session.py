@@ -2,7 +2,8 @@
 
 Every stream ends in exactly one `Finished` or `Failed`; cancel is checked between two steps.
 The cache keeps the tokens it holds, so a next turn that repeats the conversation so far
-prefills only what is new.
+prefills only what is new. Tokens come from one of two strategies: PlainDecoding (one step a
+token) or speculative.SpeculativeDecoding (a draft model or prompt lookup, verified in blocks).
 """
 
 from __future__ import annotations
@@ -209,9 +210,8 @@ class Session:
         key = (proposer.name, max_k, k is None and self.adaptive, self.switch_off)
         control = self.controllers.get(key)
         if control is None:
-            known = next((c.plain_step_s for c in self.controllers.values() if c.plain_step_s),
-                         None)
-            control = self.controllers[key] = Controller(max_k, *key[2:], plain_step_s=known)
+            known = [c.plain_step_s for c in self.controllers.values() if c.plain_step_s]
+            control = self.controllers[key] = Controller(max_k, *key[2:], *known[:1])
         control.new_generation()
         return SpeculativeDecoding(self.decoder, self.cache, sampler, proposer, control,
                                    list(ids))

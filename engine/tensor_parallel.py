@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from engine.events import BadRequest
 from engine.kv_cache import KVCache
-from engine.layers import FamilyStep, LayerParams, _linear, supports
+from engine.layers import FamilyStep, LayerParams, _linear, in_family
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # all_gather_into_tensor is deprecated from torch 2.13 on; the H200 image runs 2.11
@@ -79,7 +79,7 @@ def spec_of(model, world_size: int, context: int, kv_dtype: str,
             memory_limit_gib: float | None = None) -> TPSpec:
     """The spec for cutting `model` N ways; BadRequest (one sentence) where it cannot be cut."""
     cfg = model.config
-    if not supports(model):
+    if not in_family(model):  # the o_proj bias is added after the all-reduce here
         raise BadRequest("tensor parallelism covers Llama, Mistral, Qwen2 and Qwen3 (without MLP "
                          f"biases); this model is {cfg.model_type}")
     kv, inter = cfg.num_key_value_heads, cfg.intermediate_size
