@@ -3,12 +3,7 @@
 # for the DESIGN.md shapes. Results: $OUT/graph_check.jsonl, $OUT/bench.jsonl, $OUT/log.txt,
 # and the table printed last. Usage (repo root, bitsandbytes wheel in .whl): bash packaging/bench/h200.sh
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; LOG="$OUT/log.txt"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$LOG"
-python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$LOG"
+source packaging/bench/device_env.sh
 B=packaging/bench
 check() { timeout 240 python3 $B/graph_check.py "$@" 2>>"$LOG" | tee -a "$OUT/graph_check.jsonl"; }
 bench() {  # label, then hearth bench arguments

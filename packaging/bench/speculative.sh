@@ -6,12 +6,7 @@
 # lookup on copy tasks. Results: $OUT/pytest.txt, $OUT/spec.jsonl, $OUT/log.txt.
 # Usage (repo root, bitsandbytes wheel in .whl as for h200.sh): bash packaging/bench/speculative.sh
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; LOG="$OUT/log.txt"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$LOG"
-python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$LOG"
+source packaging/bench/device_env.sh
 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/engine/test_speculative.py \
     tests/engine/test_speculative_cli.py 2>&1 | tail -30 | tee "$OUT/pytest.txt"
 B=packaging/bench

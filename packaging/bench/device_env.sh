@@ -1,0 +1,8 @@
+# Sourced by the device scripts: the carried bitsandbytes wheel, the environment, $OUT and $LOG,
+# and the device and library versions at the top of the log.
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; LOG="$OUT/log.txt"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$LOG"
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$LOG"
