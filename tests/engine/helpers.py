@@ -73,3 +73,4 @@ class WorkerProcess:
     def close(self) -> int:
         self.send(command="shutdown")
         return self.proc.wait(timeout=30)
+

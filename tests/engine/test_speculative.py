@@ -35,13 +35,7 @@ def exact(session: Session) -> Session:
     return session
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models: a second thread only adds synchronization, which a busy CPU makes slow."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see tests/engine/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import json
 import shutil
 
 import pytest
-import torch
 
 from engine import cli
 from engine.events import (
@@ -32,13 +31,7 @@ from engine.spec_controller import (
 from tests.engine.helpers import finished, greedy_request, token_ids
 from tests.engine.test_bad_input import one_error_line
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see tests/engine/conftest.py
 
 
 @pytest.fixture(scope="module")
