@@ -227,8 +227,8 @@ class Session:
             raise BadRequest(f"the prompt has {len(ids)} tokens but the context holds {context}")
         max_new = min(req.max_new_tokens, context - len(ids))
         sampling = resolve(req.sampling, self.lm.gen_config)
-        sampler = Sampler(sampling, self.lm.model.config.vocab_size, self.lm.device,
-                          torch.tensor(ids, device=self.lm.device))
+        tensor = torch.tensor(ids, dtype=torch.long, device=self.lm.device)  # one copy, two uses
+        sampler = Sampler(sampling, self.lm.model.config.vocab_size, self.lm.device, tensor)
         decoding = self._decoding(req, sampler, ids)  # before prefill: it may capture graphs
         # keep at least the last prompt token to compute: its logits start the answer
         start = min(self.cache.reusable_prefix(ids), len(ids) - 1)
@@ -236,7 +236,6 @@ class Session:
 
         chunk = self.prefill_chunk
         chunked = len(ids) - start > chunk
-        tensor = torch.tensor(ids, dtype=torch.long, device=self.lm.device)
         logits = None
         for lo in range(start, len(ids), chunk):
             if cancel.is_set():
