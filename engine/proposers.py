@@ -9,6 +9,7 @@ Every proposer sees `seq`: the committed tokens, the pending one (not yet fed) l
 from __future__ import annotations
 
 import random
+import time
 
 import torch
 
@@ -16,7 +17,10 @@ from engine.events import BadRequest
 from engine.plan import PREFILL_CHUNK
 from engine.sampling import Sampler
 
-MAX_STEP_CATCH_UP = 4  # more missing tokens than this go through one prefill-like pass
+MAX_STEP_CATCH_UP = 4  # up to this many missing tokens go through decode steps; more go
+# through one prefill-like pass unless steps were measured to be cheaper (an eager forward costs
+# about 26 ms on the H200's host whatever its length: 100+ graph steps of a tiny draft)
+STEP_SAMPLES = 8  # catch-ups timed (with a device sync) to learn the draft's step time
 PROMPT_LOOKUP_NGRAMS = (3, 2, 1)  # the longest suffix that matches earlier decides
 
 
@@ -51,22 +55,49 @@ class DraftModel:
         self.decoder, self.cache = draft_session.decoder, draft_session.cache
         self.device = draft_session.lm.device
         self.vocab = vocab  # the target's logits width
+        # ids past the draft's embedding (the target's padding rows, which random weights can
+        # emit) are fed as the last row: a proposal may then be wrong, never out of bounds
+        self.last_id = draft_session.lm.model.get_input_embeddings().num_embeddings - 1
+        self.step_s: list[float] = []  # seconds per catch-up token through decode steps
+        self.forward_s: float | None = None  # seconds of one catch-up pass
+        self.sync = torch.cuda.synchronize if self.device.type == "cuda" else lambda: None
 
     def start(self, ids: list[int]) -> None:
         """A new generation over prompt `ids`: prefill what the draft cache lacks."""
         self.cache.crop(min(self.cache.reusable_prefix(ids), len(ids) - 1))
         self._catch_up(ids)
 
+    def _by_steps(self, n: int) -> bool:
+        if n <= MAX_STEP_CATCH_UP:
+            return True
+        if not self.step_s or self.forward_s is None:
+            return False
+        return n * sorted(self.step_s)[len(self.step_s) // 2] < self.forward_s
+
     def _catch_up(self, seq: list[int]) -> torch.Tensor:
         """Feed the committed tokens the draft has not seen -> its logits after seq[-1]."""
         have = len(self.cache.token_ids)
         missing = torch.tensor(seq[have:], dtype=torch.long, device=self.device)
-        if missing.numel() <= MAX_STEP_CATCH_UP:
-            for i in range(missing.numel()):
+        missing.clamp_(max=self.last_id)
+        n = missing.numel()
+        by_steps = self._by_steps(n)
+        timed = not by_steps or len(self.step_s) < STEP_SAMPLES
+        if timed:
+            self.sync()
+            t0 = time.perf_counter()
+        if by_steps:
+            for i in range(n):
                 logits = self.decoder.step(missing[i:i + 1], have + i)
         else:
-            for lo in range(0, missing.numel(), PREFILL_CHUNK):
+            for lo in range(0, n, PREFILL_CHUNK):
                 logits = self.decoder.forward(missing[lo:lo + PREFILL_CHUNK], have + lo)
+        if timed:
+            self.sync()
+            seconds = time.perf_counter() - t0
+            if by_steps:
+                self.step_s.append(seconds / n)
+            elif n <= PREFILL_CHUNK:  # one pass: what a long catch-up costs at least
+                self.forward_s = seconds
         self.cache.token_ids.extend(seq[have:])
         return logits
 
@@ -152,8 +183,9 @@ class SyntheticDraft(DraftModel):
             wrong = (right + 1) % self.vocab
             chosen.append(right if self.rng.random() < self.acceptance else wrong)
         tokens = torch.tensor(chosen, dtype=torch.long, device=self.device)  # one copy a round
+        fed = tokens.clamp(max=self.last_id)
         for i in range(k):
             logits.argmax(-1)  # what a real draft computes per proposal
             if i + 1 < k:
-                logits = self.decoder.step(tokens[i:i + 1], len(seq) + i)
+                logits = self.decoder.step(fed[i:i + 1], len(seq) + i)
         return tokens, None

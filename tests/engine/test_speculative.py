@@ -266,3 +266,44 @@ def test_prompt_lookup_proposes_what_followed_the_latest_match():
     assert lookup.propose(seq + [9], 4, sampler)[0].tolist() == [1, 5, 6, 7]  # unigram match
     lookup.start([])
     assert lookup.propose([1, 1, 1], 4, sampler)[0].tolist() == [1]  # only what exists
+
+
+def test_draft_is_fed_target_ids_past_its_embedding_without_error(tiny_models):
+    """A target can emit ids in its padding rows (random weights do; Qwen2.5-7B pads to 152,064
+    rows, the 0.5B to 151,936): the draft is fed its last row instead, and its cache still
+    records the target's ids, so the next catch-up lines up."""
+    draft = Session.load(LoadRequest(str(tiny_models["qwen2"]), device="cpu"))
+    rows = draft.lm.model.get_input_embeddings().num_embeddings
+    proposer = DraftModel(draft, vocab=rows + 64)
+    ids = [5, 6, rows + 10, 7, rows + 63, 8]  # past the draft's rows: an IndexError unclamped
+    proposer.start(ids)
+    assert draft.cache.token_ids == ids
+    sampler = Sampler(ResolvedSampling(temperature=0.0, top_p=1.0, top_k=0,
+                                       repetition_penalty=1.0, seed=0), rows + 64,
+                      torch.device("cpu"), torch.tensor(ids))
+    tokens, _ = proposer.propose(ids + [rows + 1], 3, sampler)
+    assert tokens.numel() == 3 and int(tokens.max()) < rows  # padding rows get no probability
+
+
+def test_long_catch_up_goes_through_steps_when_they_were_measured_cheaper(tiny_models):
+    draft = Session.load(LoadRequest(str(tiny_models["qwen2"]), device="cpu"))
+    proposer = DraftModel(draft, vocab=2048)
+    calls = {"step": 0, "forward": 0}
+    for name in calls:
+        real = getattr(draft.decoder, name)
+
+        def counted(*a, _real=real, _name=name):
+            calls[_name] += 1
+            return _real(*a)
+        setattr(draft.decoder, name, counted)
+    proposer.start(list(range(10, 40)))  # nothing measured yet: one pass
+    assert calls == {"step": 0, "forward": 1} and proposer.forward_s is not None
+    proposer._catch_up(list(range(10, 42)))  # two tokens: steps, and timed
+    assert calls["step"] == 2 and len(proposer.step_s) == 1
+    proposer.step_s = [proposer.forward_s / 100]  # steps measured 100x cheaper than a pass
+    proposer._catch_up(list(range(10, 62)))
+    assert calls == {"step": 22, "forward": 1}
+    proposer.step_s = [proposer.forward_s]  # steps as dear as a pass: a long catch-up passes
+    proposer._catch_up(list(range(10, 72)))
+    assert calls == {"step": 22, "forward": 2}
+    assert draft.cache.token_ids == list(range(10, 72))
