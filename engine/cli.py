@@ -173,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # not the user's fault: still one line, the traceback on request
+        from engine.oom import OutOfMemory
+
+        if isinstance(e, OutOfMemory):  # memory released; the hint names settings that fit
+            print(f"hearth: {e} ({e.hint})", file=sys.stderr)
+            return EXIT_ERROR
         if os.environ.get("HEARTH_DEBUG"):
             raise
         print(f"hearth: error: {type(e).__name__}: {e} (set HEARTH_DEBUG=1 for details)",

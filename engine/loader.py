@@ -148,13 +148,17 @@ def random_model(folder: ModelFolder, req: LoadRequest) -> LoadedModel:
     device, quant, compute_dtype = _placement(req, folder)
     config = AutoConfig.from_pretrained(folder.path, trust_remote_code=False)
     torch.manual_seed(0)
-    with torch.device(device):
+    quantized = quant in ("nf4", "int8")
+    # quantized: built on the CPU and quantized layer by layer on the way to the GPU, so the
+    # 16-bit weights never all sit on the card (what a checkpoint load does too)
+    with torch.device("cpu" if quantized else device):
         model = AutoModelForCausalLM.from_config(config, dtype=compute_dtype,
                                                  attn_implementation="sdpa").eval()
-    if quant in ("nf4", "int8"):
+    if quantized:
         from engine.quantize_bnb import quantize_linears
 
-        quantize_linears(model, quant, compute_dtype)
+        quantize_linears(model, quant, compute_dtype, device)
+        model.to(device)
     attention.register()
     model.set_attn_implementation(attention.ATTN_IMPLEMENTATION)
     context, notes = _context(folder.config, req.context)

@@ -9,14 +9,18 @@ from __future__ import annotations
 import torch
 
 
-def quantize_linears(model: torch.nn.Module, quant: str, compute_dtype: torch.dtype) -> None:
+def quantize_linears(model: torch.nn.Module, quant: str, compute_dtype: torch.dtype,
+                     device: torch.device | None = None) -> None:
+    """`device`: where the quantized layers go (default: where each layer is). A model built on
+    the CPU is quantized one matrix at a time on its way to the GPU, so its 16-bit weights never
+    all sit on the card (a 7B model's 15 GB would not fit the 8 GiB card NF4 is for)."""
     import bitsandbytes as bnb
 
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is not torch.nn.Linear or child is model.get_output_embeddings():
                 continue
-            device = child.weight.device
+            dest = device or child.weight.device
             if quant == "nf4":
                 weight = child.weight.data  # Params4bit quantizes when moved to its device
                 new = bnb.nn.Linear4bit(child.in_features, child.out_features,
@@ -25,7 +29,7 @@ def quantize_linears(model: torch.nn.Module, quant: str, compute_dtype: torch.dt
                 new.weight = bnb.nn.Params4bit(weight, requires_grad=False, quant_type="nf4",
                                                compress_statistics=True)
             else:
-                if device.type != "cuda":
+                if dest.type != "cuda":
                     raise ValueError("INT8 quantization in memory needs a CUDA device")
                 weight = child.weight.data.to("cpu")  # Int8Params quantizes on a CPU->GPU move
                 new = bnb.nn.Linear8bitLt(child.in_features, child.out_features,
@@ -36,4 +40,4 @@ def quantize_linears(model: torch.nn.Module, quant: str, compute_dtype: torch.dt
             if child.bias is not None:
                 new.bias = torch.nn.Parameter(child.bias.data, requires_grad=False)
             del child
-            setattr(parent, name, new.to(device))
+            setattr(parent, name, new.to(dest))

@@ -33,7 +33,9 @@ from engine.events import (
 from engine.kv_cache import KVCache
 from engine.model_folder import check
 from engine.model_shape import ModelShape
-from engine.plan import PREFILL_CHUNK, largest_prefill_chunk
+from engine.oom import OutOfMemory
+from engine.oom import hint as oom_hint
+from engine.plan import CUDA_CONTEXT_BYTES, PREFILL_CHUNK, GiB, largest_prefill_chunk
 from engine.proposers import DraftModel, PromptLookup, check_same_tokenizer
 from engine.sampling import Sampler, resolve
 from engine.spec_controller import MAX_ADAPTIVE_K, Controller
@@ -115,6 +117,19 @@ class Session:
     @classmethod
     def load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None] = lambda e: None,
              cancel: threading.Event | None = None) -> Session:
+        """Raises oom.OutOfMemory (memory released, a hint that fits) when the card is full."""
+        try:
+            return cls._load(req, progress, cancel)
+        except torch.OutOfMemoryError:
+            pass  # out of the except block first: its traceback holds the half-loaded model
+        config = check(req.model).config
+        vram = int(req.memory_limit_gib * GiB) if req.memory_limit_gib else None
+        raise out_of_memory("the model does not fit in this GPU's memory", config, req.quant,
+                            req.context or config.get("max_position_embeddings") or 4096, vram)
+
+    @classmethod
+    def _load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None],
+              cancel: threading.Event | None) -> Session:
         req.validate()
         folder = check(req.model)
         if req.draft is not None:  # a wrong draft fails before anything loads
@@ -176,17 +191,22 @@ class Session:
     def generate(self, req: GenerateRequest, cancel: threading.Event | None = None
                  ) -> Iterator[Token | Stats | PrefillProgress | Finished | Failed]:
         cancel = cancel or threading.Event()
+        oom = False
         try:
             yield from self._generate(req, cancel)
         except BadRequest as e:
             yield Failed(str(e), bad_input=True)
         except torch.OutOfMemoryError:
-            self._forget()
-            yield Failed("the GPU ran out of memory during generation",
-                         hint="use a shorter context, a 4-bit --quant or a smaller model")
+            oom = True  # answered below, outside the except block that holds the activations
         except Exception as e:  # the stream must end in one Failed, whatever broke
             self._forget()
             yield Failed(f"generation failed: {type(e).__name__}: {e}")
+        if oom:
+            self._forget()
+            lm = self.lm
+            e = out_of_memory("the GPU ran out of memory during generation", lm.folder.config,
+                              lm.quant, lm.context, None)
+            yield Failed(str(e), hint=e.hint)
 
     def _forget(self) -> None:
         self.cache.crop(0)
@@ -297,3 +317,20 @@ class Session:
             pid=os.getpid(),
             **(decoding.stats() if decoding is not None else {}),
         )
+
+
+def out_of_memory(message: str, config: dict, quant: str, context: int,
+                  vram_bytes: int | None) -> OutOfMemory:
+    """Release what the failed allocation left cached, then say what would fit this card."""
+    import gc
+
+    gc.collect()
+    if not torch.cuda.is_available():
+        return OutOfMemory(message, "try a 4-bit --quant nf4 or a shorter --context")
+    torch.cuda.empty_cache()
+    index = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    # no limit given: the allocator's cap (a --memory-limit card) plus the context it excludes
+    cap = int(props.total_memory * torch.cuda.get_per_process_memory_fraction(index))
+    vram = vram_bytes or min(props.total_memory, cap + CUDA_CONTEXT_BYTES)
+    return OutOfMemory(message, oom_hint(config, quant, context, vram, (props.major, props.minor)))

@@ -92,6 +92,7 @@ class Worker:
 
     def _load(self, req: LoadRequest, cancel: threading.Event) -> None:
         from engine.loader import LoadCancelled
+        from engine.oom import OutOfMemory
         from engine.session import Session
 
         self._unload()
@@ -102,6 +103,9 @@ class Worker:
             return
         except LoadCancelled:
             self.emit(Finished("cancelled"))
+            return
+        except OutOfMemory as e:  # memory already released: the next load can succeed
+            self.emit(Failed(str(e), hint=e.hint))
             return
         self.emit(self.session.loaded_event())
 
