@@ -31,8 +31,10 @@ sys.path.insert(0, str(ROOT))
 SHAPES = ("qwen2.5-0.5b", "qwen2.5-7b", "llama-3.1-8b")
 CARDS_GIB = (8, 12, 16, 24)
 NEW_TOKENS = 16
-WAVES = ((("qwen2.5-7b", c) for c in CARDS_GIB), (("qwen2.5-0.5b", c) for c in CARDS_GIB),
-         (("llama-3.1-8b", c) for c in CARDS_GIB))
+# children run together where their caps fit the H200's 139 GiB: 7B + 0.5B, then 8B + the OOM
+WAVES = ([(m, c) for m in ("qwen2.5-7b", "qwen2.5-0.5b") for c in CARDS_GIB],
+         [("llama-3.1-8b", c) for c in CARDS_GIB])
+DEADLINE_S = 560  # the device tool's call limit is 600 s: stop the stragglers before it
 
 
 class PeakPoller:
@@ -171,6 +173,9 @@ def oom_then_recover() -> dict:
     return row
 
 
+START = time.monotonic()
+
+
 def parent(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -185,7 +190,13 @@ def parent(out: Path) -> None:
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           text=True, env=env))
         for (name, gib), proc in zip(wave, procs, strict=True):
-            stdout, stderr = proc.communicate(timeout=540)
+            try:
+                stdout, stderr = proc.communicate(timeout=max(1, DEADLINE_S - (
+                    time.monotonic() - START)))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                stdout, stderr = proc.communicate()
+                stderr += "\n(killed at the deadline)"
             lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
             row = json.loads(lines[-1]) if lines else dict(
                 model=name, card_gib=gib, crashed=proc.returncode, stderr=stderr[-800:])
