@@ -97,11 +97,14 @@ class SpeculativeDecoding:
 
     def next(self, position: int, budget: int) -> list[int]:
         """Feed the pending token at `position`; -> 1 to `budget` new committed tokens."""
-        if not self.started:  # the draft's prefill: after the first token is shown
+        k = self.control.next_k(budget - 1)
+        if k and not self.started:  # the draft's prefill: only once speculation runs (a
+            t = time.perf_counter()  # switched-off session never pays it), and judged
             self.proposer.start(self.seq[:-1])
+            self.sync()
+            self.control.overhead(time.perf_counter() - t)
             self.started = True
         t0 = time.perf_counter()
-        k = self.control.next_k(budget - 1)
         proposals, q = self.proposer.propose(self.seq, k, self.sampler) if k else (None, None)
         if proposals is None or proposals.numel() == 0:
             return self._plain(position)

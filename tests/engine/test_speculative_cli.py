@@ -4,6 +4,7 @@ adaptive K and switch-off on made-up timings."""
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 
@@ -189,10 +190,32 @@ def test_controller_keeps_speculating_when_it_pays_and_adapts_k():
             continue
         c.round_done(k, k, 0.001 * k, 0.011, 0.001 * k + 0.011)
     assert not c.switched_off and c.k == 8 and c.speedup > 3
-    for _ in range(60):  # now nothing is accepted: K falls to 1, then speculation rests
+    resting = copy.deepcopy(c)
+    c.switch_off = False
+    for _ in range(60):  # now nothing is accepted: K falls to 1
         k = c.next_k(100)
-        if k == 0:
-            c.plain_done(0.010)
-            continue
         c.round_done(k, 0, 0.001 * k, 0.011, 0.001 * k + 0.011)
-    assert c.k == 1 and c.alpha < 0.05 and c.switched_off
+    assert c.k == 1 and c.alpha < 0.05
+    for _ in range(3 * WINDOW_TOKENS):  # and with the switch-off on, speculation rests
+        k = resting.next_k(100)
+        if k == 0:
+            resting.plain_done(0.010)
+            continue
+        resting.round_done(k, 0, 0.001 * k, 0.011, 0.001 * k + 0.011)
+    assert resting.switched_off and resting.next_k(100) == 0
+
+
+def test_a_draft_prefill_too_dear_for_its_gain_switches_speculation_off():
+    c = Controller(max_k=4, adaptive=False, switch_off=True, plain_step_s=0.010)
+    c.overhead(0.200)  # the draft's prompt prefill: 20 plain steps' worth
+    tokens = 0
+    while tokens < WINDOW_TOKENS:  # rounds that alone would win: 15 ms for 3 tokens
+        c.round_done(4, 2, 0.005, 0.010, 0.015)
+        tokens += 3
+    assert c.switched_off and c.next_k(10) == 0
+    c2 = Controller(max_k=4, adaptive=False, switch_off=True, plain_step_s=0.010)
+    tokens = 0
+    while tokens < WINDOW_TOKENS:  # the same rounds without the prefill keep speculating
+        c2.round_done(4, 2, 0.005, 0.010, 0.015)
+        tokens += 3
+    assert not c2.switched_off and c2.next_k(10) == 4
