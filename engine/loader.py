@@ -133,6 +133,9 @@ def apply_memory_limit(device: torch.device, gib: float | None) -> None:
     """Emulate a smaller card: cap torch's allocator at that size minus the CUDA context."""
     if gib is None or device.type != "cuda":
         return
+    # set_per_process_memory_fraction wants an index: "cuda" alone means the current device
+    device = torch.device("cuda", torch.cuda.current_device() if device.index is None
+                          else device.index)
     free, total = torch.cuda.mem_get_info(device)  # creates the context we must subtract
     context_bytes = total - free - torch.cuda.memory_reserved(device)
     budget = gib * 2**30 - max(context_bytes, 0)
