@@ -137,11 +137,26 @@ def apply_memory_limit(device: torch.device, gib: float | None) -> None:
     device = torch.device("cuda", torch.cuda.current_device() if device.index is None
                           else device.index)
     free, total = torch.cuda.mem_get_info(device)  # creates the context we must subtract
-    context_bytes = total - free - torch.cuda.memory_reserved(device)
+    from engine.telemetry import nvml_process_used_bytes
+
+    context_bytes = cuda_context_bytes(total, free, torch.cuda.memory_reserved(device),
+                                       nvml_process_used_bytes(device))
     budget = gib * 2**30 - max(context_bytes, 0)
     if budget <= 0:
         raise BadRequest(f"a {gib} GiB memory limit leaves nothing after the CUDA context")
     torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), device)
+
+
+def cuda_context_bytes(total: int, free: int, reserved: int, process_used: int | None) -> int:
+    """This process's memory outside torch's allocator (the CUDA context, loaded kernels).
+
+    NVML's per-process figure where it answers: the device-wide free memory also counts every
+    other process on the card (a desktop's display server; the H200 runs several children at
+    once), which would shrink an emulated card to nothing.
+    """
+    if process_used is not None:
+        return process_used - reserved
+    return total - free - reserved
 
 
 def random_model(folder: ModelFolder, req: LoadRequest) -> LoadedModel:

@@ -13,10 +13,15 @@ import torch
 def vram_used_bytes(device: torch.device) -> int:
     if device.type != "cuda":
         return 0
+    used = nvml_process_used_bytes(device)
+    return int(used) if used is not None else int(torch.cuda.memory_reserved(device))
+
+
+def nvml_process_used_bytes(device: torch.device) -> int | None:
+    """NVML's figure for this process on `device`, or None where NVML cannot say."""
     try:
         from engine.gpu import process_used_bytes
 
-        used = process_used_bytes(os.getpid(), device.index or 0)
-    except Exception:  # no NVML: fall back to what torch itself holds
-        used = None
-    return int(used) if used is not None else int(torch.cuda.memory_reserved(device))
+        return process_used_bytes(os.getpid(), device.index or 0)
+    except Exception:  # no driver library, no permission: the caller falls back
+        return None

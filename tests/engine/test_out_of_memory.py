@@ -84,3 +84,14 @@ def test_cli_run_prints_one_line_with_the_hint(tiny_model, monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1
     assert err[-1].startswith("hearth: the model does not fit in this GPU's memory (try ")
+
+
+def test_the_emulated_cards_context_is_this_process_alone():
+    """--memory-limit subtracts this process's memory outside torch's allocator: with NVML, its
+    per-process figure; other processes on the card (seen in device-wide free memory) do not
+    shrink the emulated card. Figures from the H200: 518 MiB of bare context, 40 GiB in use by
+    other processes."""
+    total, reserved, mib = 140 * GIB, 0, 1 << 20
+    free = total - 518 * mib - 40 * GIB
+    assert loader.cuda_context_bytes(total, free, reserved, 518 * mib) == 518 * mib
+    assert loader.cuda_context_bytes(total, free, reserved, None) == 518 * mib + 40 * GIB
