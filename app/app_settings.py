@@ -30,13 +30,15 @@ class AppSettings:
         return LoadRequest(model=obj.get("model"), quant=obj.get("quant", "auto"),
                            kv_dtype=obj.get("kv_dtype", "auto"), context=obj.get("context"),
                            draft=obj.get("draft"),
-                           num_speculative_tokens=obj.get("num_speculative_tokens"))
+                           num_speculative_tokens=obj.get("num_speculative_tokens"),
+                           tensor_parallel=obj.get("tensor_parallel", 1))
 
     def set_last_load(self, request: LoadRequest) -> None:
         self.q.setValue("models/last_load", json.dumps({
             "model": request.model, "quant": request.quant, "kv_dtype": request.kv_dtype,
             "context": request.context, "draft": request.draft,
-            "num_speculative_tokens": request.num_speculative_tokens}))
+            "num_speculative_tokens": request.num_speculative_tokens,
+            "tensor_parallel": request.tensor_parallel}))
 
     def geometry(self) -> QByteArray | None:
         value = self.q.value("window/geometry")

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import fit_check
+from app import fit_check, split_check
 from engine.events import MAX_SPECULATIVE_TOKENS
 from engine.gpu import GpuReport
 from engine.plan import PlanError
@@ -72,6 +72,11 @@ class FitPanel(QWidget):
         self.speculative_spin = QSpinBox()
         self.speculative_spin.setRange(0, MAX_SPECULATIVE_TOKENS)
         self.speculative_spin.setSpecialValueText("adaptive")  # 0: the engine picks K as it goes
+        self.gpus_spin = QSpinBox()  # shown where the machine has several GPUs
+        self.gpus_spin.setRange(1, 1)
+        self.gpus_spin.setToolTip(
+            "Tensor parallelism: each GPU holds a share of every layer and they decode together; "
+            "a model larger than one card fits across several")
         self._drafts: list[tuple[str, str, object]] = []  # (label, load name, ModelShape)
         self.fit_table = QTableWidget(0, len(COLUMNS))
         self.fit_table.setHorizontalHeaderLabels(COLUMNS)
@@ -81,6 +86,9 @@ class FitPanel(QWidget):
         self.fit_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.recommendation_label = QLabel()
         self.recommendation_label.setWordWrap(True)
+        self.split_label = QLabel()  # the split the planner suggests, where it beats one card
+        self.split_label.setObjectName("splitLabel")
+        self.split_label.setWordWrap(True)
         self.verdict_label = QLabel()
         self.verdict_label.setObjectName("verdictLabel")
         self.verdict_label.setWordWrap(True)
@@ -91,6 +99,7 @@ class FitPanel(QWidget):
         self.form.addRow("Context (tokens)", self.context_spin)
         self.form.addRow("Speculative decoding", self.speculation_combo)
         self.form.addRow("Speculative tokens", self.speculative_spin)
+        self.form.addRow("GPUs (tensor parallel)", self.gpus_spin)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.summary_label)
@@ -98,12 +107,14 @@ class FitPanel(QWidget):
         layout.addLayout(self.form)
         layout.addWidget(self.fit_table, 1)
         layout.addWidget(self.recommendation_label)
+        layout.addWidget(self.split_label)
         layout.addWidget(self.verdict_label)
 
         self.quant_combo.currentTextChanged.connect(self._on_choice_changed)
         self.kv_combo.currentTextChanged.connect(self._on_choice_changed)
         self.context_spin.valueChanged.connect(self._on_choice_changed)
         self.speculation_combo.currentIndexChanged.connect(self._on_choice_changed)
+        self.gpus_spin.valueChanged.connect(self._on_choice_changed)
         self.set_drafts([])
         self.fit_table.cellClicked.connect(self._on_fit_table_cell_clicked)
         self._show_gpu()
@@ -167,6 +178,10 @@ class FitPanel(QWidget):
             return Speculation(draft=self._drafts[index - 2][1], num_speculative_tokens=k)
         return Speculation()
 
+    def tensor_parallel(self) -> int:
+        """GPUs to cut the model across (LoadRequest.tensor_parallel); 1 with one GPU."""
+        return self.gpus_spin.value()
+
     def choice(self) -> tuple[str, str, int | None]:
         """(quant, kv_dtype, context) as chosen; context None when nothing is planned."""
         context = self.context_spin.value() if self.shape is not None else None
@@ -184,28 +199,43 @@ class FitPanel(QWidget):
     # ------------------------------------------------------------------ helpers
 
     def _show_gpu(self) -> None:
+        num = len(self.gpu_report.gpus) if self.gpu_report is not None else 0
+        self.gpus_spin.setRange(1, max(1, num))
+        self.form.setRowVisible(self.gpus_spin, num >= 2)
         gpu = fit_check.first_gpu(self.gpu_report)
         if self.gpu_report is None:
             self.gpu_label.setText("Looking for a GPU…")
         elif gpu is None:
             self.gpu_label.setText(f"No GPU: {self.gpu_report.reason}")
         else:
+            more = f"; {num} GPUs in all" if num >= 2 else ""
             self.gpu_label.setText(
                 f"{gpu.name}: {gpu.free_bytes / GiB:.1f} GiB free of {gpu.total_bytes / GiB:.1f} "
-                f"GiB (driver {gpu.driver_version or 'unknown'})")
+                f"GiB (driver {gpu.driver_version or 'unknown'}){more}")
 
     def _replan(self, preselect: bool = False) -> None:
         self.fit_table.setRowCount(0)
         self.table_data = None
         if self.shape is None:
             self.recommendation_label.setText("")
+            self.split_label.setText("")
             self.verdict_label.setText("")
             self.sig_plan_changed.emit(False)  # a folder the planner cannot read won't load
             return
         gpu = fit_check.first_gpu(self.gpu_report)
+        kv, context = self.kv_combo.currentText(), self.context_spin.value()
         try:
-            table = fit_check.fit_table(self.shape, gpu, self.kv_combo.currentText(),
-                                        self.context_spin.value(), self._draft_shape())
+            split = split_check.advice(self.shape, self.gpu_report, kv, context)
+            if preselect:  # the split where this machine can run it, else one GPU
+                self.gpus_spin.blockSignals(True)
+                self.gpus_spin.setValue(split.num_devices if split and split.runs_here else 1)
+                self.gpus_spin.blockSignals(False)
+            self.split_label.setText(f"Several GPUs: {split.text}." if split else "")
+            n = self.gpus_spin.value()
+            if n > 1:
+                table = split_check.fit_table(self.shape, self.gpu_report, n, kv, context)
+            else:
+                table = fit_check.fit_table(self.shape, gpu, kv, context, self._draft_shape())
             if preselect and self.quant_combo.findText(table.recommended_quant) >= 0:
                 self.quant_combo.blockSignals(True)
                 self.quant_combo.setCurrentText(table.recommended_quant)
@@ -219,6 +249,8 @@ class FitPanel(QWidget):
         for row in table.rows:
             self._add_fit_row(row)
         note = f" {table.note}" if table.note else ""
+        if self.gpus_spin.value() > 1 and self._draft_shape() is not None:
+            note += " The draft model stays off: it does not run beside tensor parallelism yet."
         self.recommendation_label.setText(
             f"Recommended: {table.recommended_quant} weights, {table.recommended_kv_dtype} KV "
             f"cache, {table.recommended_context:,} tokens.{note}")
@@ -245,10 +277,13 @@ class FitPanel(QWidget):
         quant = self.quant_combo.currentText()
         quant = table.recommended_quant if quant == "auto" else quant
         row = next((r for r in table.rows if r.quant == quant), None)
-        if row is None:  # fp16 is not a table row
-            row = fit_check.fit_row(self.shape, fit_check.first_gpu(self.gpu_report), quant,
-                                    self.kv_combo.currentText(), self.context_spin.value(),
-                                    self._draft_shape())
+        n, kv = self.gpus_spin.value(), self.kv_combo.currentText()
+        context = self.context_spin.value()
+        if row is None and n > 1:  # fp16 is not a table row
+            row = split_check.fit_row(self.shape, self.gpu_report, n, quant, kv, context)
+        elif row is None:
+            row = fit_check.fit_row(self.shape, fit_check.first_gpu(self.gpu_report), quant, kv,
+                                    context, self._draft_shape())
         verdict = {True: "fits", False: "does not fit", None: "runs on the CPU"}[row.fits]
         self.verdict_label.setText(f"{row.reason}: {verdict}.")
         self.verdict_label.setProperty("fits", FIT_WORDS[row.fits])

@@ -24,6 +24,7 @@ from app.fit_panel import FitPanel
 from app.get_model_panel import GetModelPanel, size_text
 from app.hub_listing import RepoListing
 from app.model_catalog import ModelEntry, all_entries, demo_draft_entry
+from app.model_choice import recommended_entry
 from app.model_download import ModelDownload
 from engine.events import LoadRequest
 from engine.gpu import GpuReport
@@ -87,6 +88,14 @@ class ModelPickerDialog(QDialog):
 
     def set_gpu_report(self, report: GpuReport) -> None:
         self.fit_panel.set_gpu_report(report)
+        entry = self.selected_entry()
+        if self.settings.last_load() is None and entry is not None and entry.source == "demo":
+            # a first run whose card was detected after the dialog opened: choose again
+            chosen = recommended_entry(
+                [self.model_list.item(i).data(ENTRY_ROLE) for i in range(self.model_list.count())],
+                report)
+            if chosen is not None:
+                self._fill_models(select=chosen.folder)
 
     def add_folder(self, folder: Path) -> None:
         folders = self.settings.model_folders()
@@ -104,10 +113,12 @@ class ModelPickerDialog(QDialog):
             return None
         quant, kv_dtype, context = self.fit_panel.choice()
         speculation = self.fit_panel.speculation()
+        tp = self.fit_panel.tensor_parallel()
+        draft = speculation.draft if tp == 1 else None  # no draft beside tensor parallelism yet
         return LoadRequest(model=entry.load_name, quant=quant, kv_dtype=kv_dtype, context=context,
-                           draft=speculation.draft,
+                           draft=draft,
                            num_speculative_tokens=speculation.num_speculative_tokens
-                           if speculation.draft else None)
+                           if draft else None, tensor_parallel=tp)
 
     # ------------------------------------------------------------------ slots
 
@@ -187,7 +198,11 @@ class ModelPickerDialog(QDialog):
         last = self.settings.last_load()
         self.model_list.blockSignals(True)  # one selection change, once the list is whole
         self.model_list.clear()
-        for entry in all_entries(self.settings.model_folders(), self.hub):
+        entries = all_entries(self.settings.model_folders(), self.hub)
+        if select is None and last is None:  # a first run: the best model this card runs
+            chosen = recommended_entry(entries, self.fit_panel.gpu_report)
+            select = chosen.folder if chosen is not None else None
+        for entry in entries:
             item = QListWidgetItem(f"{entry.label}  ({entry.source})")
             item.setToolTip(str(entry.folder))
             item.setData(ENTRY_ROLE, entry)

@@ -55,7 +55,8 @@ class ModelStatusPanel(QWidget):
         notes = f" · {'; '.join(event.notes)}" if event.notes else ""
         name = Path(event.model).name or event.model  # the worker names the folder it loaded
         self.label.setText(
-            f"{name} · {event.quant} · KV {event.kv_dtype} · {event.context:,} tokens · "
+            f"{name} · {event.quant} · KV {event.kv_dtype} {event.kv_cache_bytes / GiB:.2f} GiB · "
+            f"{event.context:,} tokens · "
             f"{event.device} · weights {event.weights_bytes / GiB:.2f} GiB{notes}")
         self.label.setToolTip(f"{event.model}\n{event.architecture}{notes}")
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
 from app.paths import REPO_ROOT
+from engine.child_env import NO_MULTICAST
 from engine.events import (
     CancelRequest,
     Failed,
@@ -136,7 +137,7 @@ class WorkerClient(QObject):
         path = os.pathsep.join(p for p in (str(REPO_ROOT), env.value("PYTHONPATH", "")) if p)
         env.insert("PYTHONPATH", path)
         env.insert("PYTHONUNBUFFERED", "1")
-        for key, value in self.extra_env.items():
+        for key, value in {**self.extra_env, **NO_MULTICAST}.items():  # multicast off, always
             env.insert(key, value)
         process.setProcessEnvironment(env)
         process.setProgram(self.command[0])

@@ -4,6 +4,9 @@ Every supported architecture calls it from its own attention module. It owns the
 writes (kv_cache.py), the masking (causal without a materialized mask where it can) and
 grouped-query attention (SDPA `enable_gqa`: KV heads are never expanded). transformers' own
 cache and mask building are switched off: the model runs with no cache and a `None` mask.
+Prefill reads the cache through SDPA (dequantized a layer at a time for int8/fp8); one-token
+steps go to decode_attention.py where it applies (a GPU with Triton; an int8/fp8 cache anywhere),
+which reads the cache as stored.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
+from engine import decode_attention
 from engine.kv_cache import KVCache
 
 ATTN_IMPLEMENTATION = "hearth"
@@ -41,12 +45,18 @@ def hearth_attention(module, query, key, value, attention_mask, scaling=None, dr
         raise RuntimeError("hearth attention called without a hearth_step context")
     if kwargs.get("softcap") is not None:
         raise NotImplementedError("attention logit soft-capping is not supported")
-    layer = module.layer_idx
-    step.cache.write(layer, step.positions, key, value)
-    k = step.cache.k[layer][:, :, : step.end]  # [1, H_kv, end, D]
-    v = step.cache.v[layer][:, :, : step.end]
+    layer, cache, T = module.layer_idx, step.cache, query.shape[2]
+    # written first, read back after: a token is quantized (int8/fp8) before anything reads it,
+    # its own query included, so results do not depend on how tokens were grouped into passes
+    cache.write(layer, step.positions, key, value)
+    how = decode_attention.backend(cache)
+    if T == 1 and how != "sdpa":  # split-context decode, reading int8/fp8 as stored
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        out = decode_attention.attend(query, cache.layer(layer), step.positions, step.end, scale,
+                                      how)
+        return out.transpose(1, 2).contiguous(), None
+    k, v = cache.read(layer, step.end, query.dtype)  # [1, H_kv, end, D]
     q = query.to(k.dtype)
-    T = q.shape[2]
     if T == 1:
         out = F.scaled_dot_product_attention(q, k, v, scale=scaling, enable_gqa=True)
     elif step.start == 0:

@@ -8,6 +8,7 @@ Requests run one after another at batch 1 (there is no continuous batching yet).
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -59,7 +60,10 @@ class BenchResult:
     hf_generate_ttft_ms: float | None = None
     speedup_vs_hf: float | None = None
     speculative: dict | None = None  # bench_speculative.SpeculativeResult, with --draft etc.
+    tensor_parallel: int = 1  # GPUs (or CPU processes) the model is cut across
+    peak_vram_bytes_per_gpu: list[int | None] | None = None  # NVML, per rank (tensor parallel)
     notes: list[str] = field(default_factory=list)
+    lm_head: str = "16bit"  # --lm-head: the lm_head's own format
 
 
 def _folder_for_random(model: str | None) -> ModelFolder:
@@ -101,7 +105,7 @@ def decode_bytes(model, kv_bytes_per_token: int, context: int) -> int:
         state = getattr(getattr(m, "weight", None), "quant_state", None)
         if state is not None and getattr(state, "absmax", None) is not None:
             total += state.absmax.numel() * state.absmax.element_size()
-    head = model.get_output_embeddings().weight
+    head = getattr(model.get_output_embeddings(), "weight", None)  # None: a quantized lm_head
     if head is embed:
         total += head.numel() * head.element_size()
     return total + kv_bytes_per_token * context
@@ -174,23 +178,49 @@ def hf_generate(model, ids: list[int], new_tokens: int, device) -> tuple[float, 
 def run(model: str | None, random_weights: bool, quant: str, kv_dtype: str, prompt_len: int,
         new_tokens: int, num_prompts: int, eager: bool, compile_layers: bool,
         baseline_hf: bool, device: str, memory_limit_gib: float | None,
-        spec: SpecArgs | None = None) -> BenchResult:
+        spec: SpecArgs | None = None, tensor_parallel: int = 1,
+        lm_head: str = "16bit") -> BenchResult:
     spec = spec or SpecArgs()
     context = prompt_len + new_tokens
     if spec.prompts_file:  # the file decides the prompt lengths; the model's context holds them
         context = None
     req = LoadRequest(model=model, quant=quant, kv_dtype=kv_dtype, context=context,
                       device=device, memory_limit_gib=memory_limit_gib, eager=eager,
-                      compile=compile_layers)
+                      compile=compile_layers, draft=spec.draft, tensor_parallel=tensor_parallel,
+                      lm_head=lm_head)
     req.validate()
+    if tensor_parallel > 1 and baseline_hf:
+        raise BadRequest("--baseline-hf runs transformers on one device; leave it out with "
+                         "--tensor-parallel")
     t0 = time.perf_counter()
+    load_req = req
+    if tensor_parallel > 1:  # the whole model in host memory, then cut (tp_session.py)
+        from engine import tp_session
+
+        tp_device = tp_session.device_for(req)
+        load_req = tp_session.host_request(req, tp_device)
     if random_weights:
-        lm = loader.random_model(_folder_for_random(model), req)
+        lm = loader.random_model(_folder_for_random(model), load_req)
     else:
         from engine.model_folder import check
 
-        lm = loader.load(check(model), req, lambda e: None)
-    session = Session(lm, kv_dtype, fast_path=not eager, compile_layers=compile_layers)
+        lm = loader.load(check(model), load_req, lambda e: None)
+    if tensor_parallel > 1:
+        session = tp_session.TPSession(lm, req, tp_device)
+    else:
+        session = Session(lm, kv_dtype, fast_path=not eager, compile_layers=compile_layers)
+    try:
+        return _measure(session, prompt_len, new_tokens, num_prompts, baseline_hf, spec,
+                        random_weights, req, t0)
+    finally:
+        if tensor_parallel > 1:
+            session.close()  # the follower processes end with the benchmark
+
+
+def _measure(session: Session, prompt_len: int, new_tokens: int, num_prompts: int,
+             baseline_hf: bool, spec: SpecArgs, random_weights: bool, req: LoadRequest,
+             t0: float) -> BenchResult:
+    lm = session.lm  # under tensor parallelism: rank 0's device
     dev = lm.device
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
@@ -221,8 +251,11 @@ def run(model: str | None, random_weights: bool, quant: str, kv_dtype: str, prom
     elapsed = time.perf_counter() - t
 
     bw = copy_bandwidth(dev)
-    per_token = session.cache.num_bytes // session.cache.max_len
-    step_bytes = decode_bytes(lm.model, per_token, prompt_len + new_tokens)
+    per_token = session.cache.num_bytes // session.cache.max_len  # one rank's KV heads
+    n = req.tensor_parallel
+    # one GPU's step: 1/N of the weights read (each rank's cut; the replicated norms are noise),
+    # its own KV heads; the roofline leaves out the all-reduces' latency
+    step_bytes = decode_bytes(lm.model, 0, 0) // n + per_token * (prompt_len + new_tokens)
     roofline = bw / step_bytes
     result = BenchResult(
         model=str(lm.folder.path), device=_device_name(dev), quant=lm.quant,
@@ -238,7 +271,8 @@ def run(model: str | None, random_weights: bool, quant: str, kv_dtype: str, prom
         roofline_tokens_per_s=round(roofline, 1), roofline_fraction=round(decode / roofline, 3),
         throughput_tokens_per_s=round(total_new / elapsed, 2),
         avg_latency_s=round(elapsed / num_prompts, 4), num_prompts=num_prompts,
-        notes=list(session.loaded_event().notes))
+        tensor_parallel=n, peak_vram_bytes_per_gpu=_per_gpu_vram(session),
+        notes=list(session.loaded_event().notes), lm_head=req.lm_head)
     if spec.draft or spec.prompt_lookup:
         from engine import bench_speculative
 
@@ -254,6 +288,18 @@ def run(model: str | None, random_weights: bool, quant: str, kv_dtype: str, prom
         result.hf_generate_decode_tokens_per_s = round(rate, 2)
         result.speedup_vs_hf = round(decode / rate, 2)
     return result
+
+
+def _per_gpu_vram(session: Session) -> list[int | None] | None:
+    """NVML's memory of each rank's process on its GPU (rank r on cuda:r), tensor parallel."""
+    from engine.tp_session import TPSession
+
+    if not isinstance(session, TPSession) or session.lm.device.type != "cuda":
+        return None
+    from engine.gpu import process_used_bytes
+
+    pids = {0: os.getpid(), **session.leader.follower_pids}
+    return [process_used_bytes(pid, r) for r, pid in sorted(pids.items())]
 
 
 def _device_name(dev: torch.device) -> str:
@@ -277,6 +323,12 @@ def markdown(r: BenchResult) -> str:
                                      f"{r.avg_latency_s:.3f} s over {r.num_prompts} prompts, "
                                      f"{r.batching}"),
     ]
+    if r.tensor_parallel > 1:
+        per_gpu = ", ".join("?" if b is None else f"{b / 2**30:.2f}"
+                            for b in r.peak_vram_bytes_per_gpu or ())
+        rows.insert(2, ("tensor parallel", f"{r.tensor_parallel} ranks; roofline and VRAM per "
+                                           f"GPU" + (f"; NVML GiB by rank: {per_gpu}"
+                                                     if per_gpu else "")))
     if r.hf_generate_decode_tokens_per_s is not None:
         rows.append(("plain generate()", f"{r.hf_generate_decode_tokens_per_s:,.1f} tokens/s, "
                                          f"ttft {r.hf_generate_ttft_ms:.1f} ms; engine is "
@@ -303,7 +355,7 @@ def run_cli(args) -> int:
                     args.synthetic_acceptance, args.prompts)
     result = run(args.model, args.random_weights, args.quant, args.kv_dtype, args.prompt_len,
                  args.new_tokens, args.num_prompts, args.eager, args.compile, args.baseline_hf,
-                 args.device, args.memory_limit, spec)
+                 args.device, args.memory_limit, spec, args.tensor_parallel, args.lm_head)
     print(json.dumps(asdict(result)) if args.json else markdown(result), flush=True)
     if args.out:
         with open(args.out, "w") as f:

@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--quant", choices=QUANTS, default="auto")
     plan.add_argument("--kv-dtype", default="auto")
     plan.add_argument("--draft", metavar="PATH")
+    plan.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
+                      help="plan for N cards (of --vram GIB each, or this machine's)")
     plan.add_argument("--json", action="store_true")
 
     bench = sub.add_parser("bench", help="time to first token, decode speed, memory")
@@ -105,7 +107,19 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--text", required=True, metavar="FILE")
     ev.add_argument("--quant", default="auto")
     ev.add_argument("--kv-dtype", default="auto")
+    ev.add_argument("--lm-head", default="16bit", help="16bit, or a quantized copy: int8, int4")
     ev.add_argument("--json", action="store_true")
+
+    qz = sub.add_parser("quantize", help="make a 4-bit AWQ copy of a model folder")
+    qz.add_argument("--model", help="a bf16/fp16 model folder (default: the bundled demo model)")
+    qz.add_argument("--method", required=True, help="awq (or rtn: plain rounding to 4 bits in "
+                    "the same format, the baseline AWQ improves on)")
+    qz.add_argument("--out", required=True, metavar="PATH", help="a new folder for the copy")
+    qz.add_argument("--calibration", metavar="FILE", help="calibration text (paragraphs split "
+                    "at blank lines; default: the Python standard library's docstrings)")
+    qz.add_argument("--device", default="auto")
+    qz.add_argument("--num-samples", type=int, default=128)
+    qz.add_argument("--seq-len", type=int, default=512)
 
     gpu = sub.add_parser("gpu", help="the GPUs NVML sees")
     gpu.add_argument("--json", action="store_true")
@@ -123,13 +137,18 @@ def _load_args(p: argparse.ArgumentParser, context: bool = True) -> None:
         p.add_argument("--context", type=int)
     p.add_argument("--device", default="auto")
     p.add_argument("--memory-limit", type=float, metavar="GIB")
+    p.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
+                   help="cut the model across N GPUs (with --device cpu: N CPU processes)")
+    p.add_argument("--lm-head", default="16bit", help="16bit, or a quantized copy: int8, int4")
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command in (None, "gui"):
-            return subprocess.call([sys.executable, "-m", "app"])
+            from engine.child_env import child_env
+
+            return subprocess.call([sys.executable, "-m", "app"], env=child_env())
         if args.command == "worker":
             from engine import worker
 
@@ -140,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             from engine.plan_report import run_plan
 
             return run_plan(args.model, args.vram, args.gpu, args.context, args.quant,
-                            args.kv_dtype, args.draft, args.json)
+                            args.kv_dtype, args.draft, args.json,
+                            tensor_parallel=args.tensor_parallel)
         if args.command == "bench":
             from engine.model_folder import check, resolve
 
@@ -148,13 +168,27 @@ def main(argv: list[str] | None = None) -> int:
                 check(args.model)
             elif not (resolve(args.model) / "config.json").is_file():
                 raise BadRequest(f"{args.model} has no config.json")
+            if args.tensor_parallel != 1:  # before torch, as for `run`
+                from engine import tp_request
+
+                tp = LoadRequest(quant=args.quant, kv_dtype=args.kv_dtype, device=args.device,
+                                 eager=args.eager, draft=args.draft,
+                                 tensor_parallel=args.tensor_parallel)
+                tp.validate()
+                tp_request.check(tp, resolve(args.model))
             from engine import bench
 
             return bench.run_cli(args)
         if args.command == "eval":
             from engine.eval import run_eval
 
-            return run_eval(args.model, args.text, args.quant, args.kv_dtype, args.json)
+            return run_eval(args.model, args.text, args.quant, args.kv_dtype, args.json,
+                            lm_head=args.lm_head)
+        if args.command == "quantize":
+            from engine.quantize import run_quantize
+
+            return run_quantize(args.model, args.method, args.out, args.calibration, args.device,
+                                args.num_samples, args.seq_len)
         if args.command == "gpu":
             from engine.plan_report import run_gpu
 
@@ -204,7 +238,8 @@ def _requests(args) -> tuple[LoadRequest, GenerateRequest]:
     load = LoadRequest(model=args.model, quant=args.quant, kv_dtype=args.kv_dtype,
                        context=args.context, device=args.device,
                        memory_limit_gib=args.memory_limit, draft=args.draft,
-                       num_speculative_tokens=args.num_speculative_tokens)
+                       num_speculative_tokens=args.num_speculative_tokens,
+                       tensor_parallel=args.tensor_parallel, lm_head=args.lm_head)
     gen = GenerateRequest(prompt=args.prompt, messages=messages, system=args.system,
                           raw=args.raw, max_new_tokens=args.max_new_tokens, stop=tuple(args.stop),
                           sampling=SamplingParams(args.temperature, args.top_p, args.top_k,
@@ -225,12 +260,14 @@ def _speculation(s) -> str:
 
 
 def _run(args) -> int:
+    from engine import tp_request
     from engine.model_folder import check
 
     load, gen = _requests(args)
-    check(load.model)  # before torch: a bad folder fails in well under a second
+    folder = check(load.model)  # before torch: a bad folder fails in well under a second
     if load.draft is not None:
         check(load.draft)
+    tp_request.check(load, folder.path)  # so does a split the model or the machine cannot take
 
     def show(event) -> None:
         if args.json:
@@ -247,14 +284,21 @@ def _run(args) -> int:
             print(f"\n[{event.reason}] {s.new_tokens} tokens, ttft {s.ttft_ms:.0f} ms, "
                   f"{s.decode_tokens_per_s:.1f} tokens/s{_speculation(s)}", file=sys.stderr)
 
-    from engine.session import Session
+    if load.tensor_parallel > 1:
+        from engine.tp_session import TPSession as Session
+    else:
+        from engine.session import Session
 
     session = Session.load(load, show)
-    show(session.loaded_event())
-    last = None
-    for event in session.generate(gen):
-        show(event)
-        last = event
+    try:
+        show(session.loaded_event())
+        last = None
+        for event in session.generate(gen):
+            show(event)
+            last = event
+    finally:
+        if load.tensor_parallel > 1:
+            session.close()  # the follower processes end with the command
     if isinstance(last, Failed):
         if not args.json:
             print(f"hearth: {last.error}" + (f" ({last.hint})" if last.hint else ""),

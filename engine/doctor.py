@@ -223,11 +223,12 @@ def check_package(dist: str, purpose: str, specs: dict[str, str]) -> Check:
 def check_gptqmodel() -> Check:
     version = installed_version("gptqmodel")
     if version is not None:
-        return Check("gptqmodel", OK, f"{version} (AWQ models)")
+        return Check("gptqmodel", OK, f"{version} (AWQ models in plain transformers)")
     torch_version = installed_version("torch") or ""
     # 7.7 needs torch >= 2.14.1: with an older torch, pip would replace it (maybe with a CUDA build)
     pin = "gptqmodel==7.6.0" if _older(torch_version.split("+")[0], "2.14.1") else "gptqmodel"
-    return Check("gptqmodel", NOTE, "not installed; optional, only AWQ models need it",
+    return Check("gptqmodel", NOTE, "not installed; optional: Hearth runs AWQ models without "
+                 "it, plain transformers needs it for them",
                  "To add it: " + pip_install(pin))
 
 

@@ -96,12 +96,12 @@ def perplexity(session, ids: list[int], stride: int | None = None) -> EvalResult
 
 
 def run_eval(model: str | None, text_file: str, quant: str = "auto", kv_dtype: str = "auto",
-             as_json: bool = False) -> int:
+             as_json: bool = False, lm_head: str = "16bit") -> int:
     """Print the perplexity of `model` (None: the demo model) over `text_file`; 0, or 2 for bad
     input with one line on stderr. With as_json, stdout holds exactly one JSON object."""
     try:
         text = read_text(text_file)
-        req = LoadRequest(model, quant, kv_dtype)
+        req = LoadRequest(model, quant, kv_dtype, lm_head=lm_head)
         req.validate()
         check(model)  # before torch: a bad folder fails in well under a second
         from transformers.utils import logging as hf_logging
@@ -117,12 +117,13 @@ def run_eval(model: str | None, text_file: str, quant: str = "auto", kv_dtype: s
         print(f"hearth eval: {' '.join(str(e).split())}", file=sys.stderr)
         return EXIT_BAD_INPUT
     report = {**asdict(result), "model": str(session.lm.folder.path), "text": text_file,
-              "quant": session.lm.quant, "kv_dtype": session.kv_dtype,
+              "quant": session.lm.quant, "lm_head": lm_head, "kv_dtype": session.kv_dtype,
               "device": str(session.lm.device), "seconds": round(time.perf_counter() - t0, 2)}
     if as_json:
         print(json.dumps(report))
     else:
         print(f"perplexity {result.perplexity:.4f} over {result.tokens} tokens of {text_file} "
-              f"(window {result.window}, stride {result.stride}; {report['quant']} weights, "
+              f"(window {result.window}, stride {result.stride}; {report['quant']} weights"
+              f"{'' if lm_head == '16bit' else f', {lm_head} lm_head'}, "
               f"{report['kv_dtype']} KV cache on {report['device']}; {report['seconds']} s)")
     return EXIT_OK

@@ -56,6 +56,8 @@ class LoadRequest:
     compile: bool = False  # torch.compile the fused layer (slow first load, cached after)
     draft: str | None = None  # a draft model folder (same tokenizer): speculative decoding
     num_speculative_tokens: int | None = None  # fixed K for every generation; None: adaptive
+    tensor_parallel: int = 1  # GPUs the model is cut across (tp_session.py); 1: one device
+    lm_head: str = "16bit"  # "int8" / "int4": a quantized copy of the lm_head (lm_head.py)
 
     def validate(self) -> None:
         if self.quant not in QUANTS:
@@ -71,6 +73,33 @@ class LoadRequest:
         if self.memory_limit_gib is not None and not self.memory_limit_gib > 0:
             raise BadRequest(f"memory limit must be above 0 GiB, got {self.memory_limit_gib}")
         _check_speculative_tokens(self.num_speculative_tokens, minimum=1)
+        if self.lm_head not in LM_HEADS:
+            raise BadRequest(f"unknown --lm-head {self.lm_head!r}; choose one of "
+                             f"{', '.join(LM_HEADS)}")
+        if self.lm_head != "16bit" and self.tensor_parallel != 1:
+            raise BadRequest("--tensor-parallel cuts a 16-bit lm_head only; leave out --lm-head")
+        self._check_tensor_parallel()
+
+    def _check_tensor_parallel(self) -> None:
+        n = self.tensor_parallel
+        if type(n) is not int or n < 1:  # not bool, not 2.0: a JSON command is taken as sent
+            raise BadRequest(f"--tensor-parallel takes a whole number of GPUs, 1 or more, "
+                             f"got {n!r}")
+        if n == 1:
+            return
+        # what tensor_parallel.py cuts and tp_worker.py caches today: 16-bit weights and KV
+        if self.quant in ("int8", "nf4", "awq"):
+            raise BadRequest(f"--tensor-parallel cuts 16-bit weights only so far; use --quant "
+                             f"bf16 or auto, not {self.quant}")
+        if self.kv_dtype in ("fp8", "int8"):
+            raise BadRequest(f"--tensor-parallel keeps a 16-bit KV cache so far; use --kv-dtype "
+                             f"auto or bf16, not {self.kv_dtype}")
+        if self.draft is not None:
+            raise BadRequest("a draft model does not run beside --tensor-parallel yet; "
+                             "--prompt-lookup does")
+        if self.eager:
+            raise BadRequest("--eager decodes through transformers' modules on one device; "
+                             "leave it out with --tensor-parallel")
 
 
 MAX_SPECULATIVE_TOKENS = 16
@@ -84,6 +113,7 @@ def _check_speculative_tokens(k: int | None, minimum: int) -> None:
 
 QUANTS = ("auto", "bf16", "fp16", "fp32", "int8", "nf4", "awq")
 KV_DTYPES = ("auto", "bf16", "fp16", "fp32", "fp8", "int8")
+LM_HEADS = ("16bit", "int8", "int4")
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """The engine's own decode step for the Llama/Qwen family (Llama, Mistral, Qwen2, Qwen3).
 
-A one-token step over the loaded model's own weights and linear modules (bf16, bitsandbytes), with
-every shape fixed and every position in a device tensor, so the step can be captured as one CUDA
-graph and, optionally, its small ops fused by torch.compile. transformers' modules stay the
+A one-token step over the loaded model's own weights and linear modules (bf16, bitsandbytes, int4)
+with every shape fixed and every position in a device tensor, so the step can be captured as one
+CUDA graph and, optionally, its small ops fused by torch.compile. transformers' modules stay the
 reference (tests compare the two) and serve prefill and every other architecture.
 """
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engine import decode_attention, kv_quant
 from engine.kv_cache import KVCache
 
 FAMILY = ("llama", "mistral", "qwen2", "qwen3")
@@ -102,9 +103,9 @@ class FamilyStep:
             if a.q_proj.bias is not None:
                 bias = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
         else:
-            qkv, bias = _Concat(a.q_proj, a.k_proj, a.v_proj), None
+            qkv, bias = _concat(a.q_proj, a.k_proj, a.v_proj), None
         gate_up = (_fuse([m.gate_proj, m.up_proj]) if _is_plain(m.gate_proj, m.up_proj)
-                   else _Concat(m.gate_proj, m.up_proj))
+                   else _concat(m.gate_proj, m.up_proj))
         plain = lambda mod: mod.weight if _is_plain(mod) else mod
         q_norm = getattr(a, "q_norm", None)
         k_norm = getattr(a, "k_norm", None)
@@ -124,11 +125,13 @@ class FamilyStep:
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * cos + rotated * sin
 
-    def qkv_rope(self, qkv, q_norm, k_norm, cos, sin, pos, k_cache, v_cache):
-        """qkv: [1, T, (H + 2 H_kv) D] -> q: [1, H, T, D]; writes these tokens' K/V at pos [T].
+    def qkv_rope(self, qkv, q_norm, k_norm, cos, sin, pos, k_cache, v_cache, k_scale=None,
+                 v_scale=None):
+        """qkv: [1, T, (H + 2 H_kv) D] -> q: [1, H, T, D]; writes these tokens' K/V at pos [T],
+        quantized first for an int8/fp8 cache (scales: [1, H_kv, L], else None).
 
         Weights come as separate arguments (not one object per layer) so that one compiled
-        graph serves every layer.
+        graph serves every layer; the quantize-on-write is inside it, with the other small ops.
         """
         d, T = self.head_dim, qkv.shape[1]
         nq, nkv = self.num_heads * d, self.num_kv_heads * d
@@ -140,8 +143,8 @@ class FamilyStep:
         q = self.rope(q.transpose(1, 2), cos, sin)  # [1, H, T, D]
         k = self.rope(k.transpose(1, 2), cos, sin)  # [1, H_kv, T, D]
         v = v.view(1, T, self.num_kv_heads, d).transpose(1, 2)
-        k_cache.index_copy_(2, pos, k.to(k_cache.dtype))
-        v_cache.index_copy_(2, pos, v.to(v_cache.dtype))
+        kv_quant.store(k_cache, k_scale, pos, k)
+        kv_quant.store(v_cache, v_scale, pos, v)
         return q
 
     def add_rms(self, x, delta, w):
@@ -158,11 +161,11 @@ class FamilyStep:
         """Grouped-query attention without expanding KV heads: the G query heads that share a
         KV head become G queries of it. q: [1, H, T, D] -> [1, T, H * D]; mask: [1, 1, G T, kv]
         (one row for T = 1)."""
-        group, T = self.num_heads // self.num_kv_heads, q.shape[2]
+        group, T, dtype = self.num_heads // self.num_kv_heads, q.shape[2], q.dtype
         # rows g T + t: head group g, token t  # [1, Hkv, G T, D]
         q = q.reshape(1, self.num_kv_heads, group * T, self.head_dim).to(k_cache.dtype)
         out = F.scaled_dot_product_attention(q, k_cache[:, :, :kv_len], v_cache[:, :, :kv_len],
-                                             attn_mask=mask, scale=self.scaling)
+                                             attn_mask=mask, scale=self.scaling).to(dtype)
         if T == 1:
             return out.reshape(1, 1, self.num_heads * self.head_dim)  # kernels may permute it
         out = out.view(1, self.num_kv_heads, group, T, self.head_dim).permute(0, 3, 1, 2, 4)
@@ -194,18 +197,25 @@ class FamilyStep:
         cos = (emb.cos() * self.rope_scale).to(x.dtype)  # [T, D], broadcasts over [1, H, T, D]
         sin = (emb.sin() * self.rope_scale).to(x.dtype)
         # key j is visible to the token at pos p when j <= p; the rest of the bucket is masked
-        keys = torch.arange(kv_len, device=pos.device)
-        if T == 1:
-            mask = (keys <= pos)[None, None, None, :]  # [1, 1, 1, kv]
-        else:
-            group = self.num_heads // self.num_kv_heads
-            mask = (keys[None, :] <= pos[:, None]).repeat(group, 1)[None, None]  # [1, 1, G T, kv]
+        # (by SDPA's mask here, or inside decode_attention from pos itself)
+        how, mask = decode_attention.backend(self.cache), None
+        if how == "sdpa":
+            keys = torch.arange(kv_len, device=pos.device)
+            if T == 1:
+                mask = (keys <= pos)[None, None, None, :]  # [1, 1, 1, kv]
+            else:
+                group = self.num_heads // self.num_kv_heads
+                mask = (keys[None, :] <= pos[:, None]).repeat(group, 1)[None, None]  # [1,1,G T,kv]
         h = f["rms"](x, self.layers[0].ln_in)
         for i, p in enumerate(self.layers):
-            k_cache, v_cache = self.cache.k[i], self.cache.v[i]
+            kv = self.cache.layer(i)
             q = f["qkv_rope"](_linear(h, p.qkv, p.qkv_bias), p.q_norm, p.k_norm, cos, sin, pos,
-                              k_cache, v_cache)
-            attn = self.attend(q, k_cache, v_cache, mask, kv_len)
+                              *kv)
+            if how == "sdpa":
+                attn = self.attend(q, kv.k, kv.v, mask, kv_len)
+            else:  # [1, H, T, D] -> [1, T, H D]
+                attn = decode_attention.attend(q, kv, pos, kv_len, self.scaling, how)
+                attn = attn.transpose(1, 2).reshape(1, T, self.num_heads * self.head_dim)
             x, h = f["add_rms"](x, _linear(attn, p.o), p.ln_post)
             mlp = _linear(f["silu_mul"](_linear(h, p.gate_up)), p.down)
             next_norm = self.layers[i + 1].ln_in if i + 1 < len(self.layers) else self.norm
@@ -221,6 +231,14 @@ class FamilyStep:
         dynamo.recompile_limit = max(dynamo.recompile_limit, 32)
         self.fns = {name: torch.compile(fn, fullgraph=True, dynamic=False)
                     for name, fn in self.fns.items()}
+
+
+def _concat(*mods) -> torch.nn.Module:
+    """One fused layer where the modules know how to share one matrix (the engine's int4 layers:
+    Int4Linear.concat), else each called in turn."""
+    fuse = getattr(type(mods[0]), "concat", None)
+    fused = fuse(list(mods)) if fuse and all(type(m) is type(mods[0]) for m in mods) else None
+    return fused if fused is not None else _Concat(*mods)
 
 
 class _Concat(torch.nn.Module):

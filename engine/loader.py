@@ -1,4 +1,5 @@
-"""Load a checked model folder: weights (bf16/fp16/fp32, INT8 or NF4), tokenizer, generation config.
+"""Load a checked model folder: weights (bf16/fp16/fp32, INT8, NF4 or AWQ), tokenizer, generation
+config.
 
 safetensors only, never `trust_remote_code`. The model runs with the engine's attention function
 (attention.py), so its KV cache and masks are the engine's own, whatever the architecture.
@@ -52,7 +53,19 @@ def choose_device(req: LoadRequest) -> torch.device:
     return torch.device("cuda")
 
 
-def choose_quant(req: LoadRequest, folder: ModelFolder, device: torch.device) -> str:
+def choose_quant(req: LoadRequest, folder: ModelFolder, device: torch.device,
+                 random_weights: bool = False) -> str:
+    from engine.awq_loader import is_awq
+
+    if is_awq(folder.config):  # 4-bit already: it loads as it is
+        if req.quant not in ("auto", "awq"):
+            raise BadRequest(f"{folder.path.name} is an AWQ checkpoint: it loads as --quant awq "
+                             f"(or auto), not {req.quant}")
+        return "awq"
+    if req.quant == "awq" and not random_weights:
+        raise BadRequest(f"{folder.path.name} is not an AWQ checkpoint; make a 4-bit AWQ copy "
+                         "with `hearth quantize --model PATH --method awq --out NEW_PATH`, or "
+                         "load it with --quant nf4")
     if req.quant != "auto":
         return req.quant
     native = CONFIG_DTYPES.get(str(folder.config.get("dtype") or folder.config.get("torch_dtype")))
@@ -77,16 +90,17 @@ def _recommended_quant(req: LoadRequest, folder: ModelFolder, device: torch.devi
     return rec.quant if rec.fits and rec.quant in ("bf16", "fp16", "int8", "nf4") else sixteen
 
 
-def _placement(req: LoadRequest, folder: ModelFolder) -> tuple[torch.device, str, torch.dtype]:
+def _placement(req: LoadRequest, folder: ModelFolder, random_weights: bool = False
+               ) -> tuple[torch.device, str, torch.dtype]:
     """Device, weight format and compute dtype for a load; applies --memory-limit."""
     device = choose_device(req)
-    quant = choose_quant(req, folder, device)
-    if quant == "awq":
-        raise BadRequest("AWQ checkpoints are not supported yet; use --quant nf4 or bf16")
+    quant = choose_quant(req, folder, device, random_weights)
     apply_memory_limit(device, req.memory_limit_gib)
-    # quantized weights keep their unquantized parts (embeddings, norms) in 16 bits
+    # quantized weights keep their unquantized parts (embeddings, norms) in 16 bits; AWQ too
+    # (bf16 where the card has it: tinygemm's dtype, and no fp16 overflow in activations)
     compute_dtype = DTYPES.get(quant, torch.bfloat16)
-    if quant in ("int8", "nf4") and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+    if quant in ("int8", "nf4", "awq") and device.type == "cuda" and (
+            not torch.cuda.is_bf16_supported()):
         compute_dtype = torch.float16
     return device, quant, compute_dtype
 
@@ -118,12 +132,19 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
             bnb_4bit_compute_dtype=compute_dtype)
     elif quant == "int8":
         kwargs["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)
-    model = AutoModelForCausalLM.from_pretrained(folder.path, **kwargs).eval()
+    if quant == "awq":  # the engine's own int4 layers, converted to the kernel's layout here
+        from engine import awq_loader
+
+        model = awq_loader.load_model(folder, device, compute_dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(folder.path, **kwargs).eval()
+    head_notes = _quantize_lm_head(model, req, device, compute_dtype)
     stage("attention", 2, "installing the engine's attention")
     attention.register()
     model.set_attn_implementation(attention.ATTN_IMPLEMENTATION)
 
     context, notes = _context(folder.config, req.context)
+    notes += head_notes
     stage("ready", 3)
     return LoadedModel(folder, model, tokenizer, gen_config, _eos_ids(model, tokenizer, gen_config),
                        device, quant, compute_dtype, context, tuple(notes))
@@ -163,26 +184,43 @@ def random_model(folder: ModelFolder, req: LoadRequest) -> LoadedModel:
     """A model with real shapes and random weights, from config.json alone (benchmarks)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    device, quant, compute_dtype = _placement(req, folder)
+    device, quant, compute_dtype = _placement(req, folder, random_weights=True)
     config = AutoConfig.from_pretrained(folder.path, trust_remote_code=False)
     torch.manual_seed(0)
     quantized = quant in ("nf4", "int8")
-    # quantized: built on the CPU and quantized layer by layer on the way to the GPU, so the
-    # 16-bit weights never all sit on the card (what a checkpoint load does too)
-    with torch.device("cpu" if quantized else device):
-        model = AutoModelForCausalLM.from_config(config, dtype=compute_dtype,
-                                                 attn_implementation="sdpa").eval()
+    # under --memory-limit (an emulated small card) the 16-bit weights would not fit on it: build
+    # on the CPU and quantize one matrix at a time on the way (slow on a weak host: minutes for
+    # 8B); otherwise build on the card, as fast as its memory allows, and quantize there
+    on_host = quantized and req.memory_limit_gib is not None
+    if quant == "awq":  # random 4-bit codes made on the device: no 16-bit copy ever exists
+        from engine import awq_loader
+
+        model = awq_loader.random_model(config, device, compute_dtype)
+    else:
+        with torch.device("cpu" if on_host else device):
+            model = AutoModelForCausalLM.from_config(config, dtype=compute_dtype,
+                                                     attn_implementation="sdpa").eval()
     if quantized:
         from engine.quantize_bnb import quantize_linears
 
         quantize_linears(model, quant, compute_dtype, device)
         model.to(device)
+    head_notes = _quantize_lm_head(model, req, device, compute_dtype)
     attention.register()
     model.set_attn_implementation(attention.ATTN_IMPLEMENTATION)
     context, notes = _context(folder.config, req.context)
+    notes += head_notes
     gen = {"eos_token_id": config.eos_token_id}
     return LoadedModel(folder, model, None, gen, _eos_ids(model, None, gen), device, quant,
                        compute_dtype, context, (*notes, "random weights"))
+
+
+def _quantize_lm_head(model, req: LoadRequest, device, dtype) -> list[str]:
+    if req.lm_head == "16bit":
+        return []
+    from engine.lm_head import quantize_lm_head
+
+    return [quantize_lm_head(model, req.lm_head, device, dtype)]
 
 
 def _read_json(path) -> dict:

@@ -288,8 +288,8 @@ def recommend(shape: ModelShape, vram_bytes: int | None, compute_capability=None
             f"does not fit: {p.quant} weights with the KV cache in {p.kv_dtype} at {p.context:,} "
             f"tokens need {need(p) / GiB:.1f} GiB and this card has {vram_bytes / GiB:.1f} GiB; use"
             f" a card of at least {need(p) / GiB:.1f} GiB"
-            + (f", or {cards} such cards with tensor parallelism (tp={cards}; Hearth runs one "
-               "GPU for now)" if cards else "")
+            + (f", or {cards} such cards with tensor parallelism (tp={cards}: "
+               f"--tensor-parallel {cards}, 16-bit weights)" if cards else "")
             + f", or CPU offload (accelerate device_map='auto') at roughly "
               f"{PCIE_BYTES_PER_S / streamed:.1f} tokens/s")
     elif p.quant == "nf4" and quant in ("auto", None):

@@ -134,7 +134,17 @@ class Split:
 
     def to_dict(self) -> dict:
         return {**{k: v for k, v in asdict(self).items() if k != "plan"},
-                "plan": self.plan.to_dict()}
+                "plan": self.plan.to_dict(), "summary": self.summary()}
+
+    def summary(self) -> str:
+        """One line for `hearth plan` and the app: "needs 2 GPUs: tensor parallel 2, 14.6 GiB per
+        GPU (bf16 weights, bf16 KV cache, 8,192 tokens)"."""
+        n, per_card = self.num_devices, self.plan.total_bytes_per_device / GiB
+        what = f"{self.quant} weights, {self.kv_dtype} KV cache, {self.context:,} tokens"
+        if n == 1:
+            return f"one GPU: {per_card:.1f} GiB ({what})"
+        verb = "needs" if self.fits is not False else "does not fit even"
+        return f"{verb} {n} GPUs: tensor parallel {n}, {per_card:.1f} GiB per GPU ({what})"
 
 
 def recommend_split(shape: ModelShape, vram_bytes: int, num_devices: int,

@@ -12,6 +12,7 @@ import math
 import sys
 
 from engine import plan as planner
+from engine import plan_multi_report
 from engine.gpu import GpuReport, detect_gpus
 from engine.model_folder import resolve
 
@@ -65,8 +66,9 @@ def _card(vram_gib: float | None, gpu: str | None) -> tuple[int | None, dict | N
 def run_plan(model: str | None, vram_gib: float | None = None, gpu: str | None = None,
              context: int | None = None, quant: str | None = "auto",
              kv_dtype: str | None = "auto", draft: str | None = None, as_json: bool = False,
-             concurrency: int = 1) -> int:
-    """Print the memory plan for `model`; 0 when it fits (or no card was given), else 2."""
+             concurrency: int = 1, tensor_parallel: int = 1) -> int:
+    """Print the memory plan for `model`; 0 when it fits (or no card was given), else 2. With
+    tensor_parallel N > 1, the plan per card of N (plan_multi_report.py)."""
     quant, kv_dtype = quant or "auto", kv_dtype or "auto"
     try:
         if quant not in ("auto", *planner.WEIGHT_FORMATS):
@@ -78,21 +80,34 @@ def run_plan(model: str | None, vram_gib: float | None = None, gpu: str | None =
         if context is not None and (not isinstance(context, int) or context < 1):
             raise planner.PlanError(f"--context must be a positive number of tokens, not "
                                     f"{context!r}")
+        if not isinstance(tensor_parallel, int) or tensor_parallel < 1:
+            raise planner.PlanError(f"--tensor-parallel takes a whole number of GPUs, 1 or more, "
+                                    f"got {tensor_parallel!r}")
         path, shape = _shape(model)
+        if tensor_parallel > 1:
+            if draft:
+                raise planner.PlanError("a draft model does not run beside --tensor-parallel yet")
+            return plan_multi_report.run(path, shape, tensor_parallel, vram_gib, gpu, context,
+                                         quant, kv_dtype, as_json)
         draft_shape = _shape(draft)[1] if draft else None
         vram, card, label = _card(vram_gib, gpu)
         cc = tuple(card["compute_capability"]) if card else None
         p = planner.plan(shape, quant, kv_dtype, context, vram, draft_shape,
                          compute_capability=cc, concurrency=concurrency)
+        split = None if draft else plan_multi_report.advise(shape, vram, gpu, context, quant,
+                                                            kv_dtype)
     except ValueError as e:  # PlanError and model_folder's BadModel: the user's to fix
         return _fail("plan", str(e))
     if as_json:
         out = {"model": path, "model_type": shape.model_type, "param_source": shape.param_source,
                "native_context": shape.max_position_embeddings,
-               "sliding_window": shape.sliding_window, "card": card, **p.to_dict()}
+               "sliding_window": shape.sliding_window, "card": card, **p.to_dict(),
+               "split": split.to_dict() if split else None}
         print(json.dumps(out))
     else:
         _print_plan(path, shape, p, label)
+        if split:
+            plan_multi_report.print_advice(split, plan_multi_report.machine_gpus(gpu)[0])
     if p.fits is False:
         r = p.recommended
         hint = (f"{r['quant']} weights, a {r['kv_dtype']} KV cache and a context of "

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from engine import loader, telemetry
+from engine import decode_attention, loader, telemetry
 from engine.decode import Decoder
 from engine.detokenizer import Detokenizer, StopMatcher
 from engine.events import (
@@ -31,6 +31,7 @@ from engine.events import (
     Token,
 )
 from engine.kv_cache import KVCache
+from engine.kv_dtype import PLANNED_WEIGHTS, choose_kv_dtype
 from engine.model_folder import check
 from engine.model_shape import ModelShape
 from engine.oom import OutOfMemory
@@ -42,7 +43,7 @@ from engine.spec_controller import MAX_ADAPTIVE_K, Controller
 from engine.speculative import SpeculativeDecoding
 
 STATS_INTERVAL_S = 0.25
-KV_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+NATIVE_KV = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
 class _NoText:
@@ -85,14 +86,13 @@ class Session:
         # one per way of speculating; they remember timings and switch-offs across generations
         self.controllers: dict[tuple, Controller] = {}
         cfg = lm.model.config
-        if kv_dtype in ("fp8", "int8"):
-            raise BadRequest(f"a {kv_dtype} KV cache is not available yet; use --kv-dtype auto")
-        dtype = lm.compute_dtype if kv_dtype == "auto" else KV_DTYPES[kv_dtype]
+        self.kv_dtype, self.kv_reason = self._kv_dtype(kv_dtype)
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-        self.cache = KVCache(cfg.num_hidden_layers, kv_heads, head_dim, lm.context, dtype,
+        self.cache = KVCache(cfg.num_hidden_layers, kv_heads, head_dim, lm.context, self.kv_dtype,
                              lm.device)
-        self.kv_dtype = {v: k for k, v in KV_DTYPES.items()}[dtype]
+        self.kernel_note = decode_attention.check_kernel(self.cache, cfg.num_attention_heads,
+                                                         lm.compute_dtype)
         self.decoder = Decoder(lm.model, self.cache, lm.device)
         self.prefill_chunk = self._prefill_chunk()
         if fast_path:
@@ -100,17 +100,37 @@ class Session:
             self.decoder.setup_fast_path(allow_graph=lm.quant != "int8",
                                          compile_layers=compile_layers)
 
+    def _budget(self) -> int:
+        """What the allocator may take on this GPU (less with --memory-limit)."""
+        device = self.lm.device
+        total = torch.cuda.get_device_properties(device).total_memory
+        return int(total * torch.cuda.get_per_process_memory_fraction(device.index or 0))
+
+    def _kv_dtype(self, requested: str) -> tuple[str, str]:
+        """(KV dtype name, why): as asked, or for "auto" the model's own dtype unless the planner
+        finds memory tight on this GPU (kv_dtype.py)."""
+        lm = self.lm
+        native = NATIVE_KV[lm.compute_dtype]
+        if requested != "auto":
+            return requested, "as asked"
+        if lm.device.type != "cuda":
+            return native, f"auto: the model's own {native} on the CPU"
+        cc = torch.cuda.get_device_capability(lm.device)
+        try:
+            shape = ModelShape.from_config(lm.folder.config)
+            return choose_kv_dtype(native, shape, lm.quant, lm.context, self._budget(), cc)
+        except Exception:  # the planner cannot read this config: the model's own dtype
+            return native, f"auto: the model's own {native} (the planner cannot size this model)"
+
     def _prefill_chunk(self) -> int:
         """The planner's choice on a GPU (the allocator's budget); the smallest pass on CPU."""
         lm = self.lm
         if lm.device.type != "cuda":
             return PREFILL_CHUNK
-        total = torch.cuda.get_device_properties(lm.device).total_memory
-        budget = int(total * torch.cuda.get_per_process_memory_fraction(lm.device.index or 0))
-        quant = lm.quant if lm.quant in ("bf16", "fp16", "fp32", "int8", "nf4") else "bf16"
+        quant = lm.quant if lm.quant in PLANNED_WEIGHTS else "bf16"
         try:
             shape = ModelShape.from_config(lm.folder.config)
-            return largest_prefill_chunk(shape, quant, self.kv_dtype, lm.context, budget)
+            return largest_prefill_chunk(shape, quant, self.kv_dtype, lm.context, self._budget())
         except Exception:  # the planner cannot read this config: stay with the safe size
             return PREFILL_CHUNK
 
@@ -165,7 +185,13 @@ class Session:
 
     def loaded_event(self) -> Loaded:
         lm = self.lm
-        notes = (*lm.notes, f"decode path: {self.decoder.mode}", *self.decoder.notes)
+        kv = (f"KV cache: {self.kv_dtype} ({self.kv_reason}), "
+              f"{self.cache.num_bytes / 2**20:,.1f} MiB for {self.cache.max_len:,} tokens"
+              + (", one fp16 scale per token per KV head included" if self.cache.quantized
+                 else ""))
+        notes = (*lm.notes, kv, f"decode path: {self.decoder.mode}",
+                 decode_attention.describe(self.cache),
+                 *([self.kernel_note] if self.kernel_note else []), *self.decoder.notes)
         if self.draft is not None:
             d = self.draft
             notes += (f"speculative decoding with the draft {d.lm.folder.path} "

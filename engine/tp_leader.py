@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from engine.child_env import NO_MULTICAST, child_env
 from engine.events import BadRequest
 from engine.tensor_parallel import shard, spec_of
 from engine.tp_worker import (
-    NO_MULTICAST,
     OP_PREFILL,
     OP_SETUP,
     OP_STEP,
@@ -29,7 +29,6 @@ from engine.tp_worker import (
     OP_VERIFY,
     TIMEOUT,
     Rank,
-    child_env,
     device_id,
 )
 
@@ -91,13 +90,7 @@ class TPLeader:
                      self.backend, "--leader-pid", str(os.getpid())],
                     env=child_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                     stderr=log)
-        deadline = time.monotonic() + STARTUP_S
-        while not self._store.check([f"ready/{r}" for r in range(1, n)]):
-            if self._follower_error(0) is not None:  # died on its way up (import, device)
-                raise RuntimeError("a follower failed to start")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the followers did not start within {STARTUP_S} s")
-            time.sleep(0.05)
+        self._await("ready", "start")  # died on its way up (import, device)
         if self.backend == "nccl":
             os.environ.update(NO_MULTICAST)  # rank 0's own communicator reads them here
             torch.cuda.set_device(self.device)
@@ -108,6 +101,17 @@ class TPLeader:
             for _, t in shard(model, self.spec, r, self.device):
                 dist.send(t, dst=r)
         self.rank = Rank(self.spec, 0, dict(shard(model, self.spec, 0, self.device)), self.device)
+        self._await("loaded", "load")  # a follower's cache that did not fit fails the load
+
+    def _await(self, key: str, what: str) -> None:
+        """Until every follower has set `key/r` in the store; raises when one exits first."""
+        n, deadline = self.spec.world_size, time.monotonic() + STARTUP_S
+        while not self._store.check([f"{key}/{r}" for r in range(1, n)]):
+            if self._follower_error(0) is not None:
+                raise RuntimeError(f"a follower failed to {what}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the followers did not {what} within {STARTUP_S} s")
+            time.sleep(0.05)
 
     @property
     def follower_pids(self) -> dict[int, int]:

@@ -16,7 +16,6 @@ import threading
 import time
 import traceback
 from datetime import timedelta
-from pathlib import Path
 from typing import NoReturn
 
 import torch
@@ -26,18 +25,9 @@ from engine.kv_cache import KVCache
 from engine.tensor_parallel import DTYPES, TPSpec, TPStep, layout
 
 OP_PREFILL, OP_STEP, OP_VERIFY, OP_SETUP, OP_STOP = 1, 2, 3, 4, 5
-# NVLink multicast stays off, in the environment of every child process (device README)
-NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-                "NVSHMEM_DISABLE_NVLS": "1"}
 TIMEOUT = timedelta(minutes=10)  # longest a collective may wait (first compile and capture)
 FAIL_ENV = "HEARTH_TP_FAIL_AT_STEP"  # tests: "R:S" makes follower R raise at its decode step S
-_ROOT = str(Path(__file__).resolve().parents[1])
-
-
-def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {**os.environ, **NO_MULTICAST, **(extra or {})}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
-    return env
+FAIL_LOAD_ENV = "HEARTH_TP_FAIL_AT_LOAD"  # tests: "R" makes follower R raise once its weights came
 
 
 class Rank:
@@ -130,7 +120,10 @@ def follow(rank: int, world: int, store_addr: str, backend: str, leader_pid: int
         for name, shape, dtype in layout(spec):
             weights[name] = torch.empty(shape, dtype=dtype, device=device)
             dist.recv(weights[name], src=0)
+        if os.environ.get(FAIL_LOAD_ENV) == str(rank):  # where a real load fails: its cache
+            raise RuntimeError(f"injected failure at load ({FAIL_LOAD_ENV})")
         me = Rank(spec, rank, weights, device)
+        store.set(f"loaded/{rank}", "1")  # rank 0 waits for this: a load fails at load
         fail_rank, _, fail_step = os.environ.get(FAIL_ENV, "-1:-1").partition(":")
         header = torch.empty(4, dtype=torch.long, device=device)
         while True:

@@ -94,10 +94,13 @@ class Worker:
         from engine.loader import LoadCancelled
         from engine.oom import OutOfMemory
         from engine.session import Session
+        from engine.tp_session import TPSession
 
         self._unload()
         try:
-            self.session = Session.load(req, self.emit, cancel)
+            # N > 1: this process is rank 0 and starts, supervises and ends the other ranks
+            opener = TPSession if req.tensor_parallel > 1 else Session
+            self.session = opener.load(req, self.emit, cancel)
         except BadRequest as e:
             self.emit(Failed(str(e), bad_input=True))
             return
@@ -111,6 +114,10 @@ class Worker:
 
     def _unload(self) -> None:
         if self.session is not None:
+            from engine.tp_session import TPSession
+
+            if isinstance(self.session, TPSession):
+                self.session.close()  # its follower processes end with it
             self.session = None
             import gc
 
@@ -129,6 +136,7 @@ def main() -> int:
     engine.start()
     worker.read_commands(sys.stdin)
     engine.join()
+    worker._unload()  # tensor-parallel followers end here rather than notice rank 0 is gone
     return 0
 
 

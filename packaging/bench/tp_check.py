@@ -5,8 +5,10 @@ per step, the logits' relative error and argmax agreement where the one-GPU top-
 bf16 rounding (graph_check.Tally). Then tokens/s of each, decoding greedily with a host sync per
 token as a session does. With --no-reference (a model over one card's --memory-limit, e.g. the
 Qwen2.5-14B shape under 24 GiB) the weights are built on the host and only tp runs; NVML's peak
-per GPU is reported beside the planner's prediction (plan_multi). Set CUDA_DEVICE_ORDER=PCI_BUS_ID
-so NVML's and CUDA's indices agree.
+per GPU (sampled every 50 ms from the start of the ranks to the end) is reported beside the
+planner's prediction (plan_multi), whose safety margin is an allowance, not an allocation: the
+error is taken against the prediction less its margin. Set CUDA_DEVICE_ORDER=PCI_BUS_ID so NVML's
+and CUDA's indices agree.
 Usage: python packaging/bench/tp_check.py SHAPE_DIR [--tp 2] [--steps 256] [--new-tokens 256]
        [--memory-limit GIB] [--no-reference] [--compile] [--json OUT]
 """
@@ -17,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -33,6 +36,26 @@ from engine.events import LoadRequest  # noqa: E402
 from engine.model_shape import ModelShape  # noqa: E402
 from engine.plan_multi import plan_multi  # noqa: E402
 from engine.tp_leader import TPLeader  # noqa: E402
+
+
+class PeakSampler:
+    """NVML's memory of each rank's process on its GPU, the largest seen, every 50 ms."""
+
+    def __init__(self, pids: list[tuple[int, int]]):
+        self.pids, self.peak = pids, [0] * len(pids)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.done.wait(0.05):
+            for i, (rank, pid) in enumerate(self.pids):
+                self.peak[i] = max(self.peak[i], gpu.process_used_bytes(pid, rank) or 0)
+
+    def stop(self) -> list[int]:
+        self.done.set()
+        self.thread.join()
+        return self.peak
 
 
 def tokens_per_s(dec, logits: torch.Tensor, start: int, n: int) -> float:
@@ -71,6 +94,8 @@ def main() -> int:
         ref.setup_fast_path(allow_graph=True, compile_layers=a.compile)
     t0 = time.perf_counter()
     tp = TPLeader(lm.model, a.tp, context, "bf16", "cuda", a.memory_limit)
+    # from here (weights in place; the transfer's transient is rank 0's one tensor at a time)
+    sampler = PeakSampler([(0, os.getpid()), *tp.follower_pids.items()]) if not ref else None
     tp.setup_fast_path(allow_graph=True, compile_layers=a.compile)
     result = dict(shape=a.shape, tp=a.tp, tp_mode=tp.mode, tp_notes=tp.notes,
                   tp_start_s=round(time.perf_counter() - t0, 1))
@@ -92,14 +117,17 @@ def main() -> int:
             result["speedup"] = round(result["tp_tokens_per_s"] / result["one_gpu_tokens_per_s"], 2)
             result["vs_one_gpu"] = tally.summary()
             result["agrees"] = tally.ok(BF16_ROUNDING)
-        if ref is None:  # else GPU 0 also holds the whole model for the reference
-            pids = [(0, os.getpid()), *tp.follower_pids.items()]
-            # static buffers (weights, cache, graphs): what NVML shows after the run ~ the peak
-            result["nvml_bytes_per_gpu"] = [gpu.process_used_bytes(pid, r) for r, pid in pids]
+        if sampler is not None:  # else GPU 0 also holds the whole model for the reference
+            peaks = sampler.stop()
             vram = int(a.memory_limit * 2**30) if a.memory_limit else None
-            result["predicted_bytes_per_gpu"] = plan_multi(
-                ModelShape.from_config(lm.folder.config), a.tp, "bf16", "bf16", context,
-                vram).total_bytes_per_device
+            plan = plan_multi(ModelShape.from_config(lm.folder.config), a.tp, "bf16", "bf16",
+                              context, vram)
+            used = plan.total_bytes_per_device - plan.margin_bytes
+            result.update(
+                nvml_peak_bytes_per_gpu=peaks, predicted_bytes_per_gpu=plan.total_bytes_per_device,
+                predicted_margin_bytes=plan.margin_bytes, predicted_used_bytes_per_gpu=used,
+                plan_error_per_gpu=[round(used / p - 1, 4) if p else None for p in peaks],
+                plan_within_7_percent=all(bool(p) and abs(used / p - 1) <= 0.07 for p in peaks))
     finally:
         tp.close()
     print(json.dumps(result))

@@ -141,6 +141,8 @@ def test_the_window_loads_what_the_picker_chose(qtbot, make_window, hub, fake_lo
 def test_speculative_decoding_with_the_bundled_draft(qtbot, settings, hub):
     dialog = ModelPickerDialog(settings, card(8), hub=hub)
     qtbot.addWidget(dialog)
+    assert "Qwen2.5-7B" in dialog.selected_entry().label  # a first run: the model the card runs
+    dialog.model_list.setCurrentRow(0)
     assert dialog.selected_entry().source == "demo"
     fit = dialog.fit_panel
     offered = [fit.speculation_combo.itemText(i) for i in range(fit.speculation_combo.count())]
@@ -176,3 +178,45 @@ def test_prompt_lookup_goes_with_each_answer(qtbot, make_window, fake_log):
     window.open_model_picker()  # it shows the choice in force
     assert window.picker.fit_panel.speculation() == Speculation(prompt_lookup=True,
                                                                 num_speculative_tokens=3)
+
+
+QWEN_05B = dict(QWEN_7B, hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
+                num_key_value_heads=2, intermediate_size=4864, vocab_size=151936,
+                tie_word_embeddings=True)
+QWEN_72B = dict(QWEN_7B, hidden_size=8192, num_hidden_layers=80, num_attention_heads=64,
+                num_key_value_heads=8, intermediate_size=29568)
+
+
+@pytest.fixture
+def hub3(tmp_path):
+    """A cache with the 0.5B, 7B and 72B shapes: the picker must weigh them against the card."""
+    for name, config in (("0.5B", QWEN_05B), ("7B", QWEN_7B), ("72B", QWEN_72B)):
+        snapshot = tmp_path / "hub" / f"models--Qwen--Qwen2.5-{name}-Instruct" / "snapshots" / "r"
+        snapshot.mkdir(parents=True)
+        (snapshot / "config.json").write_text(json.dumps(config))
+    return tmp_path / "hub"
+
+
+@pytest.mark.parametrize(("gib", "quant"), [(24, "bf16"), (8, "nf4")])
+def test_first_run_with_a_gpu_preselects_the_largest_model_that_fits(qtbot, settings, hub3, gib,
+                                                                      quant):
+    dialog = ModelPickerDialog(settings, card(gib), hub=hub3)
+    qtbot.addWidget(dialog)
+    assert dialog.selected_entry().load_name == "Qwen/Qwen2.5-7B-Instruct"  # 72B fits neither
+    assert dialog.fit_panel.quant_combo.currentText() == quant
+
+
+def test_first_run_without_a_gpu_stays_on_the_demo_model(qtbot, settings, hub3):
+    dialog = ModelPickerDialog(settings, GpuReport((), "no NVIDIA driver; CPU mode"), hub=hub3)
+    qtbot.addWidget(dialog)
+    assert dialog.selected_entry().source == "demo"
+    dialog.set_gpu_report(card(80))  # the card is detected after the dialog opened
+    assert dialog.selected_entry().load_name == "Qwen/Qwen2.5-72B-Instruct"  # 80 GiB: 72B NF4
+    assert dialog.fit_panel.quant_combo.currentText() == "nf4"
+
+
+def test_a_remembered_model_wins_over_the_recommendation(qtbot, settings, hub3):
+    settings.set_last_load(LoadRequest(model="Qwen/Qwen2.5-0.5B-Instruct"))
+    dialog = ModelPickerDialog(settings, card(24), hub=hub3)
+    qtbot.addWidget(dialog)
+    assert dialog.selected_entry().load_name == "Qwen/Qwen2.5-0.5B-Instruct"

@@ -113,7 +113,7 @@ def test_bad_text_file(case, words, tiny_model, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("quant, kv_dtype, words", [
-    ("q5", "auto", "--quant"), ("auto", "int3", "--kv-dtype"), ("auto", "fp8", "fp8"),
+    ("q5", "auto", "--quant"), ("auto", "int3", "--kv-dtype"),
 ])
 def test_bad_settings(quant, kv_dtype, words, tiny_model, tmp_path, capsys):
     text = tmp_path / "t.txt"

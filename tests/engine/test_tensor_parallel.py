@@ -11,11 +11,12 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from engine.child_env import NO_MULTICAST, child_env
 from engine.events import BadRequest, LoadRequest
 from engine.session import Session
 from engine.tensor_parallel import TPSpec, layout, shard, spec_of, vocab_rows
 from engine.tp_leader import TPFailed, TPLeader
-from engine.tp_worker import FAIL_ENV, NO_MULTICAST, child_env
+from engine.tp_worker import FAIL_ENV
 
 CONTEXT = 512
 

@@ -1,0 +1,159 @@
+"""Decode attention over the engine's cache (16-bit, int8 or fp8): T query tokens (1 a step, K + 1
+in a verify block) against cache positions below a host bucket `kv_len`, each token seeing keys
+up to its own position, read from a device tensor: one captured graph serves a whole bucket.
+
+Flash-decoding: the context is cut into splits; each split yields, per query row, a partial max m,
+sum l and unnormalized output o, and a combine step merges them (the log-sum-exp rule below). The
+G query heads that share a KV head are the rows of one program, so K/V are read once per group.
+The Triton kernels (decode_attention_kernel.py) read int8/fp8 values and their scales directly,
+never a dequantized copy; `reference` is the same algorithm in PyTorch, for CPU, for GPUs without
+Triton, and for tests. Prefill attention is not here: attention.py runs SDPA for it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+
+import torch
+
+from engine import kv_quant
+from engine.kv_cache import KVCache, LayerKV
+
+# auto: int8/fp8 caches through the Triton kernel on a GPU where Triton runs, else the PyTorch
+# reference; 16-bit caches through SDPA, the path whose end-to-end speed is measured
+# (BENCHMARKS.md). triton: 16-bit caches through the kernel too: on the H200 at the Llama-3.1-8B
+# shape, one layer took 9 us against SDPA's 33 at 1K tokens and 44 against 643 at 32K (SDPA's
+# masked grouped-query path reads at 0.2 TB/s), but no whole decode has been timed with it yet.
+# sdpa: SDPA for 16-bit caches, the reference for quantized ones; reference: the PyTorch split
+# algorithm for every cache (if Triton misbehaves on some machine)
+ENV = "HEARTH_DECODE_ATTENTION"
+SETTINGS = ("auto", "triton", "sdpa", "reference")
+MIN_SPLIT_TOKENS = 256  # a split shorter than this costs more in launch and combine than it saves
+MAX_SPLITS = 64  # the combine kernel holds one split per row of a [splits, D] tile
+_FAILED: set[tuple[str, str]] = set()  # (device, KV dtype) where the kernel failed to run
+
+
+def num_splits(kv_len: int, num_kv_heads: int, num_sms: int, waves: int = 2) -> int:
+    """Splits per KV head for a bucket: enough (head, split) programs for `waves` programs per
+    SM, none shorter than MIN_SPLIT_TOKENS at the bucket's full length."""
+    want = -(-waves * num_sms // num_kv_heads)
+    return max(1, min(want, MAX_SPLITS, -(-kv_len // MIN_SPLIT_TOKENS)))
+
+
+@functools.cache
+def triton_available() -> bool:
+    """Triton imports and can build its launcher: it needs a host C compiler (CPU torch has no
+    Triton at all)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return any(shutil.which(c) for c in (os.environ.get("CC") or "cc", "gcc", "clang"))
+
+
+def backend(cache: KVCache) -> str:
+    """How decode steps read this cache: "sdpa" (16-bit only), "triton" or "reference"."""
+    device = cache.k[0].device
+    how = _backend(str(device), cache.kv_dtype, os.environ.get(ENV, "auto"))
+    if how == "triton" and (str(device), cache.kv_dtype) in _FAILED:
+        return "reference" if cache.quantized else "sdpa"
+    return how
+
+
+@functools.cache
+def _backend(device: str, kv_dtype: str, setting: str) -> str:
+    if setting not in SETTINGS:
+        raise ValueError(f"{ENV} must be one of {', '.join(SETTINGS)}, not {setting!r}")
+    quantized = kv_dtype in kv_quant.STORAGE
+    if setting == "reference" or (setting == "sdpa" and quantized):
+        return "reference"
+    if setting == "sdpa":
+        return "sdpa"
+    if setting == "auto" and not quantized:
+        return "sdpa"
+    on_gpu = torch.device(device).type == "cuda"
+    # Triton converts fp8 e4m3 in hardware from compute capability 8.9 (Ada, Hopper) on
+    if on_gpu and triton_available() and (
+            kv_dtype != "fp8" or torch.cuda.get_device_capability(device) >= (8, 9)):
+        return "triton"
+    return "reference" if quantized else "sdpa"
+
+
+def check_kernel(cache: KVCache, num_heads: int, dtype: torch.dtype) -> str | None:
+    """Run the Triton kernel once over this cache (it only reads it), at load: where it cannot
+    compile or run (no shared memory for a tile, an old driver), decode falls back to SDPA or the
+    reference instead of failing every step. -> a note for the load event, or None."""
+    if backend(cache) != "triton":
+        return None
+    kv = cache.layer(0)
+    q = torch.zeros(1, num_heads, 1, kv.k.shape[-1], dtype=dtype, device=kv.k.device)
+    pos = torch.zeros(1, dtype=torch.long, device=kv.k.device)
+    try:
+        attend(q, kv, pos, min(cache.max_len, MIN_SPLIT_TOKENS), 1.0, "triton")
+        torch.cuda.synchronize(kv.k.device)  # a failed launch reports here, not mid-generation
+    except Exception as e:  # whatever broke, the kernel is not for this machine
+        _FAILED.add((str(kv.k.device), cache.kv_dtype))
+        return (f"the Triton decode-attention kernel failed here ({type(e).__name__}: "
+                f"{str(e)[:200]}); decode attention falls back to {backend(cache)}")
+    return None
+
+
+def describe(cache: KVCache) -> str:
+    """One line for the load notes."""
+    name = backend(cache)
+    what = {"sdpa": "PyTorch SDPA (flash/efficient kernels)",
+            "triton": "the Triton split-context kernel, reading the cache as stored",
+            "reference": "the split-context algorithm in PyTorch (no Triton kernel)"}[name]
+    return f"decode attention over the {cache.kv_dtype} KV cache: {what}"
+
+
+def attend(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int, scaling: float,
+           how: str) -> torch.Tensor:
+    """q: [1, H, T, D], pos: [T] int64 (device) -> [1, H, T, D] in q's dtype; `how` is
+    backend()'s answer ("triton" or "reference")."""
+    if how == "triton":
+        from engine import decode_attention_kernel
+
+        return decode_attention_kernel.decode_attention(q, kv, pos, kv_len, scaling)
+    return reference(q, kv, pos, kv_len, scaling)
+
+
+def reference(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int, scaling: float,
+              split: int | None = None) -> torch.Tensor:
+    """The kernel's algorithm in PyTorch, in fp32. q: [1, H, T, D], pos: [T] -> [1, H, T, D].
+
+    `split`: keys per split (default: MIN_SPLIT_TOKENS). Fixed shapes, no host sync, so a GPU
+    without Triton can still capture it in a graph (it does dequantize what it reads).
+    """
+    _, H, T, D = q.shape
+    Hkv = kv.k.shape[1]
+    G = H // Hkv
+    split = split or MIN_SPLIT_TOKENS
+    S = -(-kv_len // split)
+    k, v = (_values(x, s, kv_len) for x, s in ((kv.k, kv.k_scale), (kv.v, kv.v_scale)))
+    pad = S * split - kv_len  # zero keys past kv_len, masked below: [H_kv, S, split, D]
+    k = torch.nn.functional.pad(k, (0, 0, 0, pad)).view(Hkv, S, split, D)
+    v = torch.nn.functional.pad(v, (0, 0, 0, pad)).view(Hkv, S, split, D)
+    qg = q.float().reshape(Hkv, G * T, D)  # rows g T + t: the G heads of a KV head, token t
+    row_pos = pos.repeat(G)  # [G T]
+    keys = torch.arange(S * split, device=q.device).view(S, split)
+    visible = (keys[:, None, :] <= row_pos[None, :, None]) & (keys < kv_len)[:, None, :]
+    s = torch.einsum("hmd,hsnd->hsmn", qg, k) * scaling  # [H_kv, S, G T, split]
+    s = s.masked_fill(~visible, float("-inf"))
+    # per split: m = max s, l = sum exp(s - m), o = sum exp(s - m) v; an empty split keeps m=-inf
+    m = s.amax(-1)  # [H_kv, S, G T]
+    p = torch.exp(s - torch.where(m.isinf(), 0.0, m)[..., None])
+    total, o = p.sum(-1), torch.einsum("hsmn,hsnd->hsmd", p, v)  # l: [H_kv, S, G T]
+    # combine (log-sum-exp): M = max_s m_s, out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s
+    w = torch.where(total > 0, torch.exp(m - m.amax(1, keepdim=True)), 0.0)  # [H_kv, S, G T]
+    out = (w[..., None] * o).sum(1) / (w * total).sum(1)[..., None]  # [H_kv, G T, D]
+    return out.view(1, H, T, D).to(q.dtype)  # [H_kv, G, T, D] is head-major: heads h_kv G + g
+
+
+def _values(x: torch.Tensor, scale: torch.Tensor | None, kv_len: int) -> torch.Tensor:
+    """[1, H_kv, L, D] (+ scales) -> the first kv_len positions in fp32: [H_kv, kv_len, D]."""
+    if scale is None:
+        return x[0, :, :kv_len].float()
+    return kv_quant.dequantize(x[0, :, :kv_len], scale[0, :, :kv_len])

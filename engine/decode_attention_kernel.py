@@ -1,0 +1,142 @@
+"""The Triton kernels of decode attention: a partial softmax per (KV head, split of the context,
+block of query rows), then a combine per (KV head, query row). decode_attention.py holds the
+algorithm's description, its PyTorch reference and the choice of path; this module is imported
+only there, on a CUDA device where Triton imports (CPU torch ships no Triton).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from engine.decode_attention import num_splits
+from engine.kv_cache import LayerKV
+
+# Launch settings, for 16-bit and for quantized caches: keys per loop iteration (block_n),
+# programs per SM (waves: more splits keep more loads in flight), warps, pipeline stages. Measured
+# on the H200 with these (one layer, 32K tokens, 8 KV heads): a bf16 cache read at 3.0 TB/s, an
+# int8 one at only 1.2 TB/s: half the bytes in more time, so likely a cost per iteration (the
+# int8/fp8 tiles go through registers to be converted, where bf16 ones stream to the tensor
+# cores); `kv_attention_speed.py --sweep` times the alternatives to choose the quantized row.
+CONFIGS = {False: dict(block_n=64, waves=2, num_warps=4, num_stages=2),
+           True: dict(block_n=64, waves=2, num_warps=4, num_stages=2)}
+
+
+@triton.jit
+def _partial(Q, K, V, KS, VS, POS, PM, PL, PO, kv_len, n_splits, scaling, stride_kh, stride_sh,
+             ROWS: tl.constexpr, T: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, QUANTIZED: tl.constexpr,
+             IEEE: tl.constexpr):
+    """Q: [H_kv, ROWS, D] (row g T + t); K, V: [H_kv, L, D] int8/fp8/16-bit; KS, VS: [H_kv, L]
+    fp16 (QUANTIZED); POS: [T] int64 -> PM, PL: [H_kv, S, ROWS] fp32, PO: [H_kv, S, ROWS, D]."""
+    head = tl.program_id(0).to(tl.int64)
+    split = tl.program_id(1)
+    rows = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < ROWS
+    pos = tl.load(POS + rows % T, mask=row_ok, other=-1).to(tl.int32)  # [BLOCK_M]
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    q = tl.load(Q + (head * ROWS + rows[:, None]) * D + d[None, :],
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_M, BLOCK_D]
+    # the keys these rows see end at their latest position (a device value: the graph of a
+    # bucket serves every position below it); the splits share them evenly
+    end = tl.minimum(kv_len, tl.max(pos, 0) + 1)
+    per_split = tl.cdiv(tl.cdiv(end, n_splits), BLOCK_N) * BLOCK_N
+    lo = split * per_split
+    hi = tl.minimum(lo + per_split, end)
+    k_base, v_base = K + head * stride_kh, V + head * stride_kh
+    ks_base, vs_base = KS + head * stride_sh, VS + head * stride_sh
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    for start in range(lo, hi, BLOCK_N):
+        n = start + tl.arange(0, BLOCK_N)
+        n_ok = n < hi
+        tile_ok = n_ok[:, None] & d_ok[None, :]
+        # int8 and e4m3 values are exact in bf16/fp16: upcast, multiply on tensor cores
+        k = tl.load(k_base + n[:, None] * D + d[None, :], mask=tile_ok, other=0.0).to(q.dtype)
+        if IEEE:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")  # [BLOCK_M, BLOCK_N]
+        else:
+            s = tl.dot(q, tl.trans(k))
+        if QUANTIZED:  # q . (k_q s_k) = s_k (q . k_q): one multiply per key, not per element
+            s = s * tl.load(ks_base + n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        s = tl.where((n[None, :] <= pos[:, None]) & n_ok[None, :], s * scaling, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key seen yet: no NaN
+        alpha = tl.exp(m_i - m_safe)
+        p = tl.exp(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + n[:, None] * D + d[None, :], mask=tile_ok, other=0.0).to(q.dtype)
+        if QUANTIZED:  # sum_n p_n s_n v_q,n: the V scale folds into the probabilities
+            p = p * tl.load(vs_base + n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        if IEEE:
+            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v)
+        m_i = m_new
+    at = (head * n_splits + split) * ROWS + rows  # [BLOCK_M]
+    tl.store(PM + at, m_i, mask=row_ok)
+    tl.store(PL + at, l_i, mask=row_ok)
+    tl.store(PO + at[:, None] * D + d[None, :], acc, mask=row_ok[:, None] & d_ok[None, :])
+
+
+@triton.jit
+def _combine(PM, PL, PO, OUT, n_splits, ROWS: tl.constexpr, D: tl.constexpr,
+             BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Merge one row's splits: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s, M = max m_s.
+    OUT: [H_kv, ROWS, D]; a split past the row's position has l = 0 and weighs nothing."""
+    head = tl.program_id(0).to(tl.int64)
+    row = tl.program_id(1)
+    s = tl.arange(0, BLOCK_S)
+    s_ok = s < n_splits
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    at = (head * n_splits + s) * ROWS + row  # [BLOCK_S]
+    m = tl.load(PM + at, mask=s_ok, other=float("-inf"))
+    total = tl.load(PL + at, mask=s_ok, other=0.0)  # l_s
+    w = tl.where(total > 0, tl.exp(m - tl.max(m, 0)), 0.0)
+    o = tl.load(PO + at[:, None] * D + d[None, :], mask=s_ok[:, None] & d_ok[None, :], other=0.0)
+    out = tl.sum(o * w[:, None], 0) / tl.sum(total * w, 0)
+    tl.store(OUT + (head * ROWS + row) * D + d, out.to(OUT.dtype.element_ty), mask=d_ok)
+
+
+@functools.cache
+def _num_sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int,
+                     scaling: float, config: dict | None = None) -> torch.Tensor:
+    """q: [1, H, T, D], pos: [T] int64 -> [1, H, T, D] in q's dtype. Launches only: no host
+    sync, and shapes depend on (T, kv_len) alone, so a CUDA graph captures it per bucket.
+    `config` overrides CONFIGS (benchmark sweeps)."""
+    _, H, T, D = q.shape
+    Hkv, L = kv.k.shape[1], kv.k.shape[2]
+    rows = H // Hkv * T
+    quantized = kv.k_scale is not None
+    cfg = {**CONFIGS[quantized], **(config or {})}
+    # a 16-bit cache is read in its own dtype (as the SDPA path does); a quantized one upcasts
+    # its values to the query's dtype inside the kernel
+    qg = (q if quantized else q.to(kv.k.dtype)).reshape(Hkv, rows, D).contiguous()
+    S = num_splits(kv_len, Hkv, _num_sms(q.device.index or 0), cfg["waves"])
+    part_m = torch.empty((Hkv, S, rows), dtype=torch.float32, device=q.device)
+    part_l = torch.empty_like(part_m)
+    part_o = torch.empty((Hkv, S, rows, D), dtype=torch.float32, device=q.device)
+    out = torch.empty((Hkv, rows, D), dtype=qg.dtype, device=q.device)
+    block_m = max(16, min(64, triton.next_power_of_2(rows)))
+    block_d = max(16, triton.next_power_of_2(D))
+    ks = kv.k_scale if quantized else kv.k  # unread when not QUANTIZED: any pointer will do
+    vs = kv.v_scale if quantized else kv.v
+    _partial[(Hkv, S, triton.cdiv(rows, block_m))](
+        qg, kv.k, kv.v, ks, vs, pos, part_m, part_l, part_o, kv_len, S, float(scaling), L * D, L,
+        ROWS=rows, T=T, D=D, BLOCK_M=block_m, BLOCK_N=cfg["block_n"], BLOCK_D=block_d,
+        QUANTIZED=quantized, IEEE=qg.dtype == torch.float32, num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"])
+    _combine[(Hkv, rows)](part_m, part_l, part_o, out, S, ROWS=rows, D=D,
+                          BLOCK_S=max(2, triton.next_power_of_2(S)), BLOCK_D=block_d,
+                          num_warps=4)
+    return out.view(1, H, T, D).to(q.dtype)  # [H_kv, G, T, D]: head h_kv G + g

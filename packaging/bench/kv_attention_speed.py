@@ -1,0 +1,120 @@
+"""On a GPU: one layer's decode attention (T = 1) at the Llama-3.1-8B shape (32 query heads, 8 KV
+heads, head_dim 128), per KV length: SDPA over a bf16 cache as the fused step calls it (masked,
+grouped-query rows), and the Triton split-context kernel over bf16, int8 and fp8 caches.
+
+Each variant is captured in a CUDA graph of 50 calls and replayed; reported: microseconds per
+call, and the bytes the call must read (K and V of every position, scales included) over that
+time; also the relative error against the PyTorch reference. --sweep also times the kernel's
+launch settings (keys per iteration, programs per SM, warps, stages) at the longest length.
+Prints markdown tables, and one JSON object a line to --json. Usage (repository root):
+    python3 packaging/bench/kv_attention_speed.py [--lengths 1024 8192 32768] [--sweep]
+        [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from graph_timing import time_us  # noqa: E402  (beside this script)
+
+from engine import decode_attention  # noqa: E402
+from engine.kv_cache import KVCache  # noqa: E402
+
+H, HKV, D = 32, 8, 128
+CALLS = 50
+VARIANTS = (("bf16", "sdpa"), ("bf16", "triton"), ("int8", "triton"), ("fp8", "triton"))
+SWEEP = dict(block_n=(64, 128), waves=(2, 4, 8), num_stages=(2, 3))  # 4 warps throughout
+
+
+def sdpa(q, kv, pos, kv_len, scaling, config=None):
+    """FamilyStep.attend's SDPA path: the G heads of a KV head as G query rows, a mask from pos."""
+    mask = (torch.arange(kv_len, device=q.device) <= pos)[None, None, None, :]
+    qg = q.reshape(1, HKV, H // HKV, D)  # [1, H_kv, G, D]
+    return F.scaled_dot_product_attention(qg, kv.k[:, :, :kv_len], kv.v[:, :, :kv_len],
+                                          attn_mask=mask, scale=scaling)
+
+
+def triton_kernel(q, kv, pos, kv_len, scaling, config=None):
+    from engine import decode_attention_kernel
+
+    return decode_attention_kernel.decode_attention(q, kv, pos, kv_len, scaling, config)
+
+
+def one(n: int, kv_dtype: str, impl: str, config: dict | None = None) -> dict:
+    """Time one variant at KV length n; the query sits at the last position (reads all n)."""
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(n)
+    q = torch.randn(1, H, 1, D, device=dev, generator=g).bfloat16()
+    k, v = torch.randn(2, 1, HKV, n, D, device=dev, generator=g)
+    pos = torch.tensor([n - 1], device=dev)
+    cache = KVCache(1, HKV, D, n, kv_dtype, dev)
+    cache.write(0, torch.arange(n, device=dev), k, v)
+    kv, scaling = cache.layer(0), D ** -0.5
+    fn = sdpa if impl == "sdpa" else triton_kernel
+    row = dict(kv_len=n, kv_dtype=kv_dtype, impl=impl, config=config or {},
+               bytes=cache.num_bytes)
+    try:
+        out = fn(q, kv, pos, n, scaling, config)
+        ref = decode_attention.reference(q.float(), kv, pos, n, scaling)
+        row["rel_err_vs_reference"] = ((out.float().reshape(ref.shape) - ref).norm()
+                                       / ref.norm()).item()
+        row["us"] = round(time_us(lambda: fn(q, kv, pos, n, scaling, config), CALLS), 2)
+        row["gb_per_s"] = round(row["bytes"] / row["us"] / 1e3, 1)
+    except Exception as e:  # report and go on: one variant must not hide the others
+        row["error"] = f"{type(e).__name__}: {e}"[:300]
+    return row
+
+
+def table(rows: list[dict], with_config: bool) -> str:
+    head = "| KV length | cache | kernel |" + (" settings |" if with_config else "")
+    lines = [head + " us per call | bytes read | GB/s | rel. error vs reference |",
+             "|---" * (7 + with_config) + "|"]
+    for r in rows:
+        cfg = f" {r['config'] or 'default'} |" if with_config else ""
+        if "error" in r:
+            lines.append(f"| {r['kv_len']:,} | {r['kv_dtype']} | {r['impl']} |{cfg} failed: "
+                         f"{r['error']} ||||")
+            continue
+        lines.append(f"| {r['kv_len']:,} | {r['kv_dtype']} | {r['impl']} |{cfg} {r['us']} | "
+                     f"{r['bytes'] / 2**20:.1f} MiB | {r['gb_per_s']:,} | "
+                     f"{r['rel_err_vs_reference']:.1e} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--lengths", type=int, nargs="+", default=[1024, 8192, 32768])
+    p.add_argument("--sweep", action="store_true", help="also time the kernel's launch settings")
+    p.add_argument("--json", metavar="FILE")
+    args = p.parse_args(argv)
+    rows = [one(n, kv, impl) for n in args.lengths for kv, impl in VARIANTS]
+    print(f"Decode attention, one layer, T = 1, {H} query / {HKV} KV heads, head_dim {D}, "
+          f"{torch.cuda.get_device_name()}; CUDA graph of {CALLS} calls, best of 5\n", flush=True)
+    print(table(rows, False), flush=True)
+    if args.sweep:
+        sweep = []
+        for kv in ("bf16", "int8"):
+            for values in itertools.product(*SWEEP.values()):
+                sweep.append(one(max(args.lengths), kv, "triton", dict(zip(SWEEP, values,
+                                                                           strict=True))))
+        sweep.sort(key=lambda r: (r["kv_dtype"], r.get("us", float("inf"))))
+        print(table(sweep, True), flush=True)
+        rows += sweep
+    if args.json:
+        with open(args.json, "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Quantized KV cache and the Triton decode-attention kernel on the H200 (issue 6), in one call of
+# the device tool: about 8 minutes; each step runs under `timeout` (11 minutes if all ran out),
+# so one hang cannot take the rest, and the steps come in order of importance:
+#  1. the GPU tests: the Triton kernel against the PyTorch reference, graph decode over int8/fp8
+#     KV against the eager step (tests/engine/test_quantized_kv.py, its CPU tests included);
+#  2. one layer's decode attention at the Llama-3.1-8B shape (32/8 heads, dim 128) at 1K, 8K and
+#     32K tokens: bf16 SDPA, and the Triton kernel over bf16, int8 and fp8 caches; then the
+#     kernel's launch settings swept at 32K;
+#  3. end to end, `hearth bench`'s measurement (engine/bench.py) over one random-weight
+#     Llama-3.1-8B-shaped NF4 model at 1K- and 32K-token prompts: KV bf16, int8, fp8 (all read by
+#     the Triton kernel) and bf16 read by SDPA as before (HEARTH_DECODE_ATTENTION=sdpa). One model
+#     for all eight (kv_e2e.py), since `hearth bench` now builds an NF4 model on
+#     the CPU and a first try of this script saw two such processes each pass 170 s;
+#  4. the quality figures of kv_quality.py on the demo model, through the GPU path;
+#  5. one `hearth bench` process through the CLI with an int8 cache (bf16 weights: built on the
+#     GPU in seconds), the command-line path itself.
+# Results ($OUT, 8 files at most): log.txt, pytest.txt, attention.md, attention.jsonl, e2e.md,
+# e2e.jsonl, quality.md, cli_bench.json.
+# Usage (repo root, bitsandbytes wheel in .whl as for h200.sh): bash packaging/bench/kv_speed.sh
+set -u
+source packaging/bench/device_env.sh
+B=packaging/bench
+step() { echo "== $1 ($(date +%T))" | tee -a "$LOG"; }
+
+step "1. GPU tests"
+timeout 150 python3 -m pytest -q -p no:cacheprovider -rs tests/engine/test_quantized_kv.py \
+    >"$OUT/pytest.txt" 2>&1
+echo "pytest exit $?: $(tail -1 "$OUT/pytest.txt")" | tee -a "$LOG"
+
+step "2. decode attention, one layer"
+timeout 120 python3 $B/kv_attention_speed.py --sweep --json "$OUT/attention.jsonl" \
+    >"$OUT/attention.md" 2>>"$LOG" || echo "FAILED or cut short: attention" | tee -a "$LOG"
+cat "$OUT/attention.md"
+
+step "3. end to end, Llama-3.1-8B shape, NF4 weights"
+timeout 220 python3 $B/kv_e2e.py --model $B/llama-3.1-8b --quant nf4 \
+    --kv bf16 bf16-sdpa int8 fp8 --prompt-lens 1024 32768 --new-tokens 128 \
+    --json "$OUT/e2e.jsonl" >"$OUT/e2e.md" 2>>"$LOG" || echo "FAILED or cut short: e2e" | tee -a "$LOG"
+cat "$OUT/e2e.md"
+
+step "4. quality on the demo model, GPU path"
+timeout 80 python3 $B/kv_quality.py --device cuda --windows 8 >"$OUT/quality.md" 2>>"$LOG" \
+    || echo "FAILED or cut short: quality" | tee -a "$LOG"
+cat "$OUT/quality.md"
+
+step "5. hearth bench, int8 KV, through the CLI"
+timeout 90 python3 -m engine.cli bench --model $B/llama-3.1-8b --random-weights --quant bf16 \
+    --kv-dtype int8 --prompt-len 32768 --new-tokens 64 --num-prompts 1 --out "$OUT/cli_bench.json" \
+    >>"$LOG" 2>&1 || echo "FAILED or cut short: hearth bench" | tee -a "$LOG"
+step "done"

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Tensor parallelism on 2 x H200 (issue 12) in one call of the device tool, kind nvidia-h200-x2;
+# written without two GPUs and not run yet. Random weights with real shapes (DESIGN.md):
+#   1. tp_check.py, Qwen2.5-7B bf16: teacher-forced tp=2 vs the one-GPU fast path (logits within
+#      bf16 rounding: "agrees"), then decode tokens/s of each ("speedup", target >= 1.6x);
+#   2. tp_check.py, the Qwen2.5-14B shape under a 24 GiB per-GPU cap (too big for one such card):
+#      NVML's peak per GPU against the planner's prediction ("plan_error_per_gpu", target 7%);
+#   3. the CLI path: `hearth bench --tensor-parallel 2` and 1 on the 7B, the 14B under 24 GiB,
+#      `hearth run --tensor-parallel 2` against 1 on the bundled demo model (real weights), and
+#      `hearth plan --gpu auto` for the 14B on this machine.
+# Results: $OUT/tp_check.jsonl, $OUT/bench.jsonl, $OUT/run_tp{1,2}.jsonl, $OUT/summary.md,
+# $OUT/log.txt. Usage (repo root, bitsandbytes wheel in .whl as for h200.sh):
+#   bash packaging/bench/tp.sh          # all of it, about 7 minutes
+#   bash packaging/bench/tp.sh check    # 1 and 2 only;   bash packaging/bench/tp.sh cli   # 3 only
+set -u
+source packaging/bench/device_env.sh
+# multicast stays off in every process (the device's KINDS.md); NVML and CUDA count GPUs alike
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+B=packaging/bench
+nvidia-smi topo -m >>"$LOG" 2>&1
+check() {  # label, then tp_check.py arguments
+    local label=$1; shift
+    echo "== $label: tp_check.py $*" | tee -a "$LOG"
+    if timeout 240 python3 $B/tp_check.py "$@" --json /tmp/tp.json >>"$LOG" 2>&1 || [ -s /tmp/tp.json ]; then
+        python3 -c "import json,sys; r=json.load(open('/tmp/tp.json')); r['label']=sys.argv[1]; print(json.dumps(r))" "$label" >>"$OUT/tp_check.jsonl"
+    else echo "FAILED $label" | tee -a "$LOG"; tail -5 "$LOG"; fi
+    rm -f /tmp/tp.json
+}
+bench() {  # label, then hearth bench arguments
+    local label=$1; shift
+    echo "== $label: hearth bench $*" | tee -a "$LOG"
+    if timeout 200 python3 -m engine.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
+        python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; r['args']=sys.argv[2]; print(json.dumps(r))" "$label" "$*" >>"$OUT/bench.jsonl"
+    else echo "FAILED $label" | tee -a "$LOG"; tail -5 "$LOG"; fi
+}
+run_demo() {  # tensor-parallel size: the bundled demo model, greedy, one JSON event a line
+    echo "== hearth run --tensor-parallel $1 (demo model)" | tee -a "$LOG"
+    timeout 90 python3 -m engine.cli run --prompt "Write a Python function that reverses a list." \
+        --temperature 0 --max-new-tokens 64 --json --tensor-parallel "$1" \
+        >"$OUT/run_tp$1.jsonl" 2>>"$LOG" || echo "FAILED run tp=$1" | tee -a "$LOG"
+}
+case "${1:-full}" in full|check)
+    check 7b-tp2-vs-1 $B/qwen2.5-7b --tp 2
+    check 14b-tp2-24gib $B/qwen2.5-14b --tp 2 --memory-limit 24 --no-reference ;;
+esac
+case "${1:-full}" in full|cli)
+    rm -f /tmp/r.json
+    bench 7b-bf16-tp2 --model $B/qwen2.5-7b --random-weights --quant bf16 --tensor-parallel 2
+    bench 7b-bf16-tp1 --model $B/qwen2.5-7b --random-weights --quant bf16
+    bench 14b-bf16-tp2-24gib --model $B/qwen2.5-14b --random-weights --quant bf16 \
+        --tensor-parallel 2 --memory-limit 24 --prompt-len 512 --new-tokens 128 --num-prompts 2
+    run_demo 1; run_demo 2
+    timeout 30 python3 -m engine.cli plan --model $B/qwen2.5-14b --gpu auto --context 8192 \
+        --tensor-parallel 2 2>&1 | tee -a "$LOG" ;;
+esac
+python3 - "$OUT" <<'EOF' | tee "$OUT/summary.md"
+import json, os, sys
+out = sys.argv[1]
+def lines(name):
+    path = os.path.join(out, name)
+    return [json.loads(l) for l in open(path) if l.strip()] if os.path.exists(path) else []
+print("| tp_check | tp tok/s | 1-GPU tok/s | speedup | agrees (bf16) | NVML peak GiB/GPU | planned GiB/GPU (less margin) | error |")
+print("|---|---|---|---|---|---|---|---|")
+for r in lines("tp_check.jsonl"):
+    gib = lambda v: "-" if v is None else (", ".join(f"{x / 2**30:.2f}" for x in v) if isinstance(v, list) else f"{v / 2**30:.2f}")
+    print(f"| {r['label']} | {r.get('tp_tokens_per_s', '-')} | {r.get('one_gpu_tokens_per_s', '-')} | "
+          f"{r.get('speedup', '-')} | {r.get('agrees', '-')} | {gib(r.get('nvml_peak_bytes_per_gpu'))} | "
+          f"{gib(r.get('predicted_used_bytes_per_gpu'))} | {r.get('plan_error_per_gpu', '-')} |")
+print()
+print("| hearth bench | tp | decode tok/s | roofline % (per GPU) | TTFT ms | NVML GiB by rank | path |")
+print("|---|---|---|---|---|---|---|")
+for r in lines("bench.jsonl"):
+    per = r.get("peak_vram_bytes_per_gpu") or [r["peak_vram_bytes"]]
+    print(f"| {r['label']} | {r.get('tensor_parallel', 1)} | {r['decode_tokens_per_s']:,.1f} | "
+          f"{100 * r['roofline_fraction']:.0f}% | {r['ttft_ms']:.1f} | "
+          f"{', '.join('?' if b is None else f'{b / 2**30:.2f}' for b in per)} | {r['decode_path']} |")
+ids = {n: [i for e in lines(f"run_tp{n}.jsonl") if e.get("event") == "token" for i in e["token_ids"]]
+       for n in (1, 2)}
+same = next((k for k, (a, b) in enumerate(zip(ids[1], ids[2])) if a != b),
+            min(len(ids[1]), len(ids[2])))
+print()
+print(f"hearth run, demo model, greedy: tp=1 {len(ids[1])} tokens, tp=2 {len(ids[2])} tokens, "
+      + ("identical" if ids[1] == ids[2] else f"the same first {same}"))
+EOF
