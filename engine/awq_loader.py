@@ -10,13 +10,13 @@ linear layers never exist, so a model loads on the card its 4-bit size fits.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import ExitStack
 
 import torch
 
 from engine import awq_format
 from engine.int4_linear import Int4Linear
+from engine.meta_model import random_fill, tie_and_materialize
 from engine.model_folder import BadModel, ModelFolder
 
 QUANT_SUFFIXES = (".qweight", ".qzeros", ".scales")
@@ -69,7 +69,7 @@ def load_model(folder: ModelFolder, device: torch.device, dtype: torch.dtype,
         for name in sorted(where):
             if not name.endswith(QUANT_SUFFIXES) and not _is_int4_bias(model, name):
                 _assign(model, name, get(name), device, dtype)
-    _tie_and_materialize(model, device, missing=_missing)
+    tie_and_materialize(model, device, missing=_missing)
     return model.eval()
 
 
@@ -98,15 +98,7 @@ def random_model(config, device: torch.device, dtype: torch.dtype, group_size: i
                 else None)
         _replace_linear(model, name, Int4Linear.from_codes(codes, zeros, scales, bias, dtype,
                                                            device, kernel))
-    std = getattr(config, "initializer_range", 0.02) or 0.02
-
-    def fill(name: str, t: torch.Tensor) -> torch.Tensor:
-        if "norm" in name and name.endswith("weight"):
-            return torch.ones(t.shape, dtype=dtype, device=device)
-        out = torch.empty(t.shape, dtype=dtype, device=device)
-        return out.normal_(0, std, generator=g) if name.endswith("weight") else out.zero_()
-
-    _tie_and_materialize(model, device, missing=fill)
+    tie_and_materialize(model, device, missing=random_fill(config, device, dtype, g))
     return model.eval()
 
 
@@ -152,26 +144,3 @@ def _assign(model, name: str, tensor: torch.Tensor, device, dtype) -> None:
 def _missing(name: str, t: torch.Tensor) -> torch.Tensor:
     raise BadModel(f"the checkpoint has no tensor for {name}")
 
-
-def _tie_and_materialize(model, device: torch.device,
-                         missing: Callable[[str, torch.Tensor], torch.Tensor]) -> None:
-    """Tie the lm_head where the config does, rebuild rotary tables (non-persistent buffers,
-    computed from the config) on the device, and fill what is still on meta with `missing`."""
-    tied = getattr(model.config.get_text_config(), "tie_word_embeddings", False)
-    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
-    for name, mod in list(model.named_modules()):
-        if type(mod).__name__.endswith("RotaryEmbedding") and any(
-                b.is_meta for b in mod.buffers()):
-            with torch.device(device):  # (transformers 5.17 takes device=, 5.24 does not)
-                model.set_submodule(name, type(mod)(mod.config))
-    head_weight = next(n for n, m in model.named_modules() if m is head) + ".weight"
-    for name, p in list(model.named_parameters(remove_duplicate=False)):
-        if p.is_meta and not (tied and name == head_weight):
-            owner_name, _, attr = name.rpartition(".")
-            owner = model.get_submodule(owner_name)
-            owner._parameters[attr] = torch.nn.Parameter(missing(name, p), requires_grad=False)
-    if tied and head.weight.is_meta:  # after the embedding got its memory: share that
-        head.weight = embed.weight
-    leftover = [n for n, b in model.named_buffers() if b.is_meta]
-    if leftover:
-        raise BadModel(f"cannot build {', '.join(leftover)} for this architecture")

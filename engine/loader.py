@@ -188,23 +188,22 @@ def random_model(folder: ModelFolder, req: LoadRequest) -> LoadedModel:
     config = AutoConfig.from_pretrained(folder.path, trust_remote_code=False)
     torch.manual_seed(0)
     quantized = quant in ("nf4", "int8")
-    # under --memory-limit (an emulated small card) the 16-bit weights would not fit on it: build
-    # on the CPU and quantize one matrix at a time on the way (slow on a weak host: minutes for
-    # 8B); otherwise build on the card, as fast as its memory allows, and quantize there
-    on_host = quantized and req.memory_limit_gib is not None
     if quant == "awq":  # random 4-bit codes made on the device: no 16-bit copy ever exists
         from engine import awq_loader
 
         model = awq_loader.random_model(config, device, compute_dtype)
+    elif quantized and req.memory_limit_gib is not None:
+        # an emulated small card cannot hold the 16-bit weights: built on meta, each linear
+        # made on the card and quantized at once (building on the host took minutes for 8B)
+        model = _random_bnb_on_meta(config, quant, device, compute_dtype)
     else:
-        with torch.device("cpu" if on_host else device):
+        with torch.device(device):
             model = AutoModelForCausalLM.from_config(config, dtype=compute_dtype,
                                                      attn_implementation="sdpa").eval()
-    if quantized:
-        from engine.quantize_bnb import quantize_linears
+        if quantized:
+            from engine.quantize_bnb import quantize_linears
 
-        quantize_linears(model, quant, compute_dtype, device)
-        model.to(device)
+            quantize_linears(model, quant, compute_dtype)
     head_notes = _quantize_lm_head(model, req, device, compute_dtype)
     attention.register()
     model.set_attn_implementation(attention.ATTN_IMPLEMENTATION)
@@ -213,6 +212,27 @@ def random_model(folder: ModelFolder, req: LoadRequest) -> LoadedModel:
     gen = {"eos_token_id": config.eos_token_id}
     return LoadedModel(folder, model, None, gen, _eos_ids(model, None, gen), device, quant,
                        compute_dtype, context, (*notes, "random weights"))
+
+
+def _random_bnb_on_meta(config, quant: str, device: torch.device, dtype: torch.dtype,
+                        make_layer=None) -> torch.nn.Module:
+    """`make_layer(weight, bias)`: bitsandbytes' NF4 / INT8 layer unless a test gives another."""
+    from engine.meta_model import (
+        meta_model,
+        random_fill,
+        random_quantized_linears,
+        tie_and_materialize,
+    )
+
+    if make_layer is None:
+        from engine.quantize_bnb import bnb_linear
+
+        make_layer = lambda w, b: bnb_linear(w, b, quant, dtype, device)  # noqa: E731
+    model = meta_model(config, dtype)
+    g = torch.Generator(device=device).manual_seed(0)
+    random_quantized_linears(model, device, dtype, g, make_layer)
+    tie_and_materialize(model, device, missing=random_fill(config, device, dtype, g))
+    return model.eval()
 
 
 def _quantize_lm_head(model, req: LoadRequest, device, dtype) -> list[str]:

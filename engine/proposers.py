@@ -61,6 +61,12 @@ class DraftModel:
         self.step_s: list[float] = []  # seconds per catch-up token through decode steps
         self.forward_s: float | None = None  # seconds of one catch-up pass
         self.sync = torch.cuda.synchronize if self.device.type == "cuda" else lambda: None
+        # after a round whose proposals were all accepted, two tokens are new to the draft (its
+        # last proposal, never fed, and the target's bonus token): one two-token pass, captured
+        # like a verify block, costs about one step, so a round costs K draft steps, not K + 1
+        self.decoder.capture_blocks([2])  # once per draft; a no-op without CUDA graphs
+        self.pair = self.decoder.mode != "graph" or any(
+            T == 2 for T, _ in self.decoder.block_graphs)
 
     def start(self, ids: list[int]) -> None:
         """A new generation over prompt `ids`: prefill what the draft cache lacks."""
@@ -80,6 +86,10 @@ class DraftModel:
         missing = torch.tensor(seq[have:], dtype=torch.long, device=self.device)
         missing.clamp_(max=self.last_id)
         n = missing.numel()
+        if n == 2 and self.pair:
+            logits = self.decoder.verify(missing, have)[-1]  # [V]
+            self.cache.token_ids.extend(seq[have:])
+            return logits
         by_steps = self._by_steps(n)
         timed = not by_steps or len(self.step_s) < STEP_SAMPLES
         if timed:

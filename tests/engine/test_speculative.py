@@ -298,12 +298,27 @@ def test_long_catch_up_goes_through_steps_when_they_were_measured_cheaper(tiny_m
         setattr(draft.decoder, name, counted)
     proposer.start(list(range(10, 40)))  # nothing measured yet: one pass
     assert calls == {"step": 0, "forward": 1} and proposer.forward_s is not None
-    proposer._catch_up(list(range(10, 42)))  # two tokens: steps, and timed
-    assert calls["step"] == 2 and len(proposer.step_s) == 1
+    proposer._catch_up(list(range(10, 41)))  # one token: a step, and timed
+    assert calls["step"] == 1 and len(proposer.step_s) == 1
     proposer.step_s = [proposer.forward_s / 100]  # steps measured 100x cheaper than a pass
-    proposer._catch_up(list(range(10, 62)))
-    assert calls == {"step": 22, "forward": 1}
+    proposer._catch_up(list(range(10, 61)))
+    assert calls == {"step": 21, "forward": 1}
     proposer.step_s = [proposer.forward_s]  # steps as dear as a pass: a long catch-up passes
-    proposer._catch_up(list(range(10, 72)))
-    assert calls == {"step": 22, "forward": 2}
-    assert draft.cache.token_ids == list(range(10, 72))
+    proposer._catch_up(list(range(10, 71)))
+    assert calls == {"step": 21, "forward": 2}
+    assert draft.cache.token_ids == list(range(10, 71))
+
+
+def test_two_new_tokens_reach_the_draft_in_one_block_with_the_steps_logits(tiny_models):
+    """After a fully accepted round the draft lacks two tokens; one two-token pass gives the
+    logits two steps would (fp32), so a round costs K draft steps."""
+    ids = list(range(10, 40))
+    by_block = Session.load(LoadRequest(str(tiny_models["qwen2"]), device="cpu"))
+    by_steps = Session.load(LoadRequest(str(tiny_models["qwen2"]), device="cpu"))
+    a, b = DraftModel(by_block, vocab=2048), DraftModel(by_steps, vocab=2048)
+    a.start(ids)
+    b.start(ids)
+    b.pair = False  # the step-by-step reference
+    la, lb = a._catch_up(ids + [77, 78]), b._catch_up(ids + [77, 78])
+    assert a.pair and by_block.cache.token_ids == by_steps.cache.token_ids == ids + [77, 78]
+    assert ((la - lb).norm() / lb.norm()).item() < 1e-5
