@@ -26,7 +26,7 @@ from engine.events import (
     SamplingParams,
     Token,
 )
-from engine.model_folder import BadModel, ModelFolder, resolve
+from engine.model_folder import config_only_folder
 from engine.session import Session
 
 NUM_RUNS = 3
@@ -66,18 +66,7 @@ class BenchResult:
     lm_head: str = "16bit"  # --lm-head: the lm_head's own format
 
 
-def _folder_for_random(model: str | None) -> ModelFolder:
-    path = resolve(model)
-    cfg_path = path / "config.json"
-    if not cfg_path.is_file():
-        raise BadModel(f"{path} has no config.json")
-    config = json.loads(cfg_path.read_text())
-    arch = (config.get("architectures") or ["?"])[0]
-    from engine.model_folder import SUPPORTED_ARCHITECTURES
-
-    if arch not in SUPPORTED_ARCHITECTURES:
-        raise BadModel(f"architecture {arch} is not supported")
-    return ModelFolder(path, config, arch, (), 0)
+_folder_for_random = config_only_folder  # the name the device scripts import
 
 
 def copy_bandwidth(device: torch.device) -> float:

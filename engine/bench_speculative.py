@@ -73,8 +73,8 @@ def step_seconds(session: Session, position: int) -> float:
 
 def load_draft(target: Session, draft: str, random_weights: bool, req: LoadRequest) -> Session:
     from engine import loader
-    from engine.bench import _folder_for_random
     from engine.model_folder import check
+    from engine.model_folder import config_only_folder as _folder_for_random
 
     dreq = LoadRequest(model=draft, quant="auto", device=target.lm.device.type,
                        context=target.lm.context, eager=req.eager, compile=req.compile)

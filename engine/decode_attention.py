@@ -19,6 +19,7 @@ import shutil
 import torch
 
 from engine import kv_quant
+from engine.decode_splits import MAX_SPLITS, MIN_SPLIT_TOKENS, num_splits  # noqa: F401
 from engine.kv_cache import KVCache, LayerKV
 
 # auto: int8/fp8 caches through the Triton kernel on a GPU where Triton runs, else the PyTorch
@@ -30,16 +31,7 @@ from engine.kv_cache import KVCache, LayerKV
 # algorithm for every cache (if Triton misbehaves on some machine)
 ENV = "HEARTH_DECODE_ATTENTION"
 SETTINGS = ("auto", "triton", "sdpa", "reference")
-MIN_SPLIT_TOKENS = 256  # a split shorter than this costs more in launch and combine than it saves
-MAX_SPLITS = 64  # the combine kernel holds one split per row of a [splits, D] tile
 _FAILED: set[tuple[str, str]] = set()  # (device, KV dtype) where the kernel failed to run
-
-
-def num_splits(kv_len: int, num_kv_heads: int, num_sms: int, waves: int = 2) -> int:
-    """Splits per KV head for a bucket: enough (head, split) programs for `waves` programs per
-    SM, none shorter than MIN_SPLIT_TOKENS at the bucket's full length."""
-    want = -(-waves * num_sms // num_kv_heads)
-    return max(1, min(want, MAX_SPLITS, -(-kv_len // MIN_SPLIT_TOKENS)))
 
 
 @functools.cache

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.decode_attention import num_splits
+from engine.decode_splits import num_splits
 from engine.kv_cache import LayerKV
 
 # Launch settings, for 16-bit and for quantized caches: keys per loop iteration (block_n),

@@ -170,3 +170,17 @@ def _gguf_message(path: Path) -> str:
         f"{path.name} is a GGUF file; Hearth reads Hugging Face safetensors checkpoints "
         "(download the model's original repository, e.g. with `hf download ORG/NAME`)"
     )
+
+
+def config_only_folder(model: str | None) -> ModelFolder:
+    """A folder with a config.json and no weights (`--random-weights`: real shapes for benchmarks);
+    the architecture must still be one the engine supports."""
+    path = resolve(model)
+    cfg_path = path / "config.json"
+    if not cfg_path.is_file():
+        raise BadModel(f"{path} has no config.json")
+    config = json.loads(cfg_path.read_text())
+    arch = (config.get("architectures") or ["?"])[0]
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise BadModel(f"architecture {arch} is not supported")
+    return ModelFolder(path, config, arch, (), 0)
