@@ -11,7 +11,8 @@ The KV cache is planned in 16 bits (`kv_dtype="bf16"`): the engine's own 16-bit 
 One more child checks the out-of-memory path: the 7B shape forced to bf16 on an 8 GiB card must
 fail with the planner's hint, then the recommended load in the same process must generate.
 
-Usage: python packaging/bench/plan_check.py [--out DIR]  (children: --one SHAPE GIB | --oom)
+Usage: python packaging/bench/plan_check.py [--out DIR] [--expandable]
+       (children: --one SHAPE GIB | --oom)
 """
 
 from __future__ import annotations
@@ -175,12 +176,15 @@ def oom_then_recover() -> dict:
 
 
 START = time.monotonic()
+EXPANDABLE = False
 
 
 def parent(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if EXPANDABLE:  # lets empty_cache return the holes that fusing q/k/v and gate/up leaves
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     waves = [list(w) for w in WAVES]
     waves[0].append(("--oom", None))
     for wave in waves:
@@ -230,7 +234,11 @@ def main() -> None:
     ap.add_argument("--one", nargs=2, metavar=("SHAPE", "GIB"))
     ap.add_argument("--oom", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
+    ap.add_argument("--expandable", action="store_true",
+                    help="children run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     a = ap.parse_args()
+    global EXPANDABLE
+    EXPANDABLE = a.expandable
     if a.one:
         try:
             row = one(a.one[0], float(a.one[1]))
