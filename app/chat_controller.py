@@ -44,6 +44,9 @@ class ChatController(QObject):
     """A ContextUsage for the shown conversation."""
     sig_error = Signal(object)
     """A generation ended in a Failed event."""
+    sig_context_trimmed = Signal(int)
+    """The shown chat outgrew the context: the engine left out this many of its oldest messages
+    (after the system prompt) from the answer's prompt."""
 
     def __init__(self, store: ConversationStore, worker: WorkerClient,
                  parent: QObject | None = None) -> None:
@@ -255,6 +258,8 @@ class ChatController(QObject):
         self.sig_generating_changed.emit(False)
         if stats is not None and self._is_shown(streaming):
             self._emit_context(stats.context_used_tokens)
+            if stats.dropped_messages:
+                self.sig_context_trimmed.emit(stats.dropped_messages)
 
     # ------------------------------------------------------------------ helpers
 

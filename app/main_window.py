@@ -85,6 +85,7 @@ class MainWindow(QMainWindow):
         worker.sig_worker_died.connect(self._on_worker_worker_died)
         worker.sig_stopped.connect(self._on_worker_stopped)
         self.controller.sig_error.connect(self._on_controller_error)
+        self.controller.sig_context_trimmed.connect(self._on_controller_context_trimmed)
         self.notice.sig_action_triggered.connect(self._on_notice_action_triggered)
         self.model_status.sig_choose_requested.connect(self.open_model_picker)
         self.model_status.sig_cancel_requested.connect(self._on_model_status_cancel_requested)
@@ -191,6 +192,12 @@ class MainWindow(QMainWindow):
 
     def _on_controller_error(self, event: Failed) -> None:
         self.notice.show_message(event.error, event.hint)
+
+    def _on_controller_context_trimmed(self, num_messages: int) -> None:
+        self.notice.show_message(
+            f"This chat no longer fits the model's context: its oldest {num_messages} "
+            "message(s) after the system prompt were left out of what the model saw.",
+            is_error=False)
 
     def _on_notice_action_triggered(self, action: str) -> None:
         if action == RESTART:

@@ -125,6 +125,9 @@ class PerformancePanel(QWidget):
         parts = [f"decode {stats.decode_tokens_per_s:.1f} tokens/s",
                  f"prefill {stats.prefill_tokens_per_s:.0f} tokens/s",
                  f"first token {stats.ttft_ms:.0f} ms"]
+        if stats.prompt_tokens:  # K/V kept from earlier turns versus prefilled for this one
+            parts.append(f"prompt {stats.cached_prompt_tokens:,} cached + "
+                         f"{stats.computed_prompt_tokens:,} computed")
         if stats.proposed_draft_tokens:
             rate = stats.accepted_draft_tokens / stats.proposed_draft_tokens
             how = stats.speculation.replace("_", " ") or "draft"

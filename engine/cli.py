@@ -281,6 +281,10 @@ def _run(args) -> int:
             print(event.text, end="", flush=True)
         elif isinstance(event, Finished):
             s = event.stats
+            if s.dropped_messages:
+                print(f"\nnote: the conversation outgrew the context; its oldest "
+                      f"{s.dropped_messages} message(s) after the system prompt were left out",
+                      file=sys.stderr)
             print(f"\n[{event.reason}] {s.new_tokens} tokens, ttft {s.ttft_ms:.0f} ms, "
                   f"{s.decode_tokens_per_s:.1f} tokens/s{_speculation(s)}", file=sys.stderr)
 

@@ -283,6 +283,12 @@ class Stats:
     vram_used_bytes: int = 0
     kv_cache_bytes: int = 0
     context_used_tokens: int = 0
+    # of prompt_tokens: how many had their K/V from an earlier turn (prompt_eval_count in
+    # Ollama's terms is the computed part)
+    cached_prompt_tokens: int = 0
+    computed_prompt_tokens: int = 0
+    # the oldest messages after the system prompt left out so the conversation fits the context
+    dropped_messages: int = 0
     pid: int = 0
 
 

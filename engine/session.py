@@ -2,8 +2,10 @@
 
 Every stream ends in exactly one `Finished` or `Failed`; cancel is checked between two steps.
 The cache keeps the tokens it holds, so a next turn that repeats the conversation so far
-prefills only what is new. Tokens come from one of two strategies: PlainDecoding (one step a
-token) or speculative.SpeculativeDecoding (a draft model or prompt lookup, verified in blocks).
+prefills only what is new (prompt.py keeps earlier answers as the ids the model generated, and
+leaves out the oldest turns of a chat that outgrew the context). Tokens come from one of two
+strategies: PlainDecoding (one step a token) or speculative.SpeculativeDecoding (a draft model
+or prompt lookup, verified in blocks).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from engine.model_shape import ModelShape
 from engine.oom import OutOfMemory
 from engine.oom import hint as oom_hint
 from engine.plan import CUDA_CONTEXT_BYTES, PREFILL_CHUNK, GiB, largest_prefill_chunk
+from engine.prompt import Prompt
+from engine.prompt import build as build_prompt
 from engine.proposers import DraftModel, PromptLookup, check_same_tokenizer
 from engine.sampling import Sampler, resolve
 from engine.spec_controller import MAX_ADAPTIVE_K, Controller
@@ -200,19 +204,12 @@ class Session:
                       self.kv_dtype, lm.context, lm.weights_bytes, self.cache.num_bytes, notes,
                       os.getpid())
 
+    def prompt(self, req: GenerateRequest) -> Prompt:
+        """The ids to prefill, given what the cache holds now (prompt.py)."""
+        return build_prompt(self.lm.tokenizer, req, self.cache.token_ids, self.lm.context)
+
     def prompt_ids(self, req: GenerateRequest) -> list[int]:
-        tok = self.lm.tokenizer
-        if req.prompt_ids is not None:
-            return list(req.prompt_ids)
-        if req.raw:
-            return list(tok(req.prompt)["input_ids"])
-        messages = list(req.messages or [{"role": "user", "content": req.prompt}])
-        if req.system is not None:
-            messages.insert(0, {"role": "system", "content": req.system})
-        if not getattr(tok, "chat_template", None):
-            raise BadRequest("this model has no chat template; use --raw to send the prompt as is")
-        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return list(tok(text, add_special_tokens=False)["input_ids"])
+        return self.prompt(req).ids
 
     def generate(self, req: GenerateRequest, cancel: threading.Event | None = None
                  ) -> Iterator[Token | Stats | PrefillProgress | Finished | Failed]:
@@ -265,7 +262,7 @@ class Session:
     def _generate(self, req: GenerateRequest, cancel: threading.Event):
         req.validate()
         t_start = time.perf_counter()
-        ids = self.prompt_ids(req)
+        ids, dropped = self.prompt(req)
         context = self.lm.context
         if not ids:
             raise BadRequest("the prompt is empty")
@@ -285,7 +282,8 @@ class Session:
         logits = None
         for lo in range(start, len(ids), chunk):
             if cancel.is_set():
-                return (yield Finished("cancelled", self._stats(ids, 0, t_start, None, None)))
+                return (yield Finished("cancelled",
+                                       self._stats(ids, 0, t_start, None, start, dropped)))
             hi = min(lo + chunk, len(ids))
             logits = self.decoder.forward(tensor[lo:hi], lo)
             self.cache.token_ids = ids[:hi]
@@ -298,7 +296,7 @@ class Session:
         n_new = 0
         new = decoding.first(logits)  # then 1 token a plain step, up to K + 1 a round
         t_first = time.perf_counter()
-        stats = lambda: self._stats(ids, n_new, t_start, t_first, start, decoding)
+        stats = lambda: self._stats(ids, n_new, t_start, t_first, start, dropped, decoding)
         while True:
             text, shown = "", []
             for tid in new:
@@ -326,9 +324,9 @@ class Session:
             # the pending token (the last shown) goes at len(ids) + n_new - 1
             new = decoding.next(len(ids) + n_new - 1, max_new - n_new)
 
-    def _stats(self, ids, n_new, t_start, t_first, start, decoding=None) -> Stats:
+    def _stats(self, ids, n_new, t_start, t_first, start, dropped, decoding=None) -> Stats:
         now = time.perf_counter()
-        prefilled = len(ids) - (start or 0)
+        prefilled = len(ids) - start
         ttft = (t_first - t_start) if t_first else 0.0
         decode_s = now - t_first if t_first else 0.0
         return Stats(
@@ -340,6 +338,9 @@ class Session:
             vram_used_bytes=telemetry.vram_used_bytes(self.lm.device),
             kv_cache_bytes=self.cache.num_bytes,
             context_used_tokens=len(ids) + n_new,
+            cached_prompt_tokens=start,
+            computed_prompt_tokens=prefilled,
+            dropped_messages=dropped,
             pid=os.getpid(),
             **(decoding.stats() if decoding is not None else {}),
         )

@@ -162,6 +162,15 @@ def test_a_failed_generation_is_shown_in_the_window(qtbot, make_window, store):
     assert "4-bit" in window.notice.text  # the hint
 
 
+def test_a_chat_outgrowing_the_context_says_what_was_left_out(qtbot, make_window, store):
+    window = make_window(HEARTH_FAKE_GENERATE="generate_trimmed.jsonl")
+    send(qtbot, window, "hi")
+    answer = store.messages(window.controller.conversation.id)[-1]
+    assert (answer.status, answer.content) == ("done", "Still here.")
+    assert window.notice.isVisibleTo(window)
+    assert "oldest 4 message(s)" in window.notice.text
+
+
 def test_a_failed_load_is_shown_in_the_window(qtbot, make_window):
     window = make_window(load=False, HEARTH_FAKE_LOAD="load_failed.jsonl")
     with qtbot.waitSignal(window.worker.sig_failed, timeout=10_000):

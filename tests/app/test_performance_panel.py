@@ -33,7 +33,9 @@ def test_panel_buffers_samples_and_redraws_from_its_timer(qtbot):
     for i in range(30):
         panel.add_stats(Stats(decode_tokens_per_s=40.0 + i, prefill_tokens_per_s=600.0,
                               vram_used_bytes=3 * GiB, kv_cache_bytes=GiB // 2, ttft_ms=35.0,
-                              accepted_draft_tokens=3, proposed_draft_tokens=4))
+                              accepted_draft_tokens=3, proposed_draft_tokens=4,
+                              prompt_tokens=1240, cached_prompt_tokens=1200,
+                              computed_prompt_tokens=40))
     assert panel.speed.size == 30 and panel.vram.size == 30
     assert panel.num_redraws == 0  # nothing drawn per sample
     qtbot.waitUntil(lambda: panel.num_redraws >= 1, timeout=REDRAW_INTERVAL_MS * 10)
@@ -42,6 +44,7 @@ def test_panel_buffers_samples_and_redraws_from_its_timer(qtbot):
     process = panel.curves["process"].yData
     assert process[-1] == 3.0  # GiB
     assert "draft acceptance 75%" in panel.latency_label.text()
+    assert "prompt 1,200 cached + 40 computed" in panel.latency_label.text()
     redraws = panel.num_redraws
     qtbot.wait(REDRAW_INTERVAL_MS * 3)
     assert panel.num_redraws == redraws  # no new samples: no redraw

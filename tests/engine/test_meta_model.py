@@ -27,7 +27,7 @@ def test_a_random_model_built_on_meta_is_whole_tied_and_computes(tiny_models):
         made = []
         model = loader._random_bnb_on_meta(
             config, "nf4", torch.device("cpu"), torch.float32,
-            make_layer=lambda w, b: made.append(w.shape) or plain(w, b))
+            make_layer=lambda w, b, made=made: made.append(w.shape) or plain(w, b))
         assert len(made) == 7 * config.num_hidden_layers  # q k v o gate up down, not the head
         assert not any(t.is_meta for t in [*model.parameters(), *model.buffers()])
         tied = config.tie_word_embeddings

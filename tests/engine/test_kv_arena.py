@@ -1,0 +1,88 @@
+"""kv_arena.py against the static cache it is to replace: the same writes (prefill chunks, single
+steps, verify blocks, rewrites after a crop) read back bit for bit through a shuffled block
+table, in every KV dtype; shared blocks are not disturbed by a sequence writing past them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import decode_attention
+from engine.kv_arena import KVArena
+from engine.kv_cache import KVCache, LayerKV
+
+LAYERS, H_KV, D, B, MAX_LEN, NUM_BLOCKS = 2, 2, 8, 4, 40, 14
+KV_DTYPES = ("fp32", "bf16", "int8", "fp8")
+
+
+def pair(kv: str, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    static = KVCache(LAYERS, H_KV, D, MAX_LEN, kv, "cpu")
+    arena = KVArena(LAYERS, H_KV, D, NUM_BLOCKS, B, kv, "cpu")
+    table = torch.randperm(NUM_BLOCKS, generator=g)[:MAX_LEN // B].to(torch.int32)
+    return static, arena, table, g
+
+
+def write_both(static, arena, table, g, start: int, num: int) -> None:
+    positions = torch.arange(start, start + num)
+    for layer in range(LAYERS):
+        k, v = (torch.randn(1, H_KV, num, D, generator=g) * 3 for _ in range(2))
+        static.write(layer, positions, k, v)
+        arena.write(layer, table, positions, k, v)
+
+
+@pytest.mark.parametrize("kv", KV_DTYPES)
+def test_arena_reads_what_the_static_cache_reads(kv):
+    static, arena, table, g = pair(kv)
+    # a prefill chunk crossing blocks, single steps, a verify block, then a crop and rewrite
+    for start, num in ((0, 13), (13, 1), (14, 1), (15, 5), (20, 7), (17, 6)):
+        write_both(static, arena, table, g, start, num)
+    # position 5 sits in the block the table names second, at slot 1
+    assert torch.equal(arena.k[1][table[1], :, 1].view(torch.uint8),
+                       static.k[1][0, :, 5].view(torch.uint8))
+    for layer in range(LAYERS):
+        for end in (1, 4, 13, 23):
+            a = arena.gather(layer, table, end, torch.float32)
+            s = static.read(layer, end, torch.float32)
+            for x, y in zip(a, s, strict=True):
+                assert x.shape == (1, H_KV, end, D)
+                assert torch.equal(x, y.float())
+
+
+@pytest.mark.parametrize("kv", KV_DTYPES)
+def test_decode_attention_over_the_gathered_arena_matches_the_static_cache(kv):
+    static, arena, table, g = pair(kv, seed=1)
+    write_both(static, arena, table, g, 0, 30)
+    q = torch.randn(1, 2 * H_KV, 3, D, generator=g)  # a verify block of 3 at positions 27..29
+    pos = torch.arange(27, 30)
+    for layer in range(LAYERS):
+        k, v = arena.gather(layer, table, 30, torch.float32)
+        paged = decode_attention.reference(q, LayerKV(k, v, None, None), pos, 30, D ** -0.5,
+                                           split=8)
+        flat = decode_attention.reference(q, static.layer(layer), pos, 30, D ** -0.5, split=8)
+        assert torch.equal(paged, flat)
+
+
+def test_a_sequence_writing_past_shared_blocks_leaves_them_alone():
+    _, arena, _, g = pair("int8")
+    shared = [5, 9]  # two full blocks of a common system prompt
+    table_a = torch.tensor([*shared, 2, 0], dtype=torch.int32)
+    table_b = torch.tensor([*shared, 7, 11], dtype=torch.int32)
+    k, v = (torch.randn(1, H_KV, 12, D, generator=g) for _ in range(2))
+    arena.write(0, table_a, torch.arange(12), k, v)
+    before = arena.gather(0, table_a, 12, torch.float32)
+    k2, v2 = (torch.randn(1, H_KV, 6, D, generator=g) for _ in range(2))
+    arena.write(0, table_b, torch.arange(8, 14), k2, v2)  # b's own blocks only
+    after = arena.gather(0, table_a, 12, torch.float32)
+    b = arena.gather(0, table_b, 14, torch.float32)
+    for x, y, z in zip(before, after, b, strict=True):
+        assert torch.equal(x, y)
+        assert torch.equal(z[:, :, :8], x[:, :, :8])  # the shared prefix, read by both
+
+
+@pytest.mark.parametrize("kv", KV_DTYPES)
+def test_bytes_per_block_sizes_the_arena(kv):
+    arena = KVArena(LAYERS, H_KV, D, NUM_BLOCKS, B, kv, "cpu")
+    assert arena.num_bytes == NUM_BLOCKS * KVArena.bytes_per_block(LAYERS, H_KV, D, B, kv)
+    static = KVCache(LAYERS, H_KV, D, NUM_BLOCKS * B, kv, "cpu")
+    assert arena.num_bytes == static.num_bytes  # the same bytes a token, laid out in blocks
