@@ -36,9 +36,9 @@ from engine.kv_cache import KVCache
 from engine.kv_dtype import PLANNED_WEIGHTS, choose_kv_dtype
 from engine.model_folder import check
 from engine.model_shape import ModelShape
-from engine.oom import OutOfMemory
-from engine.oom import hint as oom_hint
-from engine.plan import CUDA_CONTEXT_BYTES, PREFILL_CHUNK, GiB, largest_prefill_chunk
+from engine.oom import out_of_memory
+from engine.plain_decoding import PlainDecoding
+from engine.plan import PREFILL_CHUNK, GiB, largest_prefill_chunk
 from engine.prompt import Prompt
 from engine.prompt import build as build_prompt
 from engine.proposers import DraftModel, PromptLookup, check_same_tokenizer
@@ -55,27 +55,6 @@ class _NoText:
 
     def add(self, token_id: int) -> str:
         return ""
-
-
-class PlainDecoding:
-    """One target step per token: the loop's fast path (speculative.SpeculativeDecoding is the
-    other strategy). `next` feeds the pending token and returns the next one."""
-
-    def __init__(self, decoder: Decoder, cache: KVCache, sampler: Sampler):
-        self.decoder, self.cache, self.sampler = decoder, cache, sampler
-
-    def first(self, logits: torch.Tensor) -> list[int]:
-        self.token = self.sampler(logits)  # [1] on the device
-        self.last = int(self.token.item())  # the one host sync a step needs: the text is shown now
-        return [self.last]
-
-    def next(self, position: int, budget: int) -> list[int]:
-        logits = self.decoder.step(self.token, position)
-        self.cache.token_ids.append(self.last)
-        return self.first(logits)
-
-    def stats(self) -> dict:
-        return {}
 
 
 class Session:
@@ -344,20 +323,3 @@ class Session:
             pid=os.getpid(),
             **(decoding.stats() if decoding is not None else {}),
         )
-
-
-def out_of_memory(message: str, config: dict, quant: str, context: int,
-                  vram_bytes: int | None) -> OutOfMemory:
-    """Release what the failed allocation left cached, then say what would fit this card."""
-    import gc
-
-    gc.collect()
-    if not torch.cuda.is_available():
-        return OutOfMemory(message, "try a 4-bit --quant nf4 or a shorter --context")
-    torch.cuda.empty_cache()
-    index = torch.cuda.current_device()
-    props = torch.cuda.get_device_properties(index)
-    # no limit given: the allocator's cap (a --memory-limit card) plus the context it excludes
-    cap = int(props.total_memory * torch.cuda.get_per_process_memory_fraction(index))
-    vram = vram_bytes or min(props.total_memory, cap + CUDA_CONTEXT_BYTES)
-    return OutOfMemory(message, oom_hint(config, quant, context, vram, (props.major, props.minor)))

@@ -73,7 +73,7 @@ def verify(target: Decoder, sampler: Sampler, pending: torch.Tensor, position: i
 
 
 class SpeculativeDecoding:
-    """The generation loop's speculative strategy (the plain one is session.PlainDecoding):
+    """The generation loop's speculative strategy (the plain one is plain_decoding.PlainDecoding):
     `next` runs one round, or a plain step when the controller says speculation should rest.
 
     `seq` is every committed token, the pending one last (sampled, shown, not yet fed to the

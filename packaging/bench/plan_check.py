@@ -146,8 +146,7 @@ def one(name: str, gib: float) -> dict:
 
 def oom_then_recover() -> dict:
     """bf16 7B on an 8 GiB card: the load must fail with a hint; the hint's load must work."""
-    from engine.oom import OutOfMemory
-    from engine.session import out_of_memory
+    from engine.oom import OutOfMemory, out_of_memory
 
     shape_dir = ROOT / "packaging/bench/qwen2.5-7b"
     row, oom = dict(check="7B bf16 forced on an 8 GiB card, then the recommended load"), False
