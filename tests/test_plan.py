@@ -16,7 +16,6 @@ from engine import plan_report
 from engine.plan import (
     CUDA_CONTEXT_BYTES,
     GiB,
-    MiB,
     ModelShape,
     PlanError,
     kv_bytes_per_token,
@@ -318,7 +317,7 @@ def test_tree_order_and_cpu():
     r = recommend(s, 16 * GiB, (8, 6), 32768, prefer_quality=True)
     assert (r.quant, r.fits) == ("int8", True)
     assert recommend(s, 16 * GiB, (8, 6), 32768).quant == "nf4"
-    r = recommend(s, 6 * GiB + 512 * MiB, (8, 6), None)  # nf4 fits only a shorter context
+    r = recommend(s, 7 * GiB, (8, 6), None)  # nf4 fits only a shorter context
     assert r.fits and r.quant == "nf4" and r.kv_dtype == "int8" and r.context < 32768
     assert "shortened" in r.note and r.plan.fits
     cpu = recommend(shape(dict(QWEN7B, torch_dtype="float32")), None)
