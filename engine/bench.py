@@ -82,7 +82,11 @@ def copy_bandwidth(device: torch.device) -> float:
     for _ in range(reps):
         dst.copy_(src)
     _sync(device)
-    return 2 * n * reps / (time.perf_counter() - t)
+    rate = 2 * n * reps / (time.perf_counter() - t)
+    del src, dst
+    if device.type == "cuda":  # the probe's 2 GiB must not stay cached in the reported peak
+        torch.cuda.empty_cache()
+    return rate
 
 
 def decode_bytes(model, kv_bytes_per_token: int, context: int) -> int:
