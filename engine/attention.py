@@ -11,7 +11,7 @@ which reads the cache as stored.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +35,10 @@ class StepContext:
     positions: torch.Tensor  # [T] int64 on the cache's device
     start: int  # host copies of the bounds: no device sync to slice
     end: int
+    attention: str = field(init=False)  # how one-token steps read the cache: once a pass
+
+    def __post_init__(self):
+        self.attention = decode_attention.backend(self.cache)
 
 
 def hearth_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
@@ -49,7 +53,7 @@ def hearth_attention(module, query, key, value, attention_mask, scaling=None, dr
     # written first, read back after: a token is quantized (int8/fp8) before anything reads it,
     # its own query included, so results do not depend on how tokens were grouped into passes
     cache.write(layer, step.positions, key, value)
-    how = decode_attention.backend(cache)
+    how = step.attention
     if T == 1 and how != "sdpa":  # split-context decode, reading int8/fp8 as stored
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         out = decode_attention.attend(query, cache.layer(layer), step.positions, step.end, scale,

@@ -88,9 +88,9 @@ def load_draft(target: Session, draft: str, random_weights: bool, req: LoadReque
         from engine.proposers import check_same_tokenizer
 
         folder = check(draft)
-        check_same_tokenizer(target.lm.tokenizer, AutoTokenizer.from_pretrained(folder.path),
-                             draft)
-        dlm = loader.load(folder, dreq, lambda e: None)
+        tok = AutoTokenizer.from_pretrained(folder.path, trust_remote_code=False)
+        check_same_tokenizer(target.lm.tokenizer, tok, draft)
+        dlm = loader.load(folder, dreq, lambda e: None, tokenizer=tok)
     return Session(dlm, "auto", fast_path=not req.eager, compile_layers=req.compile)
 
 

@@ -79,31 +79,18 @@ class Decoder:
 
     @torch.inference_mode()
     def _capture(self) -> None:
-        buckets = self.buckets
         self.pos.zero_()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # warm-up (and compilation) off the capture stream
-            for b in buckets:
-                for _ in range(2):
-                    self.family(self.token, self.pos, b)
-        torch.cuda.current_stream().wait_stream(stream)
-        pool = torch.cuda.graph_pool_handle()
-        for b in buckets:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                logits = self.family(self.token, self.pos, b)
-            self.graphs[b] = (graph, logits)
-        torch.cuda.synchronize()
+        bodies = {b: (lambda b=b: self.family(self.token, self.pos, b)) for b in self.buckets}
+        self.graphs = capture_graphs(bodies)
         self.cache.crop(0)  # warm-up wrote K/V at position 0: nothing cached is valid
 
     @torch.inference_mode()
     def capture_blocks(self, sizes) -> None:
         """Capture the verify block for each size T in `sizes` (K + 1) and each KV bucket.
 
-        Untested on a GPU so far (written without one): on any failure the blocks stay eager,
-        which computes the same. Warm-up and capture write K/V at the tail of the cache, past
-        anything a later turn reuses, so this may run between generations.
+        On any failure the blocks stay eager, which computes the same. Warm-up and capture write
+        K/V at the tail of the cache, past anything a later turn reuses, so this may run between
+        generations.
         """
         todo = sorted({T for T in sizes if T > 1} - {T for T, _ in self.block_graphs})
         if self.mode != "graph" or not todo:
@@ -112,29 +99,15 @@ class Decoder:
         self.cache.crop(min(len(self.cache.token_ids), tail))
         self.block_start.fill_(tail)
         inputs = {T: torch.zeros(T, dtype=torch.long, device=self.device) for T in todo}
+        bodies = {(T, b): (lambda T=T, b=b: self._block(inputs[T], b))
+                  for T in todo for b in self.buckets}
         t0 = time.perf_counter()
         try:
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for T in todo:
-                    for b in self.buckets:
-                        for _ in range(2):
-                            self._block(inputs[T], b)
-            torch.cuda.current_stream().wait_stream(stream)
-            pool = torch.cuda.graph_pool_handle()
-            for T in todo:
-                for b in self.buckets:
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, pool=pool):
-                        logits = self._block(inputs[T], b)
-                    self.block_graphs[(T, b)] = (graph, inputs[T], logits)
-            torch.cuda.synchronize()
+            for (T, b), (graph, logits) in capture_graphs(bodies).items():
+                self.block_graphs[(T, b)] = (graph, inputs[T], logits)
             self.notes.append(f"verify blocks of {todo[0]}-{todo[-1]} tokens captured as "
-                              f"{len(todo) * len(self.buckets)} CUDA graphs in "
-                              f"{time.perf_counter() - t0:.2f} s")
+                              f"{len(bodies)} CUDA graphs in {time.perf_counter() - t0:.2f} s")
         except Exception as e:  # an optimization: the eager block computes the same
-            self.block_graphs = {k: v for k, v in self.block_graphs.items() if k[0] not in todo}
             self.notes.append(f"verify-block capture failed ({type(e).__name__}: {e}); "
                               "verification runs eagerly")
 
@@ -194,3 +167,24 @@ class Decoder:
         self.pos.fill_(position)  # a host scalar written into the graph's input: no sync
         graph.replay()
         return logits
+
+
+def capture_graphs(bodies: dict) -> dict:
+    """key -> fn() returning a tensor: each warmed up twice off the capture stream (first uses,
+    compilation), then captured into one shared pool -> key -> (graph, its output tensor)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for fn in bodies.values():
+            for _ in range(2):
+                fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    pool = torch.cuda.graph_pool_handle()
+    captured = {}
+    for key, fn in bodies.items():
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            out = fn()
+        captured[key] = (graph, out)
+    torch.cuda.synchronize()
+    return captured

@@ -106,7 +106,8 @@ def _placement(req: LoadRequest, folder: ModelFolder, random_weights: bool = Fal
 
 
 def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress], None],
-         cancel: threading.Event | None = None) -> LoadedModel:
+         cancel: threading.Event | None = None, tokenizer=None) -> LoadedModel:
+    """`tokenizer`: the folder's, where the caller has read it already (a draft's check)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
     from transformers.utils import logging as hf_logging
 
@@ -120,7 +121,8 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
     device, quant, compute_dtype = _placement(req, folder)
 
     stage("tokenizer", 0, "reading the tokenizer")
-    tokenizer = AutoTokenizer.from_pretrained(folder.path, trust_remote_code=False)
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(folder.path, trust_remote_code=False)
     gen_config = _read_json(folder.path / "generation_config.json")
 
     stage("weights", 1, f"loading weights as {quant}")

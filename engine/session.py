@@ -135,28 +135,30 @@ class Session:
               cancel: threading.Event | None) -> Session:
         req.validate()
         folder = check(req.model)
-        if req.draft is not None:  # a wrong draft fails before anything loads
+        tok = draft_tok = None
+        if req.draft is not None:  # a wrong draft fails before any weights load
             from transformers import AutoTokenizer
 
-            tokenizers = (AutoTokenizer.from_pretrained(f.path) for f in (folder, check(req.draft)))
-            check_same_tokenizer(*tokenizers, req.draft)
-        lm = loader.load(folder, req, progress, cancel)
+            tok, draft_tok = (AutoTokenizer.from_pretrained(f.path, trust_remote_code=False)
+                              for f in (folder, check(req.draft)))
+            check_same_tokenizer(tok, draft_tok, req.draft)
+        lm = loader.load(folder, req, progress, cancel, tokenizer=tok)
         session = cls(lm, req.kv_dtype, fast_path=not req.eager, compile_layers=req.compile)
         session.num_speculative_tokens = req.num_speculative_tokens
         if req.draft is not None:
-            session.attach_draft(cls._load_draft(req, lm, progress, cancel))
+            session.attach_draft(cls._load_draft(req, lm, progress, cancel, draft_tok))
         return session
 
     @classmethod
     def _load_draft(cls, req: LoadRequest, lm: loader.LoadedModel,
-                    progress: Callable[[LoadProgress], None], cancel) -> Session:
+                    progress: Callable[[LoadProgress], None], cancel, tokenizer) -> Session:
         folder = check(req.draft)
         dreq = LoadRequest(model=req.draft, device=lm.device.type, context=lm.context,
                            eager=req.eager, compile=req.compile)
         tagged = lambda e: progress(LoadProgress(f"draft {e.stage}", e.done, e.total,
                                                  e.message and f"draft: {e.message}"))
         try:
-            dlm = loader.load(folder, dreq, tagged, cancel)
+            dlm = loader.load(folder, dreq, tagged, cancel, tokenizer=tokenizer)
         except BadRequest as e:
             raise BadRequest(f"draft model: {e}") from None
         return cls(dlm, "auto", fast_path=not req.eager, compile_layers=req.compile)

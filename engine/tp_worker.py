@@ -21,6 +21,7 @@ from typing import NoReturn
 import torch
 import torch.distributed as dist
 
+from engine.decode import capture_graphs
 from engine.kv_cache import KVCache
 from engine.tensor_parallel import DTYPES, TPSpec, TPStep, layout
 
@@ -76,20 +77,9 @@ class Rank:
             self.step_fn.compile()
         if self.device.type != "cuda" or not allow_graph:
             return
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # warm-up (and NCCL's lazy setup) off the capture stream
-            for b in self.buckets:
-                for _ in range(2):
-                    self.step_fn(self.token, self.pos, b)
-        torch.cuda.current_stream().wait_stream(stream)
-        pool = torch.cuda.graph_pool_handle()
-        for b in self.buckets:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                logits = self.step_fn(self.token, self.pos, b)
-            self.graphs[b] = (graph, logits)
-        torch.cuda.synchronize()
+        # the warm-up off the capture stream also does NCCL's lazy setup
+        self.graphs = capture_graphs(
+            {b: (lambda b=b: self.step_fn(self.token, self.pos, b)) for b in self.buckets})
         self.cache.crop(0)  # warm-up wrote K/V at position 0
 
 
