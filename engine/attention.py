@@ -4,9 +4,10 @@ Every supported architecture calls it from its own attention module. It owns the
 writes (kv_cache.py), the masking (causal without a materialized mask where it can) and
 grouped-query attention (SDPA `enable_gqa`: KV heads are never expanded). transformers' own
 cache and mask building are switched off: the model runs with no cache and a `None` mask.
-Prefill reads the cache through SDPA (dequantized a layer at a time for int8/fp8); one-token
-steps go to decode_attention.py where it applies (a GPU with Triton; an int8/fp8 cache anywhere),
-which reads the cache as stored.
+Prefill reads the cache through SDPA over a contiguous copy of the blocks it needs, gathered
+through the block table a layer at a time (dequantized for int8/fp8; the planner counts this copy
+in its workspace); one-token steps go to decode_attention.py where it applies (a GPU with Triton;
+an int8/fp8 cache anywhere), which reads the paged cache in place.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class StepContext:
     attention: str = field(init=False)  # how one-token steps read the cache: once a pass
 
     def __post_init__(self):
+        self.cache.reserve(self.end)  # blocks for every position this pass writes
         self.attention = decode_attention.backend(self.cache)
 
 
@@ -59,6 +61,7 @@ def hearth_attention(module, query, key, value, attention_mask, scaling=None, dr
         out = decode_attention.attend(query, cache.layer(layer), step.positions, step.end, scale,
                                       how)
         return out.transpose(1, 2).contiguous(), None
+    # SDPA cannot read the paged arena: a contiguous copy of positions 0..end-1
     k, v = cache.read(layer, step.end, query.dtype)  # [1, H_kv, end, D]
     q = query.to(k.dtype)
     if T == 1:

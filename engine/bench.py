@@ -117,9 +117,9 @@ def _prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
 def _run_one(session: Session, ids: list[int], new_tokens: int, prompt_lookup: bool = False,
              num_speculative_tokens: int | None = None) -> tuple[Finished, list[int]]:
     """One greedy generation from an empty cache -> (its Finished, the new token ids)."""
-    session.cache.crop(0)  # every run prefills the whole prompt
+    session.cache.clear()  # every run prefills the whole prompt
     if session.draft is not None:
-        session.draft.cache.crop(0)
+        session.draft.cache.clear()
     req = GenerateRequest(prompt_ids=tuple(ids), max_new_tokens=new_tokens, ignore_eos=True,
                           sampling=SamplingParams(temperature=0.0), prompt_lookup=prompt_lookup,
                           num_speculative_tokens=num_speculative_tokens)
@@ -244,7 +244,7 @@ def _measure(session: Session, prompt_len: int, new_tokens: int, num_prompts: in
     elapsed = time.perf_counter() - t
 
     bw = copy_bandwidth(dev)
-    per_token = session.cache.num_bytes // session.cache.max_len  # one rank's KV heads
+    per_token = session.cache.bytes_per_token  # one rank's KV heads
     n = req.tensor_parallel
     # one GPU's step: 1/N of the weights read (each rank's cut; the replicated norms are noise),
     # its own KV heads; the roofline leaves out the all-reduces' latency

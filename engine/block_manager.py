@@ -1,19 +1,13 @@
 """Host-side bookkeeping of a paged KV arena: which fixed-size block holds which tokens of which
 sequence, shared prefixes found by hash, reference counts, least-recently-used eviction.
 
-Pure Python, no torch, not wired into the decode path yet (TODO(#8)). How it plugs in:
-- kv_arena.KVArena replaces kv_cache.KVCache's [1, H_kv, max_len, D] buffers: per layer
-  k, v [num_blocks, H_kv, block_size, D] (+ scales [num_blocks, H_kv, block_size] for int8/fp8),
-  num_blocks sized by the planner at load (KVArena.bytes_per_block), allocated once (graph
-  capture fixes the address). Its writes and gathers are tested against KVCache.
-- each session holds a `Sequence` here and a device int32 block table [max_blocks] (fixed length,
-  so captured graphs replay; its entries are copied in before a step, never reallocated);
-  position p lives at block table[p // block_size], slot p % block_size. The CPU reference and
-  prefill gather the table's blocks into a contiguous [1, H_kv, L, D] view (KVArena.gather);
-  the Triton kernel is to load each [B, D] tile through the table instead of at a fixed stride.
-- Session._generate: `allocate` (the cached prefix needs no prefill), prefill the rest, `commit`;
-  `append` before every decode step or verify block; `crop` for regenerate/edit (copy the
-  returned (src, dst) blocks first); `release` when a conversation is closed or switched away.
+Pure Python, no torch. kv_cache.KVCache drives it for its one live sequence: `append` before
+every pass writes (KVCache.reserve: a prefill chunk, a decode step, a verify block), `commit`
+before the live sequence changes (its full blocks become shareable), `crop` for a next turn,
+regenerate or edit (the returned (src, dst) blocks are copied in the arena first), `release` and
+`allocate` when a prompt's start is cached by another conversation (KVCache.reuse). The blocks
+live in kv_arena.KVArena; the sequence's block ids are mirrored into a device int32 table that
+the decode step reads (position p at table[p // block_size], slot p % block_size).
 """
 
 from __future__ import annotations

@@ -1,13 +1,15 @@
-"""Decode attention over the engine's cache (16-bit, int8 or fp8): T query tokens (1 a step, K + 1
-in a verify block) against cache positions below a host bucket `kv_len`, each token seeing keys
-up to its own position, read from a device tensor: one captured graph serves a whole bucket.
+"""Decode attention over the engine's paged cache (16-bit, int8 or fp8): T query tokens (1 a step,
+K + 1 in a verify block) against cache positions below a host bucket `kv_len`, each token seeing
+keys up to its own position, read from a device tensor: one captured graph serves a whole
+bucket. Keys are found through the sequence's block table (kv_cache.py), a device tensor too.
 
 Flash-decoding: the context is cut into splits; each split yields, per query row, a partial max m,
 sum l and unnormalized output o, and a combine step merges them (the log-sum-exp rule below). The
 G query heads that share a KV head are the rows of one program, so K/V are read once per group.
-The Triton kernels (decode_attention_kernel.py) read int8/fp8 values and their scales directly,
-never a dequantized copy; `reference` is the same algorithm in PyTorch, for CPU, for GPUs without
-Triton, and for tests. Prefill attention is not here: attention.py runs SDPA for it.
+The Triton kernels (decode_attention_kernel.py) read the blocks in place through the table, int8/
+fp8 values and their scales included, never a copy; `reference` is the same algorithm in PyTorch
+over a gathered copy, for CPU, for GPUs without Triton, and for tests. Prefill attention is not
+here: attention.py runs SDPA for it.
 """
 
 from __future__ import annotations
@@ -18,16 +20,17 @@ import shutil
 
 import torch
 
-from engine import kv_quant
+from engine import kv_arena, kv_quant
 from engine.decode_splits import MAX_SPLITS, MIN_SPLIT_TOKENS, num_splits  # noqa: F401
 from engine.kv_cache import KVCache, LayerKV
 
-# auto: int8/fp8 caches through the Triton kernel on a GPU where Triton runs, else the PyTorch
-# reference; 16-bit caches through SDPA, the path whose end-to-end speed is measured
-# (BENCHMARKS.md). triton: 16-bit caches through the kernel too: on the H200 at the Llama-3.1-8B
-# shape, one layer took 9 us against SDPA's 33 at 1K tokens and 44 against 643 at 32K (SDPA's
-# masked grouped-query path reads at 0.2 TB/s), but no whole decode has been timed with it yet.
-# sdpa: SDPA for 16-bit caches, the reference for quantized ones; reference: the PyTorch split
+# auto: every cache through the Triton kernel on a GPU where Triton runs (a paged arena cannot be
+# read in place by SDPA; and on the H200 at the Llama-3.1-8B shape one layer took 9 us against
+# SDPA's 33 at 1K tokens and 44 against 643 at 32K: SDPA's masked grouped-query path reads at
+# 0.2 TB/s); elsewhere int8/fp8 through the PyTorch reference and 16-bit caches through SDPA
+# over a gathered contiguous copy (the numerics of prefill and of transformers' modules, so the
+# fused step stays token-identical to them on CPU). triton: the same as auto. sdpa: SDPA over a
+# gathered copy for 16-bit caches, the reference for quantized ones. reference: the PyTorch split
 # algorithm for every cache (if Triton misbehaves on some machine)
 ENV = "HEARTH_DECODE_ATTENTION"
 SETTINGS = ("auto", "triton", "sdpa", "reference")
@@ -47,7 +50,7 @@ def triton_available() -> bool:
 
 def backend(cache: KVCache) -> str:
     """How decode steps read this cache: "sdpa" (16-bit only), "triton" or "reference"."""
-    device = cache.k[0].device
+    device = cache.device
     how = _backend(str(device), cache.kv_dtype, os.environ.get(ENV, "auto"))
     if how == "triton" and (str(device), cache.kv_dtype) in _FAILED:
         return "reference" if cache.quantized else "sdpa"
@@ -62,8 +65,6 @@ def _backend(device: str, kv_dtype: str, setting: str) -> str:
     if setting == "reference" or (setting == "sdpa" and quantized):
         return "reference"
     if setting == "sdpa":
-        return "sdpa"
-    if setting == "auto" and not quantized:
         return "sdpa"
     on_gpu = torch.device(device).type == "cuda"
     # Triton converts fp8 e4m3 in hardware from compute capability 8.9 (Ada, Hopper) on
@@ -95,8 +96,8 @@ def check_kernel(cache: KVCache, num_heads: int, dtype: torch.dtype) -> str | No
 def describe(cache: KVCache) -> str:
     """One line for the load notes."""
     name = backend(cache)
-    what = {"sdpa": "PyTorch SDPA (flash/efficient kernels)",
-            "triton": "the Triton split-context kernel, reading the cache as stored",
+    what = {"sdpa": "PyTorch SDPA over a gathered copy of the blocks",
+            "triton": "the Triton split-context kernel, reading the blocks in place",
             "reference": "the split-context algorithm in PyTorch (no Triton kernel)"}[name]
     return f"decode attention over the {cache.kv_dtype} KV cache: {what}"
 
@@ -117,14 +118,15 @@ def reference(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int, scal
     """The kernel's algorithm in PyTorch, in fp32. q: [1, H, T, D], pos: [T] -> [1, H, T, D].
 
     `split`: keys per split (default: MIN_SPLIT_TOKENS). Fixed shapes, no host sync, so a GPU
-    without Triton can still capture it in a graph (it does dequantize what it reads).
+    without Triton can still capture it in a graph (it gathers the table's blocks into a
+    contiguous fp32 copy, dequantized, and reads that).
     """
     _, H, T, D = q.shape
     Hkv = kv.k.shape[1]
     G = H // Hkv
     split = split or MIN_SPLIT_TOKENS
     S = -(-kv_len // split)
-    k, v = (_values(x, s, kv_len) for x, s in ((kv.k, kv.k_scale), (kv.v, kv.v_scale)))
+    k, v = (x[0] for x in kv_arena.gather(*kv, kv_len, torch.float32))  # [H_kv, kv_len, D]
     pad = S * split - kv_len  # zero keys past kv_len, masked below: [H_kv, S, split, D]
     k = torch.nn.functional.pad(k, (0, 0, 0, pad)).view(Hkv, S, split, D)
     v = torch.nn.functional.pad(v, (0, 0, 0, pad)).view(Hkv, S, split, D)
@@ -142,10 +144,3 @@ def reference(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int, scal
     w = torch.where(total > 0, torch.exp(m - m.amax(1, keepdim=True)), 0.0)  # [H_kv, S, G T]
     out = (w[..., None] * o).sum(1) / (w * total).sum(1)[..., None]  # [H_kv, G T, D]
     return out.view(1, H, T, D).to(q.dtype)  # [H_kv, G, T, D] is head-major: heads h_kv G + g
-
-
-def _values(x: torch.Tensor, scale: torch.Tensor | None, kv_len: int) -> torch.Tensor:
-    """[1, H_kv, L, D] (+ scales) -> the first kv_len positions in fp32: [H_kv, kv_len, D]."""
-    if scale is None:
-        return x[0, :, :kv_len].float()
-    return kv_quant.dequantize(x[0, :, :kv_len], scale[0, :, :kv_len])

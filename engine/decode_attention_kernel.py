@@ -1,7 +1,8 @@
 """The Triton kernels of decode attention: a partial softmax per (KV head, split of the context,
-block of query rows), then a combine per (KV head, query row). decode_attention.py holds the
-algorithm's description, its PyTorch reference and the choice of path; this module is imported
-only there, on a CUDA device where Triton imports (CPU torch ships no Triton).
+block of query rows), then a combine per (KV head, query row), reading the paged arena in place
+through the block table. decode_attention.py holds the algorithm's description, its PyTorch
+reference and the choice of path; this module is imported only there, on a CUDA device where
+Triton imports (CPU torch ships no Triton; tests run it in Triton's interpreter).
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ CONFIGS = {False: dict(block_n=64, waves=2, num_warps=4, num_stages=2),
 
 
 @triton.jit
-def _partial(Q, K, V, KS, VS, POS, PM, PL, PO, kv_len, n_splits, scaling, stride_kh, stride_sh,
-             ROWS: tl.constexpr, T: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
-             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, QUANTIZED: tl.constexpr,
-             IEEE: tl.constexpr):
-    """Q: [H_kv, ROWS, D] (row g T + t); K, V: [H_kv, L, D] int8/fp8/16-bit; KS, VS: [H_kv, L]
-    fp16 (QUANTIZED); POS: [T] int64 -> PM, PL: [H_kv, S, ROWS] fp32, PO: [H_kv, S, ROWS, D]."""
+def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling, stride_kb,
+             stride_kh, stride_sb, stride_sh, ROWS: tl.constexpr, T: tl.constexpr,
+             D: tl.constexpr, B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             BLOCK_D: tl.constexpr, QUANTIZED: tl.constexpr, IEEE: tl.constexpr):
+    """Q: [H_kv, ROWS, D] (row g T + t); K, V: [num_blocks, H_kv, B, D] int8/fp8/16-bit; KS, VS:
+    [num_blocks, H_kv, B] fp16 (QUANTIZED); TABLE: [max_blocks] int32, key n at block
+    TABLE[n // B], slot n % B; POS: [T] int64 -> PM, PL: [H_kv, S, ROWS] fp32,
+    PO: [H_kv, S, ROWS, D]."""
     head = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     rows = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -47,8 +50,6 @@ def _partial(Q, K, V, KS, VS, POS, PM, PL, PO, kv_len, n_splits, scaling, stride
     per_split = tl.cdiv(tl.cdiv(end, n_splits), BLOCK_N) * BLOCK_N
     lo = split * per_split
     hi = tl.minimum(lo + per_split, end)
-    k_base, v_base = K + head * stride_kh, V + head * stride_kh
-    ks_base, vs_base = KS + head * stride_sh, VS + head * stride_sh
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
@@ -56,23 +57,27 @@ def _partial(Q, K, V, KS, VS, POS, PM, PL, PO, kv_len, n_splits, scaling, stride
         n = start + tl.arange(0, BLOCK_N)
         n_ok = n < hi
         tile_ok = n_ok[:, None] & d_ok[None, :]
+        # each key through the table: its block, then its slot; a key's D values stay contiguous
+        block = tl.load(TABLE + n // B, mask=n_ok, other=0).to(tl.int64)  # [BLOCK_N]
+        row = block * stride_kb + head * stride_kh + (n % B) * D  # [BLOCK_N]: K and V alike
+        srow = block * stride_sb + head * stride_sh + n % B
         # int8 and e4m3 values are exact in bf16/fp16: upcast, multiply on tensor cores
-        k = tl.load(k_base + n[:, None] * D + d[None, :], mask=tile_ok, other=0.0).to(q.dtype)
+        k = tl.load(K + row[:, None] + d[None, :], mask=tile_ok, other=0.0).to(q.dtype)
         if IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")  # [BLOCK_M, BLOCK_N]
         else:
             s = tl.dot(q, tl.trans(k))
         if QUANTIZED:  # q . (k_q s_k) = s_k (q . k_q): one multiply per key, not per element
-            s = s * tl.load(ks_base + n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+            s = s * tl.load(KS + srow, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         s = tl.where((n[None, :] <= pos[:, None]) & n_ok[None, :], s * scaling, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key seen yet: no NaN
         alpha = tl.exp(m_i - m_safe)
         p = tl.exp(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_base + n[:, None] * D + d[None, :], mask=tile_ok, other=0.0).to(q.dtype)
+        v = tl.load(V + row[:, None] + d[None, :], mask=tile_ok, other=0.0).to(q.dtype)
         if QUANTIZED:  # sum_n p_n s_n v_q,n: the V scale folds into the probabilities
-            p = p * tl.load(vs_base + n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+            p = p * tl.load(VS + srow, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         if IEEE:
             acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
         else:
@@ -109,20 +114,24 @@ def _num_sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+INTERPRETER_SMS = 4  # Triton's CPU interpreter (tests): a few splits, as on a small GPU
+
+
 def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int,
                      scaling: float, config: dict | None = None) -> torch.Tensor:
     """q: [1, H, T, D], pos: [T] int64 -> [1, H, T, D] in q's dtype. Launches only: no host
     sync, and shapes depend on (T, kv_len) alone, so a CUDA graph captures it per bucket.
     `config` overrides CONFIGS (benchmark sweeps)."""
     _, H, T, D = q.shape
-    Hkv, L = kv.k.shape[1], kv.k.shape[2]
+    Hkv, B = kv.k.shape[1], kv.k.shape[2]
     rows = H // Hkv * T
     quantized = kv.k_scale is not None
     cfg = {**CONFIGS[quantized], **(config or {})}
     # a 16-bit cache is read in its own dtype (as the SDPA path does); a quantized one upcasts
     # its values to the query's dtype inside the kernel
     qg = (q if quantized else q.to(kv.k.dtype)).reshape(Hkv, rows, D).contiguous()
-    S = num_splits(kv_len, Hkv, _num_sms(q.device.index or 0), cfg["waves"])
+    sms = _num_sms(q.device.index or 0) if q.device.type == "cuda" else INTERPRETER_SMS
+    S = num_splits(kv_len, Hkv, sms, cfg["waves"])
     part_m = torch.empty((Hkv, S, rows), dtype=torch.float32, device=q.device)
     part_l = torch.empty_like(part_m)
     part_o = torch.empty((Hkv, S, rows, D), dtype=torch.float32, device=q.device)
@@ -132,8 +141,9 @@ def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: in
     ks = kv.k_scale if quantized else kv.k  # unread when not QUANTIZED: any pointer will do
     vs = kv.v_scale if quantized else kv.v
     _partial[(Hkv, S, triton.cdiv(rows, block_m))](
-        qg, kv.k, kv.v, ks, vs, pos, part_m, part_l, part_o, kv_len, S, float(scaling), L * D, L,
-        ROWS=rows, T=T, D=D, BLOCK_M=block_m, BLOCK_N=cfg["block_n"], BLOCK_D=block_d,
+        qg, kv.k, kv.v, ks, vs, kv.table, pos, part_m, part_l, part_o, kv_len, S, float(scaling),
+        kv.k.stride(0), kv.k.stride(1), ks.stride(0), ks.stride(1),
+        ROWS=rows, T=T, D=D, B=B, BLOCK_M=block_m, BLOCK_N=cfg["block_n"], BLOCK_D=block_d,
         QUANTIZED=quantized, IEEE=qg.dtype == torch.float32, num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"])
     _combine[(Hkv, rows)](part_m, part_l, part_o, out, S, ROWS=rows, D=D,

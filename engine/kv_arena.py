@@ -1,13 +1,12 @@
 """The paged KV arena's storage: fixed-size blocks per layer, written and read through a block
-table (block_manager.py decides which block holds what). Not wired into the decode path yet
-(TODO(#8)): kv_cache.KVCache is what the engine runs on; this is its paged successor, tested
-against it.
+table (block_manager.py decides which block holds what; kv_cache.KVCache puts the two together
+and is what the engine runs on).
 
 Layout per layer: k, v [num_blocks, H_kv, B, D] in the storage dtype (+ k_scale, v_scale
 [num_blocks, H_kv, B] fp16 for int8/fp8, one scale per token per head as in kv_quant.py), so one
-head's block is one contiguous [B, D] tile: what a kernel loads per table entry. Position p of a
-sequence lives at block table[p // B], slot p % B. Writes and reads are fixed-shape tensor ops
-with the table on the device (no host sync), so a step over them can be graph-captured.
+head's block is one contiguous [B, D] tile. Position p of a sequence lives at block
+table[p // B], slot p % B. Writes and reads are fixed-shape tensor ops with the table on the
+device (no host sync), so a step over them can be graph-captured.
 """
 
 from __future__ import annotations
@@ -15,7 +14,54 @@ from __future__ import annotations
 import torch
 
 from engine import kv_quant
-from engine.kv_cache import STORAGE
+
+# --kv-dtype name -> storage dtype; int8 and fp8 add one fp16 scale per token per KV head
+STORAGE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+           **kv_quant.STORAGE}
+
+
+def store(values: torch.Tensor, scales: torch.Tensor | None, table: torch.Tensor,
+          positions: torch.Tensor, x: torch.Tensor) -> None:
+    """Write x: [1, H_kv, T, D] at `positions` ([T] int64) of the sequence whose block table is
+    `table` ([max_blocks] int32) into values: [num_blocks, H_kv, B, D] (+ scales:
+    [num_blocks, H_kv, B], quantized first for int8/fp8), in place."""
+    B = values.shape[2]
+    blocks, slots = table[positions // B].long(), positions % B  # [T], [T]
+    x = x[0].transpose(0, 1)  # [T, H_kv, D]: advanced indices first, as values[b, :, s]
+    if scales is None:
+        values[blocks, :, slots] = x.to(values.dtype)
+        return
+    q, s = kv_quant.quantize(x, values.dtype)  # q: [T, H_kv, D], s: [T, H_kv]
+    if values.dtype is not torch.int8:  # fp8 has no index_put_: write its bytes
+        values, q = values.view(torch.uint8), q.view(torch.uint8)
+    values[blocks, :, slots] = q
+    scales[blocks, :, slots] = s
+
+
+def contiguous(values: torch.Tensor, table: torch.Tensor, end: int) -> torch.Tensor:
+    """values [num_blocks, H_kv, B, ...] -> positions 0..end-1 as stored: [1, H_kv, end, ...].
+    A gather with shapes fixed by `end` (a host int): graph-capturable."""
+    B = values.shape[2]
+    n = -(-end // B)
+    x = values[table[:n].long()]  # [n, H_kv, B, ...]
+    x = x.transpose(0, 1).reshape(x.shape[1], n * B, *x.shape[3:])  # [H_kv, n B, ...]
+    return x[None, :, :end]
+
+
+def gather(k: torch.Tensor, v: torch.Tensor, k_scale: torch.Tensor | None,
+           v_scale: torch.Tensor | None, table: torch.Tensor, end: int, dtype: torch.dtype
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """K, V of positions 0..end-1 as contiguous copies [1, H_kv, end, D] in `dtype`
+    (dequantized for int8/fp8): what prefill's SDPA, the SDPA decode path and the PyTorch
+    reference read. The Triton kernel reads the blocks in place instead."""
+    out = []
+    for values, scales in ((k, k_scale), (v, v_scale)):
+        x = contiguous(values, table, end)
+        if scales is None:
+            out.append(x.to(dtype))
+        else:
+            out.append(kv_quant.dequantize(x, contiguous(scales, table, end), dtype))
+    return out[0], out[1]
 
 
 class KVArena:
@@ -48,44 +94,26 @@ class KVArena:
         tensors = self.k + self.v + (self.k_scale or []) + (self.v_scale or [])
         return sum(t.numel() * t.element_size() for t in tensors)
 
-    def _where(self, table: torch.Tensor, positions: torch.Tensor
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [T] int64 -> (block ids [T], slots in the block [T])."""
-        B = self.block_size
-        return table[positions // B].long(), positions % B
+    def _scales(self, layer: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        if not self.quantized:
+            return None, None
+        return self.k_scale[layer], self.v_scale[layer]
 
     def write(self, layer: int, table: torch.Tensor, positions: torch.Tensor, k: torch.Tensor,
               v: torch.Tensor) -> None:
         """k, v: [1, H_kv, T, D] at `positions` ([T] int64) of the sequence whose block table
         is `table` ([max_blocks] int32, same device)."""
-        blocks, slots = self._where(table, positions)
-        pairs = ((self.k[layer], self.k_scale, k), (self.v[layer], self.v_scale, v))
-        for store, scales, x in pairs:
-            x = x[0].transpose(0, 1)  # [T, H_kv, D]: advanced indices first, as store[b, :, s]
-            if scales is None:
-                store[blocks, :, slots] = x.to(store.dtype)
-                continue
-            q, s = kv_quant.quantize(x, store.dtype)  # q: [T, H_kv, D], s: [T, H_kv]
-            if store.dtype is not torch.int8:  # fp8 has no index_put_: write its bytes
-                store, q = store.view(torch.uint8), q.view(torch.uint8)
-            store[blocks, :, slots] = q
-            scales[layer][blocks, :, slots] = s
+        ks, vs = self._scales(layer)
+        store(self.k[layer], ks, table, positions, k)
+        store(self.v[layer], vs, table, positions, v)
 
     def gather(self, layer: int, table: torch.Tensor, end: int, dtype: torch.dtype
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """K, V of positions 0..end-1, contiguous: [1, H_kv, end, D] in `dtype` (dequantized for
-        int8/fp8): what prefill's SDPA and the CPU reference read, a copy KVCache.read makes
-        only for quantized caches. The Triton kernel is to read blocks through the table."""
-        n = -(-end // self.block_size)
-        blocks = table[:n].long()
-        out = []
-        for store, scales in ((self.k[layer], self.k_scale), (self.v[layer], self.v_scale)):
-            x = store[blocks]  # [n, H_kv, B, D]
-            H, D = x.shape[1], x.shape[3]
-            x = x.transpose(0, 1).reshape(H, n * self.block_size, D)[:, :end]  # [H_kv, end, D]
-            if scales is None:
-                out.append(x.to(dtype)[None])
-                continue
-            s = scales[layer][blocks].transpose(0, 1).reshape(H, -1)[:, :end]  # [H_kv, end]
-            out.append(kv_quant.dequantize(x, s, dtype)[None])
-        return out[0], out[1]
+        """K, V of positions 0..end-1, contiguous: [1, H_kv, end, D] in `dtype` (see gather)."""
+        return gather(self.k[layer], self.v[layer], *self._scales(layer), table, end, dtype)
+
+    def copy_block(self, src: int, dst: int) -> None:
+        """Every layer's K/V (and scales) of block `src` into block `dst` (a shared partial
+        block that a sequence is about to write into gets its own copy)."""
+        for t in self.k + self.v + (self.k_scale or []) + (self.v_scale or []):
+            t[dst].copy_(t[src])

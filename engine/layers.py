@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engine import decode_attention, kv_quant
+from engine import decode_attention, kv_arena
 from engine.kv_cache import KVCache
 
 FAMILY = ("llama", "mistral", "qwen2", "qwen3")
@@ -125,10 +125,11 @@ class FamilyStep:
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * cos + rotated * sin
 
-    def qkv_rope(self, qkv, q_norm, k_norm, cos, sin, pos, k_cache, v_cache, k_scale=None,
-                 v_scale=None):
-        """qkv: [1, T, (H + 2 H_kv) D] -> q: [1, H, T, D]; writes these tokens' K/V at pos [T],
-        quantized first for an int8/fp8 cache (scales: [1, H_kv, L], else None).
+    def qkv_rope(self, qkv, q_norm, k_norm, cos, sin, pos, k_cache, v_cache, k_scale, v_scale,
+                 table):
+        """qkv: [1, T, (H + 2 H_kv) D] -> q: [1, H, T, D]; writes these tokens' K/V at pos [T]
+        through the block table into the arena (kv_cache.LayerKV), quantized first for an
+        int8/fp8 cache (scales: [num_blocks, H_kv, B], else None).
 
         Weights come as separate arguments (not one object per layer) so that one compiled
         graph serves every layer; the quantize-on-write is inside it, with the other small ops.
@@ -143,8 +144,8 @@ class FamilyStep:
         q = self.rope(q.transpose(1, 2), cos, sin)  # [1, H, T, D]
         k = self.rope(k.transpose(1, 2), cos, sin)  # [1, H_kv, T, D]
         v = v.view(1, T, self.num_kv_heads, d).transpose(1, 2)
-        kv_quant.store(k_cache, k_scale, pos, k)
-        kv_quant.store(v_cache, v_scale, pos, v)
+        kv_arena.store(k_cache, k_scale, table, pos, k)
+        kv_arena.store(v_cache, v_scale, table, pos, v)
         return q
 
     def add_rms(self, x, delta, w):
@@ -157,15 +158,16 @@ class FamilyStep:
         gate, up = gate_up.chunk(2, dim=-1)
         return F.silu(gate) * up
 
-    def attend(self, q, k_cache, v_cache, mask, kv_len: int):
+    def attend(self, q, kv, mask, kv_len: int):
         """Grouped-query attention without expanding KV heads: the G query heads that share a
         KV head become G queries of it. q: [1, H, T, D] -> [1, T, H * D]; mask: [1, 1, G T, kv]
-        (one row for T = 1)."""
+        (one row for T = 1). SDPA cannot read the paged arena in place: it reads a contiguous
+        copy of the bucket's blocks (16-bit caches without Triton only; see decode_attention)."""
         group, T, dtype = self.num_heads // self.num_kv_heads, q.shape[2], q.dtype
+        k, v = kv_arena.gather(*kv, kv_len, kv.k.dtype)  # [1, H_kv, kv_len, D]
         # rows g T + t: head group g, token t  # [1, Hkv, G T, D]
-        q = q.reshape(1, self.num_kv_heads, group * T, self.head_dim).to(k_cache.dtype)
-        out = F.scaled_dot_product_attention(q, k_cache[:, :, :kv_len], v_cache[:, :, :kv_len],
-                                             attn_mask=mask, scale=self.scaling).to(dtype)
+        q = q.reshape(1, self.num_kv_heads, group * T, self.head_dim).to(k.dtype)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling).to(dtype)
         if T == 1:
             return out.reshape(1, 1, self.num_heads * self.head_dim)  # kernels may permute it
         out = out.view(1, self.num_kv_heads, group, T, self.head_dim).permute(0, 3, 1, 2, 4)
@@ -212,7 +214,7 @@ class FamilyStep:
             q = f["qkv_rope"](_linear(h, p.qkv, p.qkv_bias), p.q_norm, p.k_norm, cos, sin, pos,
                               *kv)
             if how == "sdpa":
-                attn = self.attend(q, kv.k, kv.v, mask, kv_len)
+                attn = self.attend(q, kv, mask, kv_len)
             else:  # [1, H, T, D] -> [1, T, H D]
                 attn = decode_attention.attend(q, kv, pos, kv_len, self.scaling, how)
                 attn = attn.transpose(1, 2).reshape(1, T, self.num_heads * self.head_dim)

@@ -1,7 +1,9 @@
 """VRAM planner: config.json (+ safetensors headers) -> bytes; and a format recommendation.
 
 Pure arithmetic, no torch: the Qt app imports it. Sizes follow what the engine allocates at batch 1:
-weights in the chosen format, a static KV cache for the whole context, a prefill-chunk workspace,
+weights in the chosen format, a paged KV arena of blocks for the whole context (kv_cache.py: the
+context rounded up to whole blocks; blocks the live conversation does not use hold cached prefixes
+of earlier ones), a prefill-chunk workspace,
 the CUDA context, the decode graph pool, an optional draft model and a safety margin. The
 constants below are allowances to be calibrated against NVML peaks on the H200 (issue 9).
 """
@@ -24,6 +26,7 @@ CUBLAS_WORKSPACE_BYTES = 32 * MiB  # torch's default cuBLAS workspace on Hopper 
 GRAPH_POOL_BASE_BYTES = 64 * MiB  # private pool of the captured decode graphs (+ decode tensors)
 MARGIN_FRACTION, MARGIN_MIN, MARGIN_MAX = 0.05, 256 * MiB, 2 * GiB  # allocator fragmentation
 PREFILL_CHUNK = 512  # the smallest prefill pass the engine uses; larger where memory allows
+KV_BLOCK_SIZE = 16  # tokens a block of the paged KV arena (kv_cache.py says why)
 NUM_SPECULATIVE_TOKENS = 5  # the seed's num_speculative_tokens
 LOGITS_BYTES_PER_ENTRY = 24  # bf16 logits + fp32 copy + fp32 probs + int64 sort index + fp32 sort
 NF4_BLOCK, NF4_DQ_BLOCK = 64, 256
@@ -70,6 +73,11 @@ def kv_bytes_per_token(shape: ModelShape, kv_dtype: str) -> int:
     return shape.num_layers * shape.num_kv_heads * 2 * per_head
 
 
+def kv_arena_tokens(context: int) -> int:
+    """Token slots of the arena for `context`: whole blocks (at most a block more)."""
+    return -(-context // KV_BLOCK_SIZE) * KV_BLOCK_SIZE
+
+
 def margin_bytes(vram_bytes: int | None) -> int:
     """Allocator fragmentation and driver slack: 5% of the card, at least 256 MiB, at most 2 GiB."""
     if vram_bytes is None:
@@ -93,8 +101,9 @@ def _workspace(shape: ModelShape, quant: str, kv_dtype: str, tokens: int, rows: 
     Assumes flash / memory-efficient attention (no chunk x context score matrix) and logits for
     the last position of each sequence only (+ the draft tokens being verified), bf16 then fp32
     for sampling. bitsandbytes NF4 and AWQ (torch backend) dequantize one weight matrix to 16 bits
-    for a prefill matmul; LLM.int8 keeps int8 inputs and int32 outputs; an int8/fp8 KV cache is
-    dequantized for prefill attention one layer at a time.
+    for a prefill matmul; LLM.int8 keeps int8 inputs and int32 outputs; prefill attention reads
+    a contiguous copy of one layer's K/V gathered from the paged arena (SDPA cannot read blocks
+    in place), dequantized to the compute dtype for an int8/fp8 cache.
     """
     a = 4 if quant == "fp32" else 2
     s = shape
@@ -105,8 +114,8 @@ def _workspace(shape: ModelShape, quant: str, kv_dtype: str, tokens: int, rows: 
         scratch = 2 * max((o * i for o, i, _ in s.linears), default=0)
     elif quant == "int8":
         scratch = tokens * max((4 * o + i for o, i, _ in s.linears), default=0)
-    if kv_dtype in QUANTIZED_KV:
-        scratch += kv_tokens * s.num_kv_heads * s.head_dim * 2 * a
+    copy = a if kv_dtype in QUANTIZED_KV else KV_DTYPES[kv_dtype]
+    scratch += kv_tokens * s.num_kv_heads * s.head_dim * 2 * copy
     return act + rows * s.vocab_size * LOGITS_BYTES_PER_ENTRY + scratch
 
 
@@ -160,8 +169,8 @@ def _core(shape: ModelShape, quant: str, kv_dtype: str, context: int, vram: int 
         rows = n * (1 + (spec if draft else 0))
         act = _workspace(shape, quant, kv_dtype, chunk, rows, t) + CUBLAS_WORKSPACE_BYTES
         graph = GRAPH_POOL_BASE_BYTES + _workspace(shape, "bf16", "bf16", rows, rows, 0)
-        d_kv = d_tok * min(ctx, draft.context_limit) * n if draft else 0
-        return w, per_tok * t * n, act, cuda_ctx, graph, d_w + d_kv, margin
+        d_kv = d_tok * kv_arena_tokens(min(ctx, draft.context_limit)) * n if draft else 0
+        return w, per_tok * kv_arena_tokens(t) * n, act, cuda_ctx, graph, d_w + d_kv, margin
 
     def fits(ctx: int, n: int) -> bool:
         return vram is None or sum(parts(ctx, n)) <= vram

@@ -70,7 +70,7 @@ class DraftModel:
 
     def start(self, ids: list[int]) -> None:
         """A new generation over prompt `ids`: prefill what the draft cache lacks."""
-        self.cache.crop(min(self.cache.reusable_prefix(ids), len(ids) - 1))
+        self.cache.reuse(ids)
         self._catch_up(ids)
 
     def _by_steps(self, n: int) -> bool:

@@ -3,9 +3,10 @@
 Every stream ends in exactly one `Finished` or `Failed`; cancel is checked between two steps.
 The cache keeps the tokens it holds, so a next turn that repeats the conversation so far
 prefills only what is new (prompt.py keeps earlier answers as the ids the model generated, and
-leaves out the oldest turns of a chat that outgrew the context). Tokens come from one of two
-strategies: PlainDecoding (one step a token) or speculative.SpeculativeDecoding (a draft model
-or prompt lookup, verified in blocks).
+leaves out the oldest turns of a chat that outgrew the context), and a new conversation that
+starts as an earlier one did (a system prompt) reuses its cached blocks (KVCache.reuse).
+Tokens come from one of two strategies: PlainDecoding (one step a token) or
+speculative.SpeculativeDecoding (a draft model or prompt lookup, verified in blocks).
 """
 
 from __future__ import annotations
@@ -213,9 +214,10 @@ class Session:
             yield Failed(str(e), hint=e.hint)
 
     def _forget(self) -> None:
-        self.cache.crop(0)
+        # whatever broke mid-pass, no cached block is trusted
+        self.cache.clear()
         if self.draft is not None:
-            self.draft.cache.crop(0)
+            self.draft.cache.clear()
 
     def _decoding(self, req: GenerateRequest, sampler: Sampler, ids: list[int]):
         """The loop's strategy for this request: plain steps, or speculation."""
@@ -254,9 +256,9 @@ class Session:
         tensor = torch.tensor(ids, dtype=torch.long, device=self.lm.device)  # one copy, two uses
         sampler = Sampler(sampling, self.lm.model.config.vocab_size, self.lm.device, tensor)
         decoding = self._decoding(req, sampler, ids)  # before prefill: it may capture graphs
-        # keep at least the last prompt token to compute: its logits start the answer
-        start = min(self.cache.reusable_prefix(ids), len(ids) - 1)
-        self.cache.crop(start)
+        # the live conversation's prefix, or another's cached by hash (a shared system prompt);
+        # at least the last prompt token is computed: its logits start the answer
+        start = self.cache.reuse(ids)
 
         chunk = self.prefill_chunk
         chunked = len(ids) - start > chunk

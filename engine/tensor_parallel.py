@@ -233,6 +233,7 @@ class TPStep(FamilyStep):
         their K/V (this rank's heads) into the cache. As attention.py: causal, no KV expansion."""
         T, end = ids.numel(), start + ids.numel()
         H, Hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        self.cache.reserve(end)
         positions = torch.arange(start, end, device=ids.device)
         x = F.embedding(ids, self.embed)[None]  # [1, T, hidden]
         freqs = positions[:, None].float() * self.inv_freq[None]  # [T, D/2]
@@ -254,7 +255,7 @@ class TPStep(FamilyStep):
             q = self.rope(q.transpose(1, 2), cos, sin)  # [1, H, T, D]
             k = self.rope(k.transpose(1, 2), cos, sin)  # [1, H_kv, T, D]
             self.cache.write(i, positions, k, v.view(1, T, Hkv, d).transpose(1, 2))
-            kc, vc = self.cache.k[i][:, :, :end], self.cache.v[i][:, :, :end]
+            kc, vc = self.cache.read(i, end, x.dtype)  # a contiguous copy of the blocks
             attn = F.scaled_dot_product_attention(q.to(kc.dtype), kc, vc, scale=self.scaling,
                                                   enable_gqa=True, **causal)
             attn = attn.transpose(1, 2).reshape(1, T, H * d).to(x.dtype)  # [1, T, H D]

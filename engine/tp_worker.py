@@ -36,8 +36,11 @@ class Rank:
 
     def __init__(self, spec: TPSpec, rank: int, weights: dict[str, torch.Tensor], device):
         self.device = device
+        # no prefix sharing: followers only see positions, so every rank keeps the mapping of
+        # positions to blocks that its own writes made (rank 0 still reuses its live prefix)
         self.cache = KVCache(spec.num_layers, spec.num_kv_heads // spec.world_size,
-                             spec.head_dim, spec.context, DTYPES[spec.kv_dtype], device)
+                             spec.head_dim, spec.context, DTYPES[spec.kv_dtype], device,
+                             share_prefixes=False)
         self.step_fn = TPStep(spec, rank, weights, self.cache)
         self.buckets = spec.buckets
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
@@ -53,6 +56,7 @@ class Rank:
     def step(self, token: torch.Tensor, position: int) -> torch.Tensor:
         self.num_steps += 1
         kv_len = next(b for b in self.buckets if b > position)
+        self.cache.reserve(position + 1)
         if not self.graphs:
             return self.step_fn(token, torch.tensor([position], device=self.device), kv_len)
         graph, logits = self.graphs[kv_len]
@@ -66,6 +70,7 @@ class Rank:
         """ids: [T] at start.. -> every position's logits [T, V] (speculative verification)."""
         T = ids.numel()
         kv_len = next(b for b in self.buckets if b >= start + T)
+        self.cache.reserve(start + T)
         return self.step_fn.block(ids, torch.arange(start, start + T, device=self.device), kv_len)
 
     @torch.inference_mode()
@@ -78,6 +83,7 @@ class Rank:
         if self.device.type != "cuda" or not allow_graph:
             return
         # the warm-up off the capture stream also does NCCL's lazy setup
+        self.cache.reserve(1)  # warm-up and capture write K/V at position 0
         self.graphs = capture_graphs(
             {b: (lambda b=b: self.step_fn(self.token, self.pos, b)) for b in self.buckets})
         self.cache.crop(0)  # warm-up wrote K/V at position 0

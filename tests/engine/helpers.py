@@ -40,6 +40,17 @@ def text(events) -> str:
     return "".join(e.text for e in events if isinstance(e, Token))
 
 
+def expected_cached(cache, ids: list[int]) -> int:
+    """Prompt tokens a generation over `ids` should not prefill, worked out from the cache's
+    state by hand: the live sequence's common prefix or the leading full blocks found by hash
+    (another conversation's), whichever is longer; never the last token. The live sequence's
+    full blocks are keyed first, as a generation does (a block keyed by an earlier
+    conversation may hang from one of them)."""
+    cache.blocks.commit(cache.seq, cache.token_ids)
+    live = min(cache.reusable_prefix(ids), len(ids) - 1)
+    return max(live, len(cache.blocks.cached_prefix(ids[:-1])) * cache.block_size)
+
+
 def finished(events) -> Finished:
     assert isinstance(events[-1], Finished), events[-1]
     assert sum(isinstance(e, Finished) for e in events) == 1

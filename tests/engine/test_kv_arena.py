@@ -1,4 +1,5 @@
-"""kv_arena.py against the static cache it is to replace: the same writes (prefill chunks, single
+"""kv_arena.py against a flat cache (the static layout the engine ran on before the arena: one
+[1, H_kv, L, D] buffer a layer, written by position): the same writes (prefill chunks, single
 steps, verify blocks, rewrites after a crop) read back bit for bit through a shuffled block
 table, in every KV dtype; shared blocks are not disturbed by a sequence writing past them."""
 
@@ -7,17 +8,49 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import decode_attention
-from engine.kv_arena import KVArena
-from engine.kv_cache import KVCache, LayerKV
+from engine import decode_attention, kv_quant
+from engine.kv_arena import STORAGE, KVArena
+from engine.kv_cache import LayerKV
 
 LAYERS, H_KV, D, B, MAX_LEN, NUM_BLOCKS = 2, 2, 8, 4, 40, 14
 KV_DTYPES = ("fp32", "bf16", "int8", "fp8")
 
 
+class Flat:
+    """The oracle: per layer k, v [1, H_kv, L, D] (+ scales [1, H_kv, L]) written by position."""
+
+    def __init__(self, kv: str, length: int):
+        dtype, self.quantized = STORAGE[kv], kv in kv_quant.STORAGE
+        new = lambda: [torch.zeros(1, H_KV, length, D, dtype=dtype) for _ in range(LAYERS)]
+        self.k, self.v = new(), new()
+        ones = lambda: [torch.ones(1, H_KV, length, dtype=torch.float16) for _ in range(LAYERS)]
+        self.k_scale, self.v_scale = (ones(), ones()) if self.quantized else ([None] * LAYERS,) * 2
+
+    @property
+    def num_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.k + self.v + self.k_scale
+                   + self.v_scale if t is not None)
+
+    def write(self, layer, positions, k, v):
+        kv_quant.store(self.k[layer], self.k_scale[layer], positions, k)
+        kv_quant.store(self.v[layer], self.v_scale[layer], positions, v)
+
+    def read(self, layer, end, dtype):
+        out = []
+        for x, s in ((self.k[layer], self.k_scale[layer]), (self.v[layer], self.v_scale[layer])):
+            x = x[:, :, :end]
+            out.append(x.to(dtype) if s is None else kv_quant.dequantize(x, s[:, :, :end], dtype))
+        return out
+
+    def layer(self, i) -> LayerKV:
+        """The flat buffers are an arena of one block of L tokens: table [0]."""
+        return LayerKV(self.k[i], self.v[i], self.k_scale[i], self.v_scale[i],
+                       torch.zeros(1, dtype=torch.int32))
+
+
 def pair(kv: str, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
-    static = KVCache(LAYERS, H_KV, D, MAX_LEN, kv, "cpu")
+    static = Flat(kv, MAX_LEN)
     arena = KVArena(LAYERS, H_KV, D, NUM_BLOCKS, B, kv, "cpu")
     table = torch.randperm(NUM_BLOCKS, generator=g)[:MAX_LEN // B].to(torch.int32)
     return static, arena, table, g
@@ -56,9 +89,10 @@ def test_decode_attention_over_the_gathered_arena_matches_the_static_cache(kv):
     q = torch.randn(1, 2 * H_KV, 3, D, generator=g)  # a verify block of 3 at positions 27..29
     pos = torch.arange(27, 30)
     for layer in range(LAYERS):
-        k, v = arena.gather(layer, table, 30, torch.float32)
-        paged = decode_attention.reference(q, LayerKV(k, v, None, None), pos, 30, D ** -0.5,
-                                           split=8)
+        scales = (arena.k_scale[layer], arena.v_scale[layer]) if arena.quantized else (None,) * 2
+        paged = decode_attention.reference(
+            q, LayerKV(arena.k[layer], arena.v[layer], *scales, table), pos, 30, D ** -0.5,
+            split=8)
         flat = decode_attention.reference(q, static.layer(layer), pos, 30, D ** -0.5, split=8)
         assert torch.equal(paged, flat)
 
@@ -84,5 +118,5 @@ def test_a_sequence_writing_past_shared_blocks_leaves_them_alone():
 def test_bytes_per_block_sizes_the_arena(kv):
     arena = KVArena(LAYERS, H_KV, D, NUM_BLOCKS, B, kv, "cpu")
     assert arena.num_bytes == NUM_BLOCKS * KVArena.bytes_per_block(LAYERS, H_KV, D, B, kv)
-    static = KVCache(LAYERS, H_KV, D, NUM_BLOCKS * B, kv, "cpu")
+    static = Flat(kv, NUM_BLOCKS * B)
     assert arena.num_bytes == static.num_bytes  # the same bytes a token, laid out in blocks

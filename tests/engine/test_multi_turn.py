@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from engine.events import GenerateRequest, LoadRequest, SamplingParams
 from engine.session import Session
-from tests.engine.helpers import finished, text, token_ids
+from tests.engine.helpers import expected_cached, finished, text, token_ids
 
 GREEDY = SamplingParams(temperature=0.0)
 SYSTEM = "Be brief."
@@ -34,9 +34,9 @@ def answer(session, reference, messages, new_tokens=6, lookup=False):
     req = GenerateRequest(messages=tuple(messages), system=SYSTEM, max_new_tokens=new_tokens,
                           sampling=GREEDY, prompt_lookup=lookup)
     ids = session.prompt_ids(req)
-    cached = min(session.cache.reusable_prefix(ids), len(ids) - 1)
+    cached = expected_cached(session.cache, ids)
     events = list(session.generate(req))
-    reference.cache.crop(0)
+    reference.cache.clear()
     cold = list(reference.generate(GenerateRequest(prompt_ids=tuple(ids),
                                                    max_new_tokens=new_tokens, sampling=GREEDY)))
     assert token_ids(events) == token_ids(cold)
@@ -78,7 +78,7 @@ def test_reuse_equals_recompute_over_edits_and_regenerates(session, reference, o
 
 
 def test_next_turn_computes_only_what_is_new(session, reference):
-    session.cache.crop(0)
+    session.cache.clear()
     messages = [{"role": "user", "content": "What does zipfile do?"}]
     reply, first = answer(session, reference, messages)
     assert first.cached_prompt_tokens == 0

@@ -33,6 +33,7 @@ def filled_cache(kv_dtype: str, heads: int, dim: int, length: int, seed: int,
     small vectors occur)."""
     g = torch.Generator().manual_seed(seed)
     cache = KVCache(1, heads, dim, length, kv_dtype, device)
+    cache.reserve(length)
     size = torch.rand(1, heads, length, 1, generator=g) * 4 + 0.01
     k = torch.randn(1, heads, length, dim, generator=g) * size
     v = torch.randn(1, heads, length, dim, generator=g) * size
@@ -73,16 +74,20 @@ def test_written_bytes_do_not_depend_on_how_tokens_are_grouped(kv):
     g = torch.Generator().manual_seed(1)
     k, v = torch.randn(2, 1, 2, 40, 16, generator=g)
     caches = [KVCache(1, 2, 16, 64, kv, "cpu") for _ in range(3)]
+    for c in caches:
+        c.reserve(40)
     caches[0].write(0, torch.arange(40), k, v)
     for lo, hi in ((0, 7), (7, 8), (8, 33), (33, 40)):
         caches[1].write(0, torch.arange(lo, hi), k[:, :, lo:hi], v[:, :, lo:hi])
     for p in reversed(range(40)):  # any order
         caches[2].write(0, torch.tensor([p]), k[:, :, p:p + 1], v[:, :, p:p + 1])
+    base = caches[0].stored(0, 40)
     for c in caches[1:]:
-        for a, b in ((caches[0].k[0], c.k[0]), (caches[0].v[0], c.v[0])):
+        mine = c.stored(0, 40)
+        for a, b in ((base.k, mine.k), (base.v, mine.v)):
             assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
-        assert torch.equal(caches[0].k_scale[0], c.k_scale[0])
-        assert torch.equal(caches[0].v_scale[0], c.v_scale[0])
+        assert torch.equal(base.k_scale, mine.k_scale)
+        assert torch.equal(base.v_scale, mine.v_scale)
 
 
 # ---------------------------------------------------------------- the split-context algorithm
@@ -147,7 +152,7 @@ def _teacher_forced(session: Session, ids: torch.Tensor, start: int) -> torch.Te
 def _relative_rms_error(cache: KVCache, n: int, kv: str) -> float:
     """The quantization error of `kv` on what an fp32 cache holds, relative rms (worst layer)."""
     worst = 0.0
-    for x in (t[:, :, :n] for t in cache.k + cache.v):
+    for x in (t for i in range(len(cache.k)) for t in cache.stored(i, n)[:2]):
         q, s = kv_quant.quantize(x, kv_quant.STORAGE[kv])
         err = kv_quant.dequantize(q, s) - x
         worst = max(worst, (err.pow(2).mean() / x.pow(2).mean()).sqrt().item())
@@ -255,11 +260,13 @@ def test_prefill_grouping_leaves_the_same_cache(kv, tiny_models):
             for p in range(1, 40):
                 d.step(ids[p:p + 1], p)
         caches.append(s.cache)
-    base = caches[0]
-    for c in caches[1:]:
+    stored = lambda c: [c.stored(i, 40) for i in range(len(c.k))]
+    base = stored(caches[0])
+    for c in map(stored, caches[1:]):
         changed = total = 0
-        for a, b in zip(base.k + base.v, c.k + c.v, strict=True):
-            a, b = a[:, :, :40].view(torch.uint8), b[:, :, :40].view(torch.uint8)
+        for a, b in zip([x for s in base for x in s[:2]], [x for s in c for x in s[:2]],
+                        strict=True):
+            a, b = a.view(torch.uint8), b.view(torch.uint8)
             # int8 codes and same-sign e4m3 codes are ordered: one step is one code
             step = (a.to(torch.int16) - b.to(torch.int16)).abs()
             step = torch.minimum(step, 256 - step) if kv == "int8" else step  # int8 wraps
@@ -267,8 +274,9 @@ def test_prefill_grouping_leaves_the_same_cache(kv, tiny_models):
             changed += int((step > 0).sum())
             total += step.numel()
         assert changed <= total // 1000, changed
-        for a, b in zip(base.k_scale + base.v_scale, c.k_scale + c.v_scale, strict=True):
-            close = torch.isclose(a[:, :, :40].float(), b[:, :, :40].float(), rtol=2 ** -10)
+        for a, b in zip([x for s in base for x in s[2:4]], [x for s in c for x in s[2:4]],
+                        strict=True):
+            close = torch.isclose(a.float(), b.float(), rtol=2 ** -10)
             assert close.all()  # one fp16 rounding step at most
 
 
@@ -290,7 +298,7 @@ def test_multi_turn_reuse_with_a_quantized_cache(kv, tiny_model):
     ids2 = session.prompt_ids(req2)  # the reply kept as generated (prompt.Splice)
     assert session.cache.reusable_prefix(ids2) >= len(ids1)
     warm = token_ids(list(session.generate(req2)))
-    session.cache.crop(0)
+    session.cache.clear()
     assert warm == token_ids(list(session.generate(GenerateRequest(
         prompt_ids=tuple(ids2), max_new_tokens=12, sampling=SamplingParams(temperature=0.0)))))
 
