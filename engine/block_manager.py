@@ -119,10 +119,14 @@ class BlockManager:
                 block.hash, block.token_ids = h, tokens
                 self.by_hash[h] = block.id
 
-    def crop(self, seq: Sequence, length: int) -> list[tuple[int, int]]:
+    def crop(self, seq: Sequence, length: int, keep_cached: bool = False
+             ) -> list[tuple[int, int]]:
         """Keep positions 0..length-1 of `seq`. Returns (src, dst) block copies the caller makes
         before anything else allocates: a kept partial block that another sequence shares is
-        never written in place, so this sequence gets a private copy of it."""
+        never written in place, so this sequence gets a private copy of it. `keep_cached`: a
+        kept partial block that is keyed (full, committed) is copied too where a block is
+        available, so that it stays cached for the conversation it came from (the caller is
+        switching conversations); otherwise it loses its key, as its tail will be rewritten."""
         B = self.block_size
         keep = self.blocks_for(length)
         if length % B and keep and self.blocks[seq.block_ids[keep - 1]].ref_count > 1:
@@ -140,10 +144,13 @@ class BlockManager:
             return []
         last = self.blocks[seq.block_ids[-1]]
         if last.ref_count == 1:
-            if last.hash is not None:  # its tail will be overwritten: no longer what it was keyed
+            if last.hash is None:
+                return []
+            if not (keep_cached and self.num_available):
+                # its tail will be overwritten: no longer what it was keyed by
                 del self.by_hash[last.hash]
                 last.hash, last.token_ids = None, ()
-            return []
+                return []
         dst = self._new_block()  # before the release: src cannot be evicted under the copy
         self._release(last.id)
         seq.block_ids[-1] = dst

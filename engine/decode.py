@@ -80,10 +80,9 @@ class Decoder:
     @torch.inference_mode()
     def _capture(self) -> None:
         self.pos.zero_()
-        self.cache.reserve(1)  # warm-up and capture write K/V at position 0
         bodies = {b: (lambda b=b: self.family(self.token, self.pos, b)) for b in self.buckets}
         self.graphs = capture_graphs(bodies)
-        self.cache.crop(0)  # nothing cached is valid
+        self.cache.crop(0)  # warm-up wrote K/V at position 0 (the scratch block: no blocks yet)
 
     @torch.inference_mode()
     def capture_blocks(self, sizes) -> None:
@@ -98,7 +97,6 @@ class Decoder:
             return
         tail = self.cache.max_len - max(todo)
         self.cache.crop(min(len(self.cache.token_ids), tail))
-        self.cache.reserve(self.cache.max_len)  # the tail's blocks, given back below
         self.block_start.fill_(tail)
         inputs = {T: torch.zeros(T, dtype=torch.long, device=self.device) for T in todo}
         bodies = {(T, b): (lambda T=T, b=b: self._block(inputs[T], b))
@@ -112,7 +110,6 @@ class Decoder:
         except Exception as e:  # an optimization: the eager block computes the same
             self.notes.append(f"verify-block capture failed ({type(e).__name__}: {e}); "
                               "verification runs eagerly")
-        self.cache.crop(len(self.cache.token_ids))
 
     def _block(self, tokens: torch.Tensor, kv_len: int) -> torch.Tensor:
         """The captured body: positions block_start.. read from a device tensor."""

@@ -64,16 +64,19 @@ class KVCache:
         self.device = torch.device(device)
         self.share_prefixes = share_prefixes
         max_blocks = -(-max_len // block_size)
-        num_blocks = max(num_blocks or 0, max_blocks)  # the live sequence always fits
-        self.arena = KVArena(num_layers, num_kv_heads, head_dim, num_blocks, block_size,
-                             self.kv_dtype, device)
-        self.blocks = BlockManager(num_blocks, block_size)
+        self.num_blocks = max(num_blocks or 0, max_blocks)  # the live sequence always fits
+        # one more block, never handed out: the scratch block that table entries past the
+        # sequence's blocks name. Reads there are masked (keys past a query's position); a write
+        # there (a step run without reserve: graph warm-up, a test's eager step) lands in it
+        # and reads back within its own pass, and never touches a block holding K/V
+        self.scratch = self.num_blocks
+        self.arena = KVArena(num_layers, num_kv_heads, head_dim, self.num_blocks + 1,
+                             block_size, self.kv_dtype, device)
+        self.blocks = BlockManager(self.num_blocks, block_size)
         self.seq = Sequence()
-        # entries past the sequence's blocks name block 0: only read there (keys past a query's
-        # position are masked), never written (writes stay below reserve's bound)
-        self.table = torch.zeros(max_blocks, dtype=torch.int32, device=device)
-        self._table = [0] * max_blocks  # what the device table holds, for finding changes
-        self._num_named = 0  # entries from here on hold 0
+        self.table = torch.full((max_blocks,), self.scratch, dtype=torch.int32, device=device)
+        self._table = [self.scratch] * max_blocks  # what the device table holds
+        self._num_named = 0  # entries from here on name the scratch block
         self.token_ids: list[int] = []
 
     # ------------------------------------------------------------------ storage
@@ -101,7 +104,7 @@ class KVCache:
 
     @property
     def bytes_per_token(self) -> int:
-        return self.num_bytes // (self.arena.num_blocks * self.block_size)
+        return self.num_bytes // (self.arena.num_blocks * self.block_size)  # scratch included
 
     def layer(self, i: int) -> LayerKV:
         a = self.arena
@@ -127,7 +130,9 @@ class KVCache:
     # ------------------------------------------------------------------ blocks
 
     def reserve(self, end: int) -> None:
-        """Blocks for positions 0..end-1 before a pass writes there (host ints: no sync)."""
+        """Blocks for positions 0..end-1 before a pass writes there (host ints: no sync);
+        every pass that writes K/V worth keeping reserves first (Decoder, attention.StepContext,
+        the tensor-parallel ranks)."""
         if end <= self.seq.num_tokens:
             return
         if end > self.max_len:
@@ -141,7 +146,10 @@ class KVCache:
         Blocks past it go back to the arena (full ones stay cached by hash until evicted)."""
         self.blocks.commit(self.seq, self.token_ids)
         del self.token_ids[length:]
-        for src, dst in self.blocks.crop(self.seq, min(length, self.seq.num_tokens)):
+        # keep_cached: a keyed block cut in two is copied, not rewritten in place, so the
+        # conversation it came from still finds it (a next turn that left it: an edit, a switch)
+        for src, dst in self.blocks.crop(self.seq, min(length, self.seq.num_tokens),
+                                         keep_cached=True):
             self.arena.copy_block(src, dst)
         self._sync_table(0)
 
@@ -184,7 +192,7 @@ class KVCache:
     def clear(self) -> None:
         """Forget everything, cached prefixes included: the next prompt is prefilled whole."""
         self.release()
-        self.blocks = BlockManager(self.arena.num_blocks, self.block_size)
+        self.blocks = BlockManager(self.num_blocks, self.block_size)
 
     @property
     def num_assigned_tokens(self) -> int:
@@ -193,14 +201,14 @@ class KVCache:
 
     def _sync_table(self, first: int) -> None:
         """Copy the sequence's block ids from index `first` on into the device table, in place
-        (the address captured graphs read stays); entries past them go back to block 0."""
+        (the address captured graphs read stays); entries past them name the scratch block."""
         ids, mirror = self.seq.block_ids, self._table
         end = max(len(ids), self._num_named) if first == 0 else len(ids)
-        changed = [i for i in range(first, end)
-                   if mirror[i] != (ids[i] if i < len(ids) else 0)]
+        want = lambda i: ids[i] if i < len(ids) else self.scratch
+        changed = [i for i in range(first, end) if mirror[i] != want(i)]
         self._num_named = len(ids)
         for i in changed:
-            mirror[i] = ids[i] if i < len(ids) else 0
+            mirror[i] = want(i)
         if len(changed) <= FEW_CHANGES:
             for i in changed:  # a fill kernel each: no host sync on the decode path
                 self.table[i:i + 1].fill_(mirror[i])

@@ -168,7 +168,9 @@ def _core(shape: ModelShape, quant: str, kv_dtype: str, context: int, vram: int 
         t = min(ctx, shape.context_limit)
         rows = n * (1 + (spec if draft else 0))
         act = _workspace(shape, quant, kv_dtype, chunk, rows, t) + CUBLAS_WORKSPACE_BYTES
-        graph = GRAPH_POOL_BASE_BYTES + _workspace(shape, "bf16", "bf16", rows, rows, 0)
+        # + each KV arena's scratch block (kv_cache.py), a decode-side buffer like the graphs'
+        scratch = (per_tok + d_tok) * KV_BLOCK_SIZE * n
+        graph = GRAPH_POOL_BASE_BYTES + _workspace(shape, "bf16", "bf16", rows, rows, 0) + scratch
         d_kv = d_tok * kv_arena_tokens(min(ctx, draft.context_limit)) * n if draft else 0
         return w, per_tok * kv_arena_tokens(t) * n, act, cuda_ctx, graph, d_w + d_kv, margin
 

@@ -83,7 +83,6 @@ class Rank:
         if self.device.type != "cuda" or not allow_graph:
             return
         # the warm-up off the capture stream also does NCCL's lazy setup
-        self.cache.reserve(1)  # warm-up and capture write K/V at position 0
         self.graphs = capture_graphs(
             {b: (lambda b=b: self.step_fn(self.token, self.pos, b)) for b in self.buckets})
         self.cache.crop(0)  # warm-up wrote K/V at position 0

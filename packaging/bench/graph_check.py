@@ -108,6 +108,7 @@ def main() -> int:
         tok = ids[pos: pos + 1]
         lg = graph.step(tok, pos).float().clone()
         kv_len = next(b for b in graph.buckets if b > pos)
+        static.cache.reserve(pos + 1)  # its own cache's blocks: the Decoder does this for graph
         ls = static(tok, torch.tensor([pos], device=lm.device), kv_len).float()
         le = eager.step(tok, pos).float()
         vs_static.add(lg, ls)

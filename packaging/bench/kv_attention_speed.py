@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from graph_timing import time_us  # noqa: E402  (beside this script)
 
-from engine import decode_attention  # noqa: E402
+from engine import decode_attention, kv_arena  # noqa: E402
 from engine.kv_cache import KVCache  # noqa: E402
 
 H, HKV, D = 32, 8, 128
@@ -36,11 +36,12 @@ SWEEP = dict(block_n=(64, 128), waves=(2, 4, 8), num_stages=(2, 3))  # 4 warps t
 
 
 def sdpa(q, kv, pos, kv_len, scaling, config=None):
-    """FamilyStep.attend's SDPA path: the G heads of a KV head as G query rows, a mask from pos."""
+    """FamilyStep.attend's SDPA path: the G heads of a KV head as G query rows, a mask from pos,
+    over a contiguous copy of the paged blocks (gathered through the table: timed with it)."""
     mask = (torch.arange(kv_len, device=q.device) <= pos)[None, None, None, :]
     qg = q.reshape(1, HKV, H // HKV, D)  # [1, H_kv, G, D]
-    return F.scaled_dot_product_attention(qg, kv.k[:, :, :kv_len], kv.v[:, :, :kv_len],
-                                          attn_mask=mask, scale=scaling)
+    k, v = kv_arena.gather(*kv, kv_len, kv.k.dtype)  # [1, H_kv, kv_len, D]
+    return F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=scaling)
 
 
 def triton_kernel(q, kv, pos, kv_len, scaling, config=None):
@@ -57,6 +58,7 @@ def one(n: int, kv_dtype: str, impl: str, config: dict | None = None) -> dict:
     k, v = torch.randn(2, 1, HKV, n, D, device=dev, generator=g)
     pos = torch.tensor([n - 1], device=dev)
     cache = KVCache(1, HKV, D, n, kv_dtype, dev)
+    cache.reserve(n)
     cache.write(0, torch.arange(n, device=dev), k, v)
     kv, scaling = cache.layer(0), D ** -0.5
     fn = sdpa if impl == "sdpa" else triton_kernel

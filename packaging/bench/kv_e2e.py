@@ -67,7 +67,7 @@ def measure(session: Session, prompt_len: int, new_tokens: int, bandwidth: float
     _run_one(session, prompts[0][:16], 4)  # warm-up
     stats = [_run_one(session, ids, new_tokens)[0].stats for ids in prompts]
     decode = statistics.median(s.decode_tokens_per_s for s in stats)
-    per_token = session.cache.num_bytes // session.cache.max_len
+    per_token = session.cache.bytes_per_token
     step_bytes = decode_bytes(session.lm.model, per_token, prompt_len + new_tokens)
     roofline = bandwidth / step_bytes
     note = next((n for n in session.loaded_event().notes if n.startswith("decode attention")), "")

@@ -45,7 +45,7 @@ def teacher_forced(session: Session, window: list[int]) -> torch.Tensor:
 
 
 def greedy(session: Session, prompt: list[int], new_tokens: int) -> list[int]:
-    session.cache.crop(0)
+    session.cache.clear()  # from scratch: no prefix cached by an earlier prompt
     req = GenerateRequest(prompt_ids=tuple(prompt), max_new_tokens=new_tokens, ignore_eos=True,
                           sampling=SamplingParams(temperature=0.0), num_speculative_tokens=0)
     return [i for e in session.generate(req) if isinstance(e, Token) for i in e.token_ids]

@@ -48,9 +48,9 @@ class Arena:
         self._write(seq, len(ids) - len(new), ids)
         self.mgr.commit(seq, ids)
 
-    def crop(self, name: str, length: int) -> None:
+    def crop(self, name: str, length: int, keep_cached: bool = False) -> None:
         seq, ids = self.live[name]
-        for src, dst in self.mgr.crop(seq, length):
+        for src, dst in self.mgr.crop(seq, length, keep_cached):
             self.slots[dst] = list(self.slots[src])
         del ids[length:]
 
@@ -144,6 +144,28 @@ def test_cropping_into_a_shared_block_copies_it():
     arena.grow("b", [9, 9, 9, 9])  # rewrites positions 10.. in b's copy only
     arena.check()
     assert arena.read("a") == SYSTEM + [1]
+
+
+def test_cropping_into_a_keyed_block_keeps_it_cached_when_asked():
+    """A sequence that leaves its own committed full block part way (an edit, a switch to
+    another conversation) gets a copy with keep_cached, so the block stays cached for the
+    conversation it came from; without it the block loses its key and is rewritten in place."""
+    for keep_cached in (False, True):
+        arena = Arena(16)
+        arena.start("a", SYSTEM + [1, 2, 3])  # 16 tokens: four full keyed blocks
+        seq = arena.live["a"][0]
+        third = seq.block_ids[2]
+        arena.crop("a", 10, keep_cached)
+        arena.grow("a", [7, 7, 7, 7, 7, 7])  # another conversation from position 10 on
+        arena.check()
+        assert (seq.block_ids[2] != third) == keep_cached
+        arena.release("a")
+        cached = len(arena.mgr.cached_prefix(SYSTEM + [1, 2, 3]))
+        assert cached == (4 if keep_cached else 2)  # the old chain, or up to the rewritten block
+    arena = Arena(4)  # every block held: no copy possible, the key goes instead
+    arena.start("a", SYSTEM + [1, 2, 3])
+    assert arena.mgr.crop(arena.live["a"][0], 14, keep_cached=True) == []
+    assert arena.mgr.blocks[arena.live["a"][0].block_ids[3]].hash is None
 
 
 def test_waste_over_a_long_chat_stays_under_five_percent():
