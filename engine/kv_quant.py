@@ -4,10 +4,11 @@ The math of a quantized cache and nothing else: where the values live is kv_cach
 them is attention.py and decode_attention.py. Pure torch ops with fixed shapes and no host sync,
 so quantize-on-write runs inside a captured CUDA graph and inside torch.compile'd pieces.
 
-Scale layout (per layer, for K and for V alike): values [1, H_kv, L, D] int8 or fp8 and scales
-[1, H_kv, L] fp16, value = q * scale. One scale per token and head: a token's scale depends on
-that token's vector alone, so the bytes written are the same whether the token arrives alone, in
-a speculative verify block or in a prefill chunk.
+Scale layout (per layer, for K and for V alike): values [num_blocks, H_kv, B, D] int8 or fp8
+and scales [num_blocks, H_kv, B] fp16 in the paged arena (kv_arena.py), value = q * scale. One
+scale per token and head: a token's scale depends on that token's vector alone, so the bytes
+written are the same whether the token arrives alone, in a speculative verify block or in a
+prefill chunk.
 """
 
 from __future__ import annotations
@@ -43,16 +44,3 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.
     """q: [..., D] int8/fp8, scale: [...] fp16 -> [..., D] in `dtype` (multiplied in fp32)."""
     return (q.float() * scale.float()[..., None]).to(dtype)
 
-
-def store(values: torch.Tensor, scales: torch.Tensor | None, positions: torch.Tensor,
-          x: torch.Tensor) -> None:
-    """Write x: [1, H_kv, T, D] at positions [T] of values: [1, H_kv, L, D] (+ scales:
-    [1, H_kv, L] when quantized), in place."""
-    if scales is None:
-        values.index_copy_(2, positions, x.to(values.dtype))
-        return
-    q, s = quantize(x, values.dtype)  # q: [1, H_kv, T, D], s: [1, H_kv, T]
-    if values.dtype is not torch.int8:  # torch has no index_copy_ for fp8: copy its bytes
-        values, q = values.view(torch.uint8), q.view(torch.uint8)
-    values.index_copy_(2, positions, q)
-    scales.index_copy_(2, positions, s)

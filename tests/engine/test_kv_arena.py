@@ -32,8 +32,16 @@ class Flat:
                    + self.v_scale if t is not None)
 
     def write(self, layer, positions, k, v):
-        kv_quant.store(self.k[layer], self.k_scale[layer], positions, k)
-        kv_quant.store(self.v[layer], self.v_scale[layer], positions, v)
+        for values, scales, x in ((self.k[layer], self.k_scale[layer], k),
+                                  (self.v[layer], self.v_scale[layer], v)):
+            if scales is None:
+                values.index_copy_(2, positions, x.to(values.dtype))
+                continue
+            q, s = kv_quant.quantize(x, values.dtype)  # q: [1, H_kv, T, D], s: [1, H_kv, T]
+            if values.dtype is not torch.int8:  # no index_copy_ for fp8: copy its bytes
+                values, q = values.view(torch.uint8), q.view(torch.uint8)
+            values.index_copy_(2, positions, q)
+            scales.index_copy_(2, positions, s)
 
     def read(self, layer, end, dtype):
         out = []

@@ -3,7 +3,8 @@ against the PyTorch reference (which gathers the same blocks), in Triton's CPU i
 KV dtype the interpreter computes (fp32, fp16, int8, fp8; it gets bf16 wrong for the unchanged
 flat kernel too: numpy has no bfloat16, so bf16 is left to the GPU tests in test_quantized_kv),
 contexts that end inside a block, queries that see part of the bucket, verify blocks crossing
-block boundaries, and block sizes that differ from the kernel's tiles."""
+block boundaries, and block sizes that differ from the kernel's tiles; then whole generations
+whose every decode step and verify block reads the session's arena through the kernel."""
 
 from __future__ import annotations
 
@@ -59,10 +60,65 @@ print("ok")
 """
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton installed")
-def test_paged_kernel_equals_the_reference_in_the_interpreter():
+GENERATIONS = """
+import sys
+import torch
+from engine import decode_attention
+from engine.events import GenerateRequest, LoadRequest, SamplingParams
+from engine.session import Session
+
+torch.set_num_threads(1)
+path = sys.argv[1]
+greedy = SamplingParams(temperature=0.0)
+chat = GenerateRequest(prompt_ids=tuple(range(40, 75)), max_new_tokens=30, sampling=greedy)
+tokens = lambda s, r: [i for e in s.generate(r) if hasattr(e, "token_ids") for i in e.token_ids]
+for kv in ("fp32", "int8"):
+    ref = Session.load(LoadRequest(path, device="cpu", kv_dtype=kv))
+    s = Session.load(LoadRequest(path, device="cpu", kv_dtype=kv))
+    spec = Session.load(LoadRequest(path, device="cpu", kv_dtype=kv, draft=path,
+                                    num_speculative_tokens=3))  # itself: verify blocks of 4
+    spec.adaptive = spec.switch_off = False
+    assert s.decoder.mode == "static"
+    want = tokens(ref, chat)
+    calls = []
+    attend, backend = decode_attention.attend, decode_attention._backend
+    def counted(q, kv_, pos, kv_len, scaling, how):
+        calls.append((how, q.shape[2]))
+        return attend(q, kv_, pos, kv_len, scaling, how)
+    decode_attention.attend = counted
+    decode_attention._backend = lambda *args: "triton"  # after the load: no check_kernel
+    try:
+        got = [tokens(s, chat), tokens(spec, chat)]
+    finally:
+        decode_attention.attend, decode_attention._backend = attend, backend
+    assert got == [want, want], (kv, got, want)
+    assert {how for how, _ in calls} == {"triton"} and max(T for _, T in calls) > 1, calls[:5]
+print("ok")
+"""
+
+
+def _interpreted(code: str, *args: str) -> subprocess.CompletedProcess:
+    """Run `code` in a process of its own: TRITON_INTERPRET is read when Triton is imported."""
     env = dict(os.environ, TRITON_INTERPRET="1",
                PYTHONPATH=os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))))
-    proc = subprocess.run([sys.executable, "-c", INTERPRETED], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
+
+
+TRITON = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                            reason="needs Triton installed")
+
+
+@TRITON
+def test_paged_kernel_equals_the_reference_in_the_interpreter():
+    proc = _interpreted(INTERPRETED)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+
+
+@TRITON
+def test_generations_through_the_kernel_equal_the_reference_paths(tiny_model):
+    """fp32 and int8 caches, plain steps and a draft model's verify blocks, a prompt and answer
+    over five blocks: greedy tokens equal those of the CPU paths (SDPA over a gathered copy for
+    fp32, the PyTorch reference for int8), every decode attention going through the kernel."""
+    proc = _interpreted(GENERATIONS, str(tiny_model))
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]

@@ -493,8 +493,9 @@ def test_graph_decode_over_a_quantized_cache_equals_eager(kv, tiny_model):
 
 
 def test_16_bit_caches_default_to_sdpa_and_quantized_ones_never_do():
-    """auto keeps 16-bit caches on SDPA (the path with measured end-to-end speed) and reads int8 /
-    fp8 through the kernel or the reference, never a dequantized copy; triton opts 16-bit in."""
+    """Without a GPU, auto reads 16-bit caches through SDPA (over a gathered copy of the blocks)
+    and int8/fp8 through the reference; on a GPU with Triton every cache goes through the
+    kernel, which reads the paged arena in place (test_graph_decode_... above)."""
     choose = decode_attention._backend
     assert choose("cpu", "bf16", "auto") == "sdpa"
     assert choose("cpu", "int8", "auto") == "reference"  # no GPU: the PyTorch split algorithm
