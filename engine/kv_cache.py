@@ -61,7 +61,6 @@ class KVCache:
         self.quantized = self.kv_dtype in kv_quant.STORAGE
         self.max_len, self.block_size = max_len, block_size
         self.num_kv_heads, self.head_dim = num_kv_heads, head_dim
-        self.device = torch.device(device)
         self.share_prefixes = share_prefixes
         max_blocks = -(-max_len // block_size)
         self.num_blocks = max(num_blocks or 0, max_blocks)  # the live sequence always fits
@@ -72,6 +71,7 @@ class KVCache:
         self.scratch = self.num_blocks
         self.arena = KVArena(num_layers, num_kv_heads, head_dim, self.num_blocks + 1,
                              block_size, self.kv_dtype, device)
+        self.device = self.arena.k[0].device  # with its index: "cuda:0", as kernels report it
         self.blocks = BlockManager(self.num_blocks, block_size)
         self.seq = Sequence()
         self.table = torch.full((max_blocks,), self.scratch, dtype=torch.int32, device=device)
@@ -193,11 +193,6 @@ class KVCache:
         """Forget everything, cached prefixes included: the next prompt is prefilled whole."""
         self.release()
         self.blocks = BlockManager(self.num_blocks, self.block_size)
-
-    @property
-    def num_assigned_tokens(self) -> int:
-        """Token slots in the live sequence's blocks (used: len(token_ids))."""
-        return len(self.seq.block_ids) * self.block_size
 
     def _sync_table(self, first: int) -> None:
         """Copy the sequence's block ids from index `first` on into the device table, in place

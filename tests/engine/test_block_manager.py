@@ -188,7 +188,7 @@ def test_waste_over_a_long_chat_stays_under_five_percent():
 OPS = st.one_of(
     st.tuples(st.just("start"), st.sampled_from("abc"), st.integers(0, 2), st.integers(1, 9)),
     st.tuples(st.just("grow"), st.sampled_from("abc"), st.integers(1, 6)),
-    st.tuples(st.just("crop"), st.sampled_from("abc"), st.integers(0, 30)),
+    st.tuples(st.just("crop"), st.sampled_from("abc"), st.integers(0, 30), st.booleans()),
     st.tuples(st.just("release"), st.sampled_from("abc")),
 )
 PROMPTS = (SYSTEM, SYSTEM[:6], list(range(200, 209)))
@@ -207,7 +207,7 @@ def test_eviction_under_a_small_arena_never_corrupts_a_live_sequence(ops, num_bl
             elif op == "grow" and name in arena.live:
                 arena.grow(name, [next(fresh) for _ in range(args[0])])
             elif op == "crop" and name in arena.live:
-                arena.crop(name, min(args[0], len(arena.live[name][1])))
+                arena.crop(name, min(args[0], len(arena.live[name][1])), keep_cached=args[1])
             elif op == "release" and name in arena.live:
                 arena.release(name)
         except OutOfBlocks:
