@@ -174,6 +174,9 @@ class Session:
         kv = (f"KV cache: {self.kv_dtype} ({self.kv_reason}), "
               f"{self.cache.num_bytes / 2**20:,.1f} MiB for {self.cache.max_len:,} tokens"
               + (", one fp16 scale per token per KV head included" if self.cache.quantized
+                 else "")
+              + f", in blocks of {self.cache.block_size} tokens"
+              + (" that later conversations share by prefix" if self.cache.share_prefixes
                  else ""))
         notes = (*lm.notes, kv, f"decode path: {self.decoder.mode}",
                  decode_attention.describe(self.cache),
