@@ -1,11 +1,11 @@
 """VRAM planner: config.json (+ safetensors headers) -> bytes; and a format recommendation.
 
 Pure arithmetic, no torch: the Qt app imports it. Sizes follow what the engine allocates at batch 1:
-weights in the chosen format, a paged KV arena of blocks for the whole context (kv_cache.py: the
-context rounded up to whole blocks; blocks the live conversation does not use hold cached prefixes
-of earlier ones), a prefill-chunk workspace,
-the CUDA context, the decode graph pool, an optional draft model and a safety margin. The
-constants below are allowances to be calibrated against NVML peaks on the H200 (issue 9).
+weights in the chosen format, a paged KV arena for the whole context (kv_cache.py: the context
+rounded up to whole blocks; blocks the live conversation does not use hold cached prefixes of
+earlier ones), a prefill-chunk workspace, the CUDA context, the decode graph pool, an optional
+draft model and a safety margin. The constants below are allowances to be calibrated against
+NVML peaks on the H200 (issue 9).
 """
 
 from __future__ import annotations
