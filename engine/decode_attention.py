@@ -22,13 +22,13 @@ from engine import kv_quant
 from engine.decode_splits import MAX_SPLITS, MIN_SPLIT_TOKENS, num_splits  # noqa: F401
 from engine.kv_cache import KVCache, LayerKV
 
-# auto: int8/fp8 caches through the Triton kernel on a GPU where Triton runs, else the PyTorch
-# reference; 16-bit caches through SDPA, the path whose end-to-end speed is measured
-# (BENCHMARKS.md). triton: 16-bit caches through the kernel too: on the H200 at the Llama-3.1-8B
-# shape, one layer took 9 us against SDPA's 33 at 1K tokens and 44 against 643 at 32K (SDPA's
-# masked grouped-query path reads at 0.2 TB/s), but no whole decode has been timed with it yet.
-# sdpa: SDPA for 16-bit caches, the reference for quantized ones; reference: the PyTorch split
-# algorithm for every cache (if Triton misbehaves on some machine)
+# auto: every cache through the Triton kernel on a GPU where Triton runs, else SDPA (16-bit) or
+# the PyTorch reference (int8/fp8). On the H200 (Llama-3.1-8B shape, AWQ weights, whole decode
+# steps in CUDA graphs) a bf16 cache decoded 169 tokens/s through the kernel against 40 through
+# SDPA at 32K tokens, and 205 against 161 at 1K (BENCHMARKS.md): SDPA's masked grouped-query path
+# reads at about 0.2 TB/s. triton: the same, spelled out. sdpa: SDPA for 16-bit caches, the
+# reference for quantized ones; reference: the PyTorch split algorithm for every cache (if Triton
+# misbehaves on some machine)
 ENV = "HEARTH_DECODE_ATTENTION"
 SETTINGS = ("auto", "triton", "sdpa", "reference")
 _FAILED: set[tuple[str, str]] = set()  # (device, KV dtype) where the kernel failed to run
@@ -63,14 +63,18 @@ def _backend(device: str, kv_dtype: str, setting: str) -> str:
         return "reference"
     if setting == "sdpa":
         return "sdpa"
-    if setting == "auto" and not quantized:
-        return "sdpa"
     on_gpu = torch.device(device).type == "cuda"
     # Triton converts fp8 e4m3 in hardware from compute capability 8.9 (Ada, Hopper) on
     if on_gpu and triton_available() and (
             kv_dtype != "fp8" or torch.cuda.get_device_capability(device) >= (8, 9)):
         return "triton"
     return "reference" if quantized else "sdpa"
+
+
+def kernel_reads(device: torch.device, kv_dtype: str) -> bool:
+    """Whether the Triton kernel reads caches of `kv_dtype` on `device` (it then runs too)."""
+    how = _backend(str(device), kv_dtype, os.environ.get(ENV, "auto"))
+    return how == "triton" and (str(device), kv_dtype) not in _FAILED
 
 
 def check_kernel(cache: KVCache, num_heads: int, dtype: torch.dtype) -> str | None:

@@ -7,6 +7,8 @@ only there, on a CUDA device where Triton imports (CPU torch ships no Triton).
 from __future__ import annotations
 
 import functools
+import json
+import os
 
 import torch
 import triton
@@ -23,6 +25,12 @@ from engine.kv_cache import LayerKV
 # cores); `kv_attention_speed.py --sweep` times the alternatives to choose the quantized row.
 CONFIGS = {False: dict(block_n=64, waves=2, num_warps=4, num_stages=2),
            True: dict(block_n=64, waves=2, num_warps=4, num_stages=2)}
+CONFIG_ENV = "HEARTH_DECODE_ATTENTION_CONFIG"  # JSON over CONFIGS, for benchmarks of settings
+
+
+@functools.cache
+def _env_config(text: str | None) -> dict:
+    return json.loads(text) if text else {}
 
 
 @triton.jit
@@ -118,7 +126,7 @@ def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: in
     Hkv, L = kv.k.shape[1], kv.k.shape[2]
     rows = H // Hkv * T
     quantized = kv.k_scale is not None
-    cfg = {**CONFIGS[quantized], **(config or {})}
+    cfg = {**CONFIGS[quantized], **_env_config(os.environ.get(CONFIG_ENV)), **(config or {})}
     # a 16-bit cache is read in its own dtype (as the SDPA path does); a quantized one upcasts
     # its values to the query's dtype inside the kernel
     qg = (q if quantized else q.to(kv.k.dtype)).reshape(Hkv, rows, D).contiguous()

@@ -44,12 +44,29 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.
     return (q.float() * scale.float()[..., None]).to(dtype)
 
 
+def fused_write(values: torch.Tensor) -> bool:
+    """Whether quantize-on-write runs as one Triton launch (kv_write_kernel.py) here: wherever
+    the decode-attention kernel reads this cache (under torch.compile the ops below are fused
+    by inductor instead). Fixed per device and dtype, so eager steps and captured graphs agree."""
+    from engine import decode_attention  # it imports this module
+
+    name = next(n for n, d in STORAGE.items() if d == values.dtype)
+    return decode_attention.kernel_reads(values.device, name)
+
+
 def store(values: torch.Tensor, scales: torch.Tensor | None, positions: torch.Tensor,
           x: torch.Tensor) -> None:
     """Write x: [1, H_kv, T, D] at positions [T] of values: [1, H_kv, L, D] (+ scales:
     [1, H_kv, L] when quantized), in place."""
     if scales is None:
         values.index_copy_(2, positions, x.to(values.dtype))
+        return
+    if values.is_cuda and not torch.compiler.is_compiling() and fused_write(values):
+        from engine import kv_write_kernel  # Triton: imported only where it runs
+
+        # [1, H_kv, L, D] is one block of L slots; x: [1, H_kv, T, D] -> [T, H_kv, D]
+        kv_write_kernel.quantize_store(values, scales, None, positions,
+                                       x[0].transpose(0, 1))
         return
     q, s = quantize(x, values.dtype)  # q: [1, H_kv, T, D], s: [1, H_kv, T]
     if values.dtype is not torch.int8:  # torch has no index_copy_ for fp8: copy its bytes

@@ -28,20 +28,27 @@ want() { [[ " $STEPS " == *" $1 "* ]]; }
 step() { echo "== $1 ($(date +%T))" | tee -a "$LOG"; }
 
 if want 1; then step "1. GPU tests"
-timeout 150 python3 -m pytest -q -p no:cacheprovider -rs tests/engine/test_quantized_kv.py \
+timeout 200 python3 -m pytest -q -p no:cacheprovider -rs tests/engine/test_quantized_kv.py \
+    tests/engine/test_kv_write_kernel.py tests/engine/test_speculative.py tests/engine/test_engine_env.py \
     >"$OUT/pytest.txt" 2>&1
 echo "pytest exit $?: $(tail -1 "$OUT/pytest.txt")" | tee -a "$LOG"; fi
 
 if want 2; then step "2. decode attention, one layer"
-timeout 120 python3 $B/kv_attention_speed.py --sweep --json "$OUT/attention.jsonl" \
+timeout 150 python3 $B/kv_attention_speed.py --sweep --json "$OUT/attention.jsonl" \
     >"$OUT/attention.md" 2>>"$LOG" || echo "FAILED or cut short: attention" | tee -a "$LOG"
 cat "$OUT/attention.md"; fi
 
 if want 3; then step "3. end to end, Llama-3.1-8B shape, AWQ weights"
 timeout 330 python3 $B/kv_e2e.py --model $B/llama-3.1-8b --quant awq --runs 2 \
-    --kv bf16-sdpa bf16 int8 fp8 --prompt-lens 1024 32768 --new-tokens 128 \
+    --kv ${E2E_KV:-bf16-sdpa bf16 int8 fp8} --prompt-lens 1024 32768 --new-tokens 128 \
     --json "$OUT/e2e.jsonl" >"$OUT/e2e.md" 2>>"$LOG" || echo "FAILED or cut short: e2e" | tee -a "$LOG"
-cat "$OUT/e2e.md"; fi
+cat "$OUT/e2e.md"
+# the sweep's fastest int8 setting at 32K, end to end over int8 and fp8 caches
+BEST=$(python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; r=[x for x in r if x['config'] and 'us' in x]; print(json.dumps(min(r, key=lambda x: x['us'])['config']) if r else '')" "$OUT/attention.jsonl" 2>/dev/null)
+if [ -n "$BEST" ]; then step "3b. end to end, int8/fp8 with the sweep's best setting $BEST"
+HEARTH_DECODE_ATTENTION_CONFIG="$BEST" timeout 200 python3 $B/kv_e2e.py --model $B/llama-3.1-8b \
+    --quant awq --runs 2 --kv int8 fp8 --prompt-lens 1024 32768 --new-tokens 128 \
+    --json "$OUT/e2e_tuned.jsonl" 2>>"$LOG" | tail -8 | tee -a "$LOG"; fi; fi
 
 if want 4; then step "4. quality on the demo model, GPU path"
 timeout 80 python3 $B/kv_quality.py --device cuda --windows 8 >"$OUT/quality.md" 2>>"$LOG" \

@@ -12,7 +12,10 @@ much longer a context a 12 GiB card holds with it).
 One more child checks the out-of-memory path: the 7B shape forced to bf16 on an 8 GiB card must
 fail with the planner's hint, then the recommended load in the same process must generate.
 
-Usage: python packaging/bench/plan_check.py [--out DIR] [--expandable]
+The children run with the allocator settings the engine sets for itself (engine/__init__.py:
+expandable segments); `--no-expandable` turns them off for comparison.
+
+Usage: python packaging/bench/plan_check.py [--out DIR] [--no-expandable]
        (children: --one SHAPE GIB KV | --oom)
 """
 
@@ -29,6 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+import engine  # noqa: E402, F401 (its allocator settings, before anything imports torch)
 
 SHAPES = ("qwen2.5-0.5b", "qwen2.5-7b", "llama-3.1-8b")
 CARDS_GIB = (8, 12, 16, 24)
@@ -182,15 +186,15 @@ def oom_then_recover() -> dict:
 
 
 START = time.monotonic()
-EXPANDABLE = False
+EXPANDABLE = True
 
 
 def parent(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    if EXPANDABLE:  # lets empty_cache return the holes that fusing q/k/v and gate/up leaves
-        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    if not EXPANDABLE:  # the engine's default lets empty_cache return the holes that fusing
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:False"  # q/k/v and gate/up leave
     waves = [list(w) for w in WAVES]
     waves[0].append(("--oom", None, None))
     for wave in waves:
@@ -240,11 +244,11 @@ def main() -> None:
     ap.add_argument("--one", nargs=3, metavar=("SHAPE", "GIB", "KV"))
     ap.add_argument("--oom", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
-    ap.add_argument("--expandable", action="store_true",
-                    help="children run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    ap.add_argument("--no-expandable", action="store_true",
+                    help="children run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False")
     a = ap.parse_args()
     global EXPANDABLE
-    EXPANDABLE = a.expandable
+    EXPANDABLE = not a.no_expandable
     if a.one:
         try:
             row = one(a.one[0], float(a.one[1]), a.one[2])
