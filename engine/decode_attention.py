@@ -77,22 +77,45 @@ def kernel_reads(device: torch.device, kv_dtype: str) -> bool:
     return how == "triton" and (str(device), kv_dtype) not in _FAILED
 
 
+CHECK_TOKENS = 300  # the load check's cache: two splits of 256, the second partly filled
+CHECK_TOLERANCE = 2e-2  # relative norm; bf16 output and probabilities round at 2^-9 (the GPU
+# tests see 2.2e-3), an addressing or masking mistake moves whole rows
+
+
 def check_kernel(cache: KVCache, num_heads: int, dtype: torch.dtype) -> str | None:
-    """Run the Triton kernel once over this cache (it only reads it), at load: where it cannot
-    compile or run (no shared memory for a tile, an old driver), decode falls back to SDPA or the
-    reference instead of failing every step. -> a note for the load event, or None."""
+    """At load, run the Triton kernel over a small random cache of this cache's kind and compare
+    it with the PyTorch reference, for one query token and for a five-token verify block: where
+    it cannot compile or run (no shared memory for a tile, an old driver) or computes something
+    else (a GPU or Triton version it was never tested on), decode falls back to SDPA or the
+    reference instead of failing, or answering wrongly, every step. -> a note for the load
+    event, or None."""
     if backend(cache) != "triton":
         return None
-    kv = cache.layer(0)
-    q = torch.zeros(1, num_heads, 1, kv.k.shape[-1], dtype=dtype, device=kv.k.device)
-    pos = torch.zeros(1, dtype=torch.long, device=kv.k.device)
+    kv0 = cache.layer(0)
+    device, Hkv, D = kv0.k.device, kv0.k.shape[1], kv0.k.shape[-1]
     try:
-        attend(q, kv, pos, min(cache.max_len, MIN_SPLIT_TOKENS), 1.0, "triton")
-        torch.cuda.synchronize(kv.k.device)  # a failed launch reports here, not mid-generation
+        probe = KVCache(1, Hkv, D, CHECK_TOKENS, cache.kv_dtype, device)
+        g = torch.Generator(device="cpu").manual_seed(0)
+        k, v = (torch.randn(1, Hkv, CHECK_TOKENS, D, generator=g).to(device) for _ in range(2))
+        probe.write(0, torch.arange(CHECK_TOKENS, device=device), k, v)
+        kv = probe.layer(0)
+        worst = 0.0
+        for T in (1, 5):
+            q = torch.randn(1, num_heads, T, D, generator=g).to(device, dtype)
+            pos = torch.arange(CHECK_TOKENS - T, CHECK_TOKENS, device=device)
+            out = attend(q, kv, pos, CHECK_TOKENS, D ** -0.5, "triton").float()
+            ref = reference(q.float(), kv, pos, CHECK_TOKENS, D ** -0.5)
+            worst = max(worst, ((out - ref).norm() / ref.norm()).item())
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # a failed launch reports here, not mid-generation
     except Exception as e:  # whatever broke, the kernel is not for this machine
-        _FAILED.add((str(kv.k.device), cache.kv_dtype))
+        _FAILED.add((str(device), cache.kv_dtype))
         return (f"the Triton decode-attention kernel failed here ({type(e).__name__}: "
                 f"{str(e)[:200]}); decode attention falls back to {backend(cache)}")
+    if not worst < CHECK_TOLERANCE:  # (NaN included)
+        _FAILED.add((str(device), cache.kv_dtype))
+        return (f"the Triton decode-attention kernel disagreed with the reference here "
+                f"(relative error {worst:.1e}); decode attention falls back to {backend(cache)}")
     return None
 
 
