@@ -24,14 +24,15 @@ from engine import kv_arena, kv_quant
 from engine.decode_splits import MAX_SPLITS, MIN_SPLIT_TOKENS, num_splits  # noqa: F401
 from engine.kv_cache import KVCache, LayerKV
 
-# auto: every cache through the Triton kernel on a GPU where Triton runs (a paged arena cannot be
-# read in place by SDPA; and on the H200 at the Llama-3.1-8B shape one layer took 9 us against
-# SDPA's 33 at 1K tokens and 44 against 643 at 32K: SDPA's masked grouped-query path reads at
-# 0.2 TB/s); elsewhere int8/fp8 through the PyTorch reference and 16-bit caches through SDPA
-# over a gathered contiguous copy (the numerics of prefill and of transformers' modules, so the
-# fused step stays token-identical to them on CPU). triton: the same as auto. sdpa: SDPA over a
-# gathered copy for 16-bit caches, the reference for quantized ones. reference: the PyTorch split
-# algorithm for every cache (if Triton misbehaves on some machine)
+# auto: every cache through the Triton kernel on a GPU where Triton runs: a paged arena cannot be
+# read in place by SDPA, and on the H200 (Llama-3.1-8B shape, AWQ weights, whole decode steps in
+# CUDA graphs, the flat cache before paging) a bf16 cache decoded 169 tokens/s through the kernel
+# against 40 through SDPA at 32K tokens, and 205 against 161 at 1K (BENCHMARKS.md: SDPA's masked
+# grouped-query path reads at about 0.2 TB/s). Elsewhere int8/fp8 through the PyTorch reference
+# and 16-bit caches through SDPA over a gathered contiguous copy (the numerics of prefill and of
+# transformers' modules, so the fused step stays token-identical to them on CPU). triton: the
+# same as auto. sdpa: SDPA over a gathered copy for 16-bit caches, the reference for quantized
+# ones. reference: the PyTorch split algorithm for every cache (if Triton misbehaves somewhere)
 ENV = "HEARTH_DECODE_ATTENTION"
 SETTINGS = ("auto", "triton", "sdpa", "reference")
 _FAILED: set[tuple[str, str]] = set()  # (device, KV dtype) where the kernel failed to run
@@ -74,22 +75,52 @@ def _backend(device: str, kv_dtype: str, setting: str) -> str:
     return "reference" if quantized else "sdpa"
 
 
+def kernel_reads(device: torch.device, kv_dtype: str) -> bool:
+    """Whether the Triton kernel reads caches of `kv_dtype` on `device` (it then runs too)."""
+    how = _backend(str(device), kv_dtype, os.environ.get(ENV, "auto"))
+    return how == "triton" and (str(device), kv_dtype) not in _FAILED
+
+
+CHECK_TOKENS = 300  # the load check's cache: two splits of 256, the second partly filled
+CHECK_TOLERANCE = 2e-2  # relative norm; bf16 output and probabilities round at 2^-9 (the GPU
+# tests see 2.2e-3), an addressing or masking mistake moves whole rows
+
+
 def check_kernel(cache: KVCache, num_heads: int, dtype: torch.dtype) -> str | None:
-    """Run the Triton kernel once over this cache (it only reads it), at load: where it cannot
-    compile or run (no shared memory for a tile, an old driver), decode falls back to SDPA or the
-    reference instead of failing every step. -> a note for the load event, or None."""
+    """At load, run the Triton kernel over a small random cache of this cache's kind and compare
+    it with the PyTorch reference, for one query token and for a five-token verify block: where
+    it cannot compile or run (no shared memory for a tile, an old driver) or computes something
+    else (a GPU or Triton version it was never tested on), decode falls back to SDPA or the
+    reference instead of failing, or answering wrongly, every step. -> a note for the load
+    event, or None."""
     if backend(cache) != "triton":
         return None
-    kv = cache.layer(0)
-    q = torch.zeros(1, num_heads, 1, kv.k.shape[-1], dtype=dtype, device=kv.k.device)
-    pos = torch.zeros(1, dtype=torch.long, device=kv.k.device)
+    kv0 = cache.layer(0)
+    device, Hkv, D = kv0.k.device, kv0.k.shape[1], kv0.k.shape[-1]
     try:
-        attend(q, kv, pos, min(cache.max_len, MIN_SPLIT_TOKENS), 1.0, "triton")
-        torch.cuda.synchronize(kv.k.device)  # a failed launch reports here, not mid-generation
+        probe = KVCache(1, Hkv, D, CHECK_TOKENS, cache.kv_dtype, device)
+        probe.reserve(CHECK_TOKENS)  # blocks for every position the probe writes
+        g = torch.Generator(device="cpu").manual_seed(0)
+        k, v = (torch.randn(1, Hkv, CHECK_TOKENS, D, generator=g).to(device) for _ in range(2))
+        probe.write(0, torch.arange(CHECK_TOKENS, device=device), k, v)
+        kv = probe.layer(0)
+        worst = 0.0
+        for T in (1, 5):
+            q = torch.randn(1, num_heads, T, D, generator=g).to(device, dtype)
+            pos = torch.arange(CHECK_TOKENS - T, CHECK_TOKENS, device=device)
+            out = attend(q, kv, pos, CHECK_TOKENS, D ** -0.5, "triton").float()
+            ref = reference(q.float(), kv, pos, CHECK_TOKENS, D ** -0.5)
+            worst = max(worst, ((out - ref).norm() / ref.norm()).item())
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # a failed launch reports here, not mid-generation
     except Exception as e:  # whatever broke, the kernel is not for this machine
-        _FAILED.add((str(kv.k.device), cache.kv_dtype))
+        _FAILED.add((str(device), cache.kv_dtype))
         return (f"the Triton decode-attention kernel failed here ({type(e).__name__}: "
                 f"{str(e)[:200]}); decode attention falls back to {backend(cache)}")
+    if not worst < CHECK_TOLERANCE:  # (NaN included)
+        _FAILED.add((str(device), cache.kv_dtype))
+        return (f"the Triton decode-attention kernel disagreed with the reference here "
+                f"(relative error {worst:.1e}); decode attention falls back to {backend(cache)}")
     return None
 
 

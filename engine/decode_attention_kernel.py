@@ -8,6 +8,8 @@ Triton imports (CPU torch ships no Triton; tests run it in Triton's interpreter)
 from __future__ import annotations
 
 import functools
+import json
+import os
 
 import torch
 import triton
@@ -18,12 +20,20 @@ from engine.kv_cache import LayerKV
 
 # Launch settings, for 16-bit and for quantized caches: keys per loop iteration (block_n),
 # programs per SM (waves: more splits keep more loads in flight), warps, pipeline stages. Measured
-# on the H200 with these (one layer, 32K tokens, 8 KV heads): a bf16 cache read at 3.0 TB/s, an
-# int8 one at only 1.2 TB/s: half the bytes in more time, so likely a cost per iteration (the
-# int8/fp8 tiles go through registers to be converted, where bf16 ones stream to the tensor
-# cores); `kv_attention_speed.py --sweep` times the alternatives to choose the quantized row.
+# on the H200 (one layer, 32K tokens, 8 KV heads; BENCHMARKS.md): a bf16 cache reads at 3.0 TB/s
+# with 64 keys an iteration. An int8 one read only 1.2 TB/s so (half the bytes in more time: a
+# cost per iteration, the int8/fp8 tiles converting in registers on their way to the tensor
+# cores); twice the keys an iteration and three stages, the fastest of 36 settings swept
+# (`kv_attention_speed.py --sweep`), read 1.8 TB/s and decoded 11% faster end to end at 32K
+# (all measured on the flat cache, before the block table: not yet timed through it).
 CONFIGS = {False: dict(block_n=64, waves=2, num_warps=4, num_stages=2),
-           True: dict(block_n=64, waves=2, num_warps=4, num_stages=2)}
+           True: dict(block_n=128, waves=2, num_warps=4, num_stages=3)}
+CONFIG_ENV = "HEARTH_DECODE_ATTENTION_CONFIG"  # JSON over CONFIGS, for benchmarks of settings
+
+
+@functools.cache
+def _env_config(text: str | None) -> dict:
+    return json.loads(text) if text else {}
 
 
 @triton.jit
@@ -126,7 +136,7 @@ def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: in
     Hkv, B = kv.k.shape[1], kv.k.shape[2]
     rows = H // Hkv * T
     quantized = kv.k_scale is not None
-    cfg = {**CONFIGS[quantized], **(config or {})}
+    cfg = {**CONFIGS[quantized], **_env_config(os.environ.get(CONFIG_ENV)), **(config or {})}
     # a 16-bit cache is read in its own dtype (as the SDPA path does); a quantized one upcasts
     # its values to the query's dtype inside the kernel
     qg = (q if quantized else q.to(kv.k.dtype)).reshape(Hkv, rows, D).contiguous()

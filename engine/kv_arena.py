@@ -26,8 +26,14 @@ def store(values: torch.Tensor, scales: torch.Tensor | None, table: torch.Tensor
     `table` ([max_blocks] int32) into values: [num_blocks, H_kv, B, D] (+ scales:
     [num_blocks, H_kv, B], quantized first for int8/fp8), in place."""
     B = values.shape[2]
-    blocks, slots = table[positions // B].long(), positions % B  # [T], [T]
     x = x[0].transpose(0, 1)  # [T, H_kv, D]: advanced indices first, as values[b, :, s]
+    if (scales is not None and values.is_cuda and not torch.compiler.is_compiling()
+            and kv_quant.fused_write(values)):
+        from engine import kv_write_kernel  # Triton: imported only where it runs
+
+        kv_write_kernel.quantize_store(values, scales, table, positions, x)
+        return
+    blocks, slots = table[positions // B].long(), positions % B  # [T], [T]
     if scales is None:
         values[blocks, :, slots] = x.to(values.dtype)
         return

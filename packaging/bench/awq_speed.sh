@@ -38,6 +38,7 @@ HEARTH_INT4_KERNEL=triton bench 7b-awq-triton --model $Q --random-weights --quan
 bench 7b-bf16 --model $Q --random-weights --quant bf16 --compile
 HEARTH_INT4_KERNEL=tinygemm bench 7b-awq-lmhead-int8 --model $Q --random-weights --quant awq --compile --lm-head int8
 bench 7b-nf4 --model $Q --random-weights --quant nf4 --compile
+bench 7b-int8 --model $Q --random-weights --quant int8  # LLM.int8: eager (outlier threshold 6)
 HEARTH_INT4_KERNEL=tinygemm bench 8b-awq-tinygemm --model $B/llama-3.1-8b --random-weights --quant awq --compile
 HEARTH_INT4_KERNEL=tinygemm bench 7b-awq-lmhead-int4 --model $Q --random-weights --quant awq --compile --lm-head int4
 cat "$OUT/summary.md"

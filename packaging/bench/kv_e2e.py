@@ -9,7 +9,8 @@ Each setting is a fresh Session (its own cache, CUDA graphs per KV bucket) over 
 the Triton kernel (HEARTH_DECODE_ATTENTION=triton).
 Usage (repository root):
     python3 packaging/bench/kv_e2e.py --model packaging/bench/llama-3.1-8b --quant nf4 \
-        --kv bf16 bf16-sdpa int8 fp8 --prompt-lens 1024 32768 [--new-tokens 128] [--json FILE]
+        --kv bf16 bf16-sdpa int8 fp8 --prompt-lens 1024 32768 [--new-tokens 128] [--runs 3]
+        [--json FILE]     (--quant awq: random int4 codes made on the GPU, as `hearth bench`)
 """
 
 from __future__ import annotations
@@ -61,9 +62,10 @@ def build_on_gpu(folder, req: LoadRequest) -> loader.LoadedModel:
                               context, (*notes, "random weights"))
 
 
-def measure(session: Session, prompt_len: int, new_tokens: int, bandwidth: float) -> dict:
+def measure(session: Session, prompt_len: int, new_tokens: int, bandwidth: float,
+            runs: int = NUM_RUNS) -> dict:
     vocab = session.lm.model.config.vocab_size
-    prompts = _prompts(NUM_RUNS, prompt_len, vocab, seed=0)
+    prompts = _prompts(runs, prompt_len, vocab, seed=0)
     _run_one(session, prompts[0][:16], 4)  # warm-up
     stats = [_run_one(session, ids, new_tokens)[0].stats for ids in prompts]
     decode = statistics.median(s.decode_tokens_per_s for s in stats)
@@ -92,6 +94,7 @@ def main(argv=None) -> int:
     p.add_argument("--kv", nargs="+", default=["bf16", "bf16-sdpa", "int8", "fp8"])
     p.add_argument("--prompt-lens", type=int, nargs="+", default=[1024, 32768])
     p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--runs", type=int, default=NUM_RUNS, help="timed runs per setting (median)")
     p.add_argument("--build-on-cpu", action="store_true",
                    help="build as `hearth bench` does now (CPU, quantized on the way)")
     p.add_argument("--json", metavar="FILE")
@@ -100,7 +103,9 @@ def main(argv=None) -> int:
     req = LoadRequest(model=args.model, quant=args.quant, device="auto",
                       context=max(args.prompt_lens) + args.new_tokens)
     t0 = time.perf_counter()
-    lm = (loader.random_model if args.build_on_cpu else build_on_gpu)(folder, req)
+    # AWQ is built as `hearth bench` builds it: random 4-bit codes made on the device
+    build = loader.random_model if args.build_on_cpu or args.quant == "awq" else build_on_gpu
+    lm = build(folder, req)
     print(f"model built in {time.perf_counter() - t0:.1f} s ({lm.quant}, context {lm.context})",
           flush=True)
     bandwidth = copy_bandwidth(lm.device)
@@ -111,7 +116,8 @@ def main(argv=None) -> int:
             t = time.perf_counter()
             try:
                 session = Session(lm, kv.removesuffix("-sdpa"))
-                row = {"label": kv, **measure(session, prompt_len, args.new_tokens, bandwidth)}
+                row = {"label": kv, **measure(session, prompt_len, args.new_tokens, bandwidth,
+                                                     args.runs)}
             except Exception as e:  # report and go on to the next setting
                 row = {"label": kv, "prompt_len": prompt_len, "error": f"{type(e).__name__}: {e}"}
             row["seconds"] = round(time.perf_counter() - t, 1)
@@ -123,7 +129,7 @@ def main(argv=None) -> int:
                 torch.cuda.empty_cache()
     print(f"\n{args.model}, {lm.quant} weights (random), {_device_name(lm.device)}, copy "
           f"bandwidth {bandwidth / 1e12:.2f} TB/s; greedy, batch 1, {args.new_tokens} new tokens,"
-          f" decode the median of {NUM_RUNS} runs\n")
+          f" decode the median of {args.runs} runs\n")
     print("| KV cache | prompt | TTFT ms | decode tok/s (runs) | roofline tok/s | achieved | "
           "KV bytes/token | decode attention |")
     print("|---|---|---|---|---|---|---|---|")

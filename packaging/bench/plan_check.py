@@ -7,12 +7,16 @@ while a thread polls NVML's per-process used memory every 2 ms. Reported: the pl
 peak (its total without the safety margin), the measured peak, their ratio, and the peak as a
 fraction of the card. Children run a few at a time on one GPU: NVML counts each process apart.
 
-The KV cache is planned in 16 bits (`kv_dtype="bf16"`): the engine's own 16-bit cache.
+The KV cache is planned in 16 bits (`kv_dtype="bf16"`), and for one row in int8 (issue 6: how
+much longer a context a 12 GiB card holds with it).
 One more child checks the out-of-memory path: the 7B shape forced to bf16 on an 8 GiB card must
 fail with the planner's hint, then the recommended load in the same process must generate.
 
-Usage: python packaging/bench/plan_check.py [--out DIR] [--expandable]
-       (children: --one SHAPE GIB | --oom)
+The children run with the allocator settings the engine sets for itself (engine/__init__.py:
+expandable segments); `--no-expandable` turns them off for comparison.
+
+Usage: python packaging/bench/plan_check.py [--out DIR] [--no-expandable]
+       (children: --one SHAPE GIB KV | --oom)
 """
 
 from __future__ import annotations
@@ -28,13 +32,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+import engine  # noqa: E402, F401 (its allocator settings, before anything imports torch)
 
 SHAPES = ("qwen2.5-0.5b", "qwen2.5-7b", "llama-3.1-8b")
 CARDS_GIB = (8, 12, 16, 24)
 NEW_TOKENS = 16
 # children run together where their caps fit the H200's 139 GiB: 8B + 0.5B + the OOM, then 7B
-WAVES = ([(m, c) for m in ("llama-3.1-8b", "qwen2.5-0.5b") for c in CARDS_GIB],
-         [("qwen2.5-7b", c) for c in CARDS_GIB])
+# and issue 6's check: the longest context under a 12 GiB cap with an int8 KV cache (the bf16 one
+# is the 12 GiB row of the first wave; NF4 weights, which the planner picks there)
+WAVES = ([(m, c, "bf16") for m in ("llama-3.1-8b", "qwen2.5-0.5b") for c in CARDS_GIB],
+         [("qwen2.5-7b", c, "bf16") for c in CARDS_GIB]
+         + [("llama-3.1-8b", 12, "int8")])
 # the device tool's call limit is 600 s: stop the stragglers before it (or before PLAN_DEADLINE_S)
 DEADLINE_S = float(os.environ.get("PLAN_DEADLINE_S", 560))
 
@@ -72,24 +80,24 @@ class PeakPoller:
         self.peak = max(self.peak, self.read())
 
 
-def _recommendation(shape_dir: Path, gib: float, cc):
+def _recommendation(shape_dir: Path, gib: float, cc, kv_dtype: str):
     from engine.model_shape import ModelShape
     from engine.plan import GiB, recommend
 
     shape = ModelShape.from_folder(shape_dir)
-    return shape, recommend(shape, int(gib * GiB), cc, kv_dtype="bf16")
+    return shape, recommend(shape, int(gib * GiB), cc, kv_dtype=kv_dtype)
 
 
-def _load(shape_dir: Path, quant: str, context: int, gib: float):
+def _load(shape_dir: Path, quant: str, context: int, gib: float, kv_dtype: str = "bf16"):
     from engine import loader
     from engine.bench import _folder_for_random
     from engine.events import LoadRequest
     from engine.session import Session
 
-    req = LoadRequest(model=str(shape_dir), quant=quant, kv_dtype="auto", context=context,
+    req = LoadRequest(model=str(shape_dir), quant=quant, kv_dtype=kv_dtype, context=context,
                       memory_limit_gib=gib)
     lm = loader.random_model(_folder_for_random(str(shape_dir)), req)
-    return Session(lm, "auto")
+    return Session(lm, kv_dtype)
 
 
 def _generate(session, prompt_len: int):
@@ -103,7 +111,7 @@ def _generate(session, prompt_len: int):
     return list(session.generate(req))[-1]
 
 
-def one(name: str, gib: float) -> dict:
+def one(name: str, gib: float, kv_dtype: str = "bf16") -> dict:
     import torch
 
     from engine.plan import plan
@@ -111,7 +119,7 @@ def one(name: str, gib: float) -> dict:
     props = torch.cuda.get_device_properties(0)
     cc = (props.major, props.minor)
     shape_dir = ROOT / "packaging/bench" / name
-    shape, rec = _recommendation(shape_dir, gib, cc)
+    shape, rec = _recommendation(shape_dir, gib, cc, kv_dtype)
     row = dict(model=name, card_gib=gib, quant=rec.quant, kv_dtype=rec.kv_dtype,
                context=rec.context, native_context=shape.context_limit, fits=rec.fits)
     if not rec.fits:
@@ -119,13 +127,13 @@ def one(name: str, gib: float) -> dict:
         return row
     with PeakPoller() as poll:
         t0 = time.perf_counter()
-        session = _load(shape_dir, rec.quant, rec.context, gib)
+        session = _load(shape_dir, rec.quant, rec.context, gib, rec.kv_dtype)
         row["load_s"] = round(time.perf_counter() - t0, 1)
         row["load_peak"] = poll.peak
         t0 = time.perf_counter()
         end = _generate(session, rec.context - NEW_TOKENS)
         row["generate_s"] = round(time.perf_counter() - t0, 1)
-    p = plan(shape, rec.quant, "bf16", rec.context, int(gib * 2**30),
+    p = plan(shape, rec.quant, rec.kv_dtype, rec.context, int(gib * 2**30),
              prefill_chunk=session.prefill_chunk, compute_capability=cc)
     predicted = p.total_bytes - p.margin_bytes
     row.update(result=type(end).__name__, error=getattr(end, "error", None),
@@ -134,6 +142,9 @@ def one(name: str, gib: float) -> dict:
                measured_over_predicted=round(poll.peak / predicted, 4),
                measured_over_card=round(poll.peak / (gib * 2**30), 4),
                torch_max_reserved=int(torch.cuda.max_memory_reserved()),
+               torch_max_allocated=int(torch.cuda.max_memory_allocated()),
+               kv_dtype_loaded=session.cache.kv_dtype,
+               alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
                parts={k: getattr(p, k) for k in (
                    "weights_bytes", "kv_bytes", "activation_bytes", "cuda_context_bytes",
                    "graph_pool_bytes", "margin_bytes")},
@@ -175,25 +186,25 @@ def oom_then_recover() -> dict:
 
 
 START = time.monotonic()
-EXPANDABLE = False
+EXPANDABLE = True
 
 
 def parent(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    if EXPANDABLE:  # lets empty_cache return the holes that fusing q/k/v and gate/up leaves
-        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    if not EXPANDABLE:  # the engine's default lets empty_cache return the holes that fusing
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:False"  # q/k/v and gate/up leave
     waves = [list(w) for w in WAVES]
-    waves[0].append(("--oom", None))
+    waves[0].append(("--oom", None, None))
     for wave in waves:
         procs = []
-        for name, gib in wave:
-            args = ["--oom"] if name == "--oom" else ["--one", name, str(gib)]
+        for name, gib, kv in wave:
+            args = ["--oom"] if name == "--oom" else ["--one", name, str(gib), kv]
             procs.append(subprocess.Popen([sys.executable, __file__, *args],
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           text=True, env=env))
-        for (name, gib), proc in zip(wave, procs, strict=True):
+        for (name, gib, _), proc in zip(wave, procs, strict=True):
             try:
                 stdout, stderr = proc.communicate(timeout=max(1, DEADLINE_S - (
                     time.monotonic() - START)))
@@ -230,17 +241,17 @@ def table(rows: list[dict]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--one", nargs=2, metavar=("SHAPE", "GIB"))
+    ap.add_argument("--one", nargs=3, metavar=("SHAPE", "GIB", "KV"))
     ap.add_argument("--oom", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
-    ap.add_argument("--expandable", action="store_true",
-                    help="children run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    ap.add_argument("--no-expandable", action="store_true",
+                    help="children run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False")
     a = ap.parse_args()
     global EXPANDABLE
-    EXPANDABLE = a.expandable
+    EXPANDABLE = not a.no_expandable
     if a.one:
         try:
-            row = one(a.one[0], float(a.one[1]))
+            row = one(a.one[0], float(a.one[1]), a.one[2])
         except Exception as e:  # one line back to the parent, whatever broke
             row = dict(model=a.one[0], card_gib=float(a.one[1]),
                        failed=f"{type(e).__name__}: {str(e)[:500]}")

@@ -370,6 +370,36 @@ def test_a_kernel_that_fails_at_load_falls_back(tiny_model, monkeypatch):
                for n in s.loaded_event().notes)
 
 
+def test_a_kernel_that_computes_something_else_falls_back(tiny_model, monkeypatch):
+    """The load check compares the kernel with the reference (one token and a verify block):
+    a kernel that answers wrongly here (a GPU or Triton version never tested) is not used."""
+    monkeypatch.setattr(decode_attention, "_backend", lambda *args: "triton")
+    reference = decode_attention.reference
+    calls = []
+
+    def shifted(q, kv, pos, kv_len, scaling, how):  # right for T = 1, off by a row for blocks
+        calls.append(q.shape[2])
+        out = reference(q, kv, pos, kv_len, scaling)
+        return out if q.shape[2] == 1 else out.roll(1, dims=2)
+
+    monkeypatch.setattr(decode_attention, "attend", shifted)
+    monkeypatch.setattr(decode_attention, "_FAILED", set())
+    s = Session(Session.load(LoadRequest(str(tiny_model), device="cpu")).lm, "int8")
+    assert calls[-2:] == [1, 5]  # (the first load checked its own cache too)
+    assert decode_attention.backend(s.cache) == "reference"
+    assert any("disagreed with the reference here" in n for n in s.loaded_event().notes)
+
+
+def test_a_kernel_that_agrees_with_the_reference_is_kept(tiny_model, monkeypatch):
+    monkeypatch.setattr(decode_attention, "_backend", lambda *args: "triton")
+    monkeypatch.setattr(decode_attention, "attend",
+                        lambda q, kv, pos, n, sc, how: decode_attention.reference(q, kv, pos, n,
+                                                                                 sc))
+    monkeypatch.setattr(decode_attention, "_FAILED", set())
+    lm = Session.load(LoadRequest(str(tiny_model), device="cpu")).lm
+    assert decode_attention.check_kernel(Session(lm, "int8").cache, 4, torch.float32) is None
+
+
 # ---------------------------------------------------------------- bytes and the auto choice
 
 
