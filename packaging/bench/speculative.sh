@@ -17,6 +17,11 @@ bench() {  # label, then hearth bench arguments
         python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; r['args']=sys.argv[2]; print(json.dumps(r))" "$label" "$*" >>"$OUT/spec.jsonl"
     else echo "FAILED $label" | tee -a "$LOG"; tail -3 "$LOG"; fi
 }
+# one-token steps against verify blocks, per decode-attention backend: the synthetic draft's
+# acceptance depends on them agreeing (BENCHMARKS.md, the second H200 run)
+echo "== verify_consistency.py" | tee -a "$LOG"
+timeout 120 python3 $B/verify_consistency.py --model $B/qwen2.5-7b --backends sdpa triton \
+    >"$OUT/consistency.jsonl" 2>>"$LOG"; cat "$OUT/consistency.jsonl" | tee -a "$LOG"
 PAIR="--model $B/qwen2.5-7b --random-weights --quant bf16 --draft $B/qwen2.5-0.5b --new-tokens 128"
 for A in 0.5 0.7 0.8 0.9; do
     bench "7b-05b-alpha$A-k4" $PAIR --synthetic-acceptance $A --num-speculative-tokens 4
