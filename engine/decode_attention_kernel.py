@@ -38,7 +38,7 @@ def _env_config(text: str | None) -> dict:
 def _partial(Q, K, V, KS, VS, POS, PM, PL, PO, kv_len, n_splits, scaling, stride_kh, stride_sh,
              ROWS: tl.constexpr, T: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
              BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, QUANTIZED: tl.constexpr,
-             IEEE: tl.constexpr):
+             IEEE: tl.constexpr, FIXED_SPLITS: tl.constexpr):
     """Q: [H_kv, ROWS, D] (row g T + t); K, V: [H_kv, L, D] int8/fp8/16-bit; KS, VS: [H_kv, L]
     fp16 (QUANTIZED); POS: [T] int64 -> PM, PL: [H_kv, S, ROWS] fp32, PO: [H_kv, S, ROWS, D]."""
     head = tl.program_id(0).to(tl.int64)
@@ -53,7 +53,10 @@ def _partial(Q, K, V, KS, VS, POS, PM, PL, PO, kv_len, n_splits, scaling, stride
     # the keys these rows see end at their latest position (a device value: the graph of a
     # bucket serves every position below it); the splits share them evenly
     end = tl.minimum(kv_len, tl.max(pos, 0) + 1)
-    per_split = tl.cdiv(tl.cdiv(end, n_splits), BLOCK_N) * BLOCK_N
+    if FIXED_SPLITS:  # split points from the bucket alone, not from the pass's latest position
+        per_split = tl.cdiv(tl.cdiv(kv_len, n_splits), BLOCK_N) * BLOCK_N
+    else:
+        per_split = tl.cdiv(tl.cdiv(end, n_splits), BLOCK_N) * BLOCK_N
     lo = split * per_split
     hi = tl.minimum(lo + per_split, end)
     k_base, v_base = K + head * stride_kh, V + head * stride_kh
@@ -118,6 +121,9 @@ def _num_sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+INTERPRETER_SMS = 4  # Triton's CPU interpreter (tests): a few splits, as on a small GPU
+
+
 def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int,
                      scaling: float, config: dict | None = None) -> torch.Tensor:
     """q: [1, H, T, D], pos: [T] int64 -> [1, H, T, D] in q's dtype. Launches only: no host
@@ -131,20 +137,26 @@ def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: in
     # a 16-bit cache is read in its own dtype (as the SDPA path does); a quantized one upcasts
     # its values to the query's dtype inside the kernel
     qg = (q if quantized else q.to(kv.k.dtype)).reshape(Hkv, rows, D).contiguous()
-    S = num_splits(kv_len, Hkv, _num_sms(q.device.index or 0), cfg["waves"])
+    sms = _num_sms(q.device.index or 0) if q.device.type == "cuda" else INTERPRETER_SMS
+    S = num_splits(kv_len, Hkv, sms, cfg["waves"])
     part_m = torch.empty((Hkv, S, rows), dtype=torch.float32, device=q.device)
     part_l = torch.empty_like(part_m)
     part_o = torch.empty((Hkv, S, rows, D), dtype=torch.float32, device=q.device)
     out = torch.empty((Hkv, rows, D), dtype=qg.dtype, device=q.device)
-    block_m = max(16, min(64, triton.next_power_of_2(rows)))
+    # "consistent": a query row's arithmetic the same whatever else shares its pass (a one-token
+    # step or a verify block: one row tile size, split points from the bucket); costs idle
+    # splits where the position is short of its bucket. Off by default until the H200 says
+    # what it costs and whether it makes steps and verify blocks agree (verify_consistency.py)
+    consistent = bool(cfg.get("consistent", False))
+    block_m = 64 if consistent else max(16, min(64, triton.next_power_of_2(rows)))
     block_d = max(16, triton.next_power_of_2(D))
     ks = kv.k_scale if quantized else kv.k  # unread when not QUANTIZED: any pointer will do
     vs = kv.v_scale if quantized else kv.v
     _partial[(Hkv, S, triton.cdiv(rows, block_m))](
         qg, kv.k, kv.v, ks, vs, pos, part_m, part_l, part_o, kv_len, S, float(scaling), L * D, L,
         ROWS=rows, T=T, D=D, BLOCK_M=block_m, BLOCK_N=cfg["block_n"], BLOCK_D=block_d,
-        QUANTIZED=quantized, IEEE=qg.dtype == torch.float32, num_warps=cfg["num_warps"],
-        num_stages=cfg["num_stages"])
+        QUANTIZED=quantized, IEEE=qg.dtype == torch.float32, FIXED_SPLITS=consistent,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     _combine[(Hkv, rows)](part_m, part_l, part_o, out, S, ROWS=rows, D=D,
                           BLOCK_S=max(2, triton.next_power_of_2(S)), BLOCK_D=block_d,
                           num_warps=4)
