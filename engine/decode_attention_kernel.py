@@ -40,7 +40,8 @@ def _env_config(text: str | None) -> dict:
 def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling, stride_kb,
              stride_kh, stride_sb, stride_sh, ROWS: tl.constexpr, T: tl.constexpr,
              D: tl.constexpr, B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_D: tl.constexpr, QUANTIZED: tl.constexpr, IEEE: tl.constexpr):
+             BLOCK_D: tl.constexpr, QUANTIZED: tl.constexpr, IEEE: tl.constexpr,
+             FIXED_SPLITS: tl.constexpr):
     """Q: [H_kv, ROWS, D] (row g T + t); K, V: [num_blocks, H_kv, B, D] int8/fp8/16-bit; KS, VS:
     [num_blocks, H_kv, B] fp16 (QUANTIZED); TABLE: [max_blocks] int32, key n at block
     TABLE[n // B], slot n % B; POS: [T] int64 -> PM, PL: [H_kv, S, ROWS] fp32,
@@ -57,7 +58,10 @@ def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling,
     # the keys these rows see end at their latest position (a device value: the graph of a
     # bucket serves every position below it); the splits share them evenly
     end = tl.minimum(kv_len, tl.max(pos, 0) + 1)
-    per_split = tl.cdiv(tl.cdiv(end, n_splits), BLOCK_N) * BLOCK_N
+    if FIXED_SPLITS:  # split points from the bucket alone, not from the pass's latest position
+        per_split = tl.cdiv(tl.cdiv(kv_len, n_splits), BLOCK_N) * BLOCK_N
+    else:
+        per_split = tl.cdiv(tl.cdiv(end, n_splits), BLOCK_N) * BLOCK_N
     lo = split * per_split
     hi = tl.minimum(lo + per_split, end)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -146,7 +150,12 @@ def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: in
     part_l = torch.empty_like(part_m)
     part_o = torch.empty((Hkv, S, rows, D), dtype=torch.float32, device=q.device)
     out = torch.empty((Hkv, rows, D), dtype=qg.dtype, device=q.device)
-    block_m = max(16, min(64, triton.next_power_of_2(rows)))
+    # "consistent": a query row's arithmetic the same whatever else shares its pass (a one-token
+    # step or a verify block: one row tile size, split points from the bucket); costs idle
+    # splits where the position is short of its bucket. Off by default until the H200 says
+    # what it costs and whether it makes steps and verify blocks agree (verify_consistency.py)
+    consistent = bool(cfg.get("consistent", False))
+    block_m = 64 if consistent else max(16, min(64, triton.next_power_of_2(rows)))
     block_d = max(16, triton.next_power_of_2(D))
     ks = kv.k_scale if quantized else kv.k  # unread when not QUANTIZED: any pointer will do
     vs = kv.v_scale if quantized else kv.v
@@ -154,8 +163,8 @@ def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: in
         qg, kv.k, kv.v, ks, vs, kv.table, pos, part_m, part_l, part_o, kv_len, S, float(scaling),
         kv.k.stride(0), kv.k.stride(1), ks.stride(0), ks.stride(1),
         ROWS=rows, T=T, D=D, B=B, BLOCK_M=block_m, BLOCK_N=cfg["block_n"], BLOCK_D=block_d,
-        QUANTIZED=quantized, IEEE=qg.dtype == torch.float32, num_warps=cfg["num_warps"],
-        num_stages=cfg["num_stages"])
+        QUANTIZED=quantized, IEEE=qg.dtype == torch.float32, FIXED_SPLITS=consistent,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     _combine[(Hkv, rows)](part_m, part_l, part_o, out, S, ROWS=rows, D=D,
                           BLOCK_S=max(2, triton.next_power_of_2(S)), BLOCK_D=block_d,
                           num_warps=4)

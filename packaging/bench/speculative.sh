@@ -20,9 +20,13 @@ bench() {  # label, then hearth bench arguments
 # one-token steps against verify blocks, per decode-attention backend: the synthetic draft's
 # acceptance depends on them agreeing (BENCHMARKS.md, the second H200 run)
 echo "== verify_consistency.py" | tee -a "$LOG"
-timeout 120 python3 $B/verify_consistency.py --model $B/qwen2.5-7b --backends sdpa triton \
+timeout 150 python3 $B/verify_consistency.py --model $B/qwen2.5-7b \
+    --backends sdpa triton triton-consistent \
     >"$OUT/consistency.jsonl" 2>>"$LOG"; cat "$OUT/consistency.jsonl" | tee -a "$LOG"
 PAIR="--model $B/qwen2.5-7b --random-weights --quant bf16 --draft $B/qwen2.5-0.5b --new-tokens 128"
+# the kernel's "consistent" setting first (see verify_consistency.py), then the default
+HEARTH_DECODE_ATTENTION_CONFIG='{"consistent": true}' bench 7b-05b-alpha0.8-k4-consistent $PAIR \
+    --synthetic-acceptance 0.8 --num-speculative-tokens 4
 for A in 0.5 0.7 0.8 0.9; do
     bench "7b-05b-alpha$A-k4" $PAIR --synthetic-acceptance $A --num-speculative-tokens 4
 done

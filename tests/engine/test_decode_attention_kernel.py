@@ -1,0 +1,52 @@
+"""The decode-attention kernel in Triton's CPU interpreter (where Triton is
+installed; CI has none, the GPU tests in test_quantized_kv.py run it compiled): against the
+PyTorch reference, and its "consistent" setting, under which a query row computes the same bits
+as a one-token step and inside a verify block (the synthetic draft's acceptance depends on it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.engine.helpers import REPO
+
+CHECK = r"""
+import torch
+from engine import decode_attention, decode_attention_kernel
+from engine.kv_cache import KVCache
+
+torch.set_num_threads(1)  # the reference's sums in one order, run to run
+Hkv, G, D, L, kv_len = 2, 3, 64, 1024, 1024
+for kv_dtype in ("fp32", "int8"):
+    cache = KVCache(1, Hkv, D, L, kv_dtype, "cpu")
+    cache.reserve(700)  # blocks for the positions written
+    g = torch.Generator().manual_seed(0)
+    cache.write(0, torch.arange(700), torch.randn(1, Hkv, 700, D, generator=g),
+                torch.randn(1, Hkv, 700, D, generator=g))
+    kv = cache.layer(0)
+    q = torch.randn(1, Hkv * G, 5, D, generator=g)
+    pos = torch.arange(511, 516)  # by default a one-token step at 511 and this block split apart
+    for cfg in ({}, {"consistent": True}):
+        block = decode_attention_kernel.decode_attention(q, kv, pos, kv_len, D ** -0.5, cfg)
+        ref = decode_attention.reference(q, kv, pos, kv_len, D ** -0.5)
+        err = ((block - ref).norm() / ref.norm()).item()
+        assert err < 1e-5, (kv_dtype, cfg, err)
+        single = decode_attention_kernel.decode_attention(q[:, :, :1], kv, pos[:1], kv_len,
+                                                          D ** -0.5, cfg)
+        same = torch.equal(single[:, :, 0], block[:, :, 0])
+        if cfg:
+            assert same, (kv_dtype, "a row's bits changed with the rows beside it")
+print("ok")
+"""
+
+
+def test_kernel_in_the_interpreter():
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", CHECK], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
