@@ -22,6 +22,10 @@ WINDOW_TOKENS = 16  # tokens emitted by rounds before speculation is judged: whe
 # (0.71x at alpha 0.5 on the H200) each window costs about 0.4 of its tokens' time, so a short one
 # keeps the loss within 5% over a chat's answers; the round time judged is a median, so a short
 # window is not a noisy one
+EARLY_ROUNDS, EARLY_LOSS = 3, 1.5  # judged before the window ends: after this many rounds, if
+# the rounds alone (no one-off costs) cost more than EARLY_LOSS plain steps a token. Where almost
+# nothing is accepted, a window of 16 tokens is 15 rounds of K draft steps and a verify pass: the
+# H200's second run lost 4-11% over 128-token answers that way; three rounds cost a fifth of it
 BACKOFF_TOKENS = 64  # plain tokens after a switch-off; doubles while speculation keeps losing
 MAX_BACKOFF_TOKENS = 4096
 DECAY = 0.9  # exponential forgetting of old rounds in the acceptance estimate
@@ -158,12 +162,18 @@ class Controller:
         self.window_rounds += 1
         self.window_tokens += accepted + 1
         self.since_probe += accepted + 1
-        if self.window_tokens >= WINDOW_TOKENS:
+        if self.window_tokens >= WINDOW_TOKENS or self._clearly_losing():
             self._judge()
         if self.switch_off and self.plain_left == 0 and self.since_probe >= REPROBE_TOKENS:
             self.plain_left = PROBE_STEPS
         if self.adaptive:
             self.k = self.best_k()
+
+    def _clearly_losing(self) -> bool:
+        """A few rounds of the window already lose by far, whatever the rest would do."""
+        return (self.switch_off and self.window_rounds >= EARLY_ROUNDS
+                and bool(self.plain_step_s) and self.time_per_token(
+                    self.window_rounds, self.window_tokens) > EARLY_LOSS * self.plain_step_s)
 
     def _judge(self) -> None:
         per_token = (self.time_per_token(self.window_rounds, self.window_tokens)

@@ -24,6 +24,7 @@ from engine.events import (
 from engine.session import Session
 from engine.spec_controller import (
     BACKOFF_TOKENS,
+    EARLY_ROUNDS,
     PROBE_STEPS,
     WINDOW_TOKENS,
     Controller,
@@ -174,10 +175,11 @@ def test_controller_probes_then_switches_off_when_speculation_loses():
         c.plain_done(0.010)
     assert not c.switched_off and c.next_k(10) == 4  # try again
     tokens = 0
-    while tokens < WINDOW_TOKENS:  # a loss again: twice as long a rest
+    while tokens < WINDOW_TOKENS and not c.switched_off:  # a loss again: twice as long a rest
         c.round_done(4, 0, 0.010, 0.020, 0.030)
         tokens += 1
     assert c.plain_left == 2 * BACKOFF_TOKENS
+    assert tokens == EARLY_ROUNDS  # 30 ms a token, 3x a plain step: judged without the window
 
 
 def test_controller_keeps_speculating_when_it_pays_and_adapts_k():
@@ -203,6 +205,24 @@ def test_controller_keeps_speculating_when_it_pays_and_adapts_k():
             continue
         resting.round_done(k, 0, 0.001 * k, 0.011, 0.001 * k + 0.011)
     assert resting.switched_off and resting.next_k(100) == 0
+
+
+def test_a_clear_loss_is_judged_after_a_few_rounds_and_a_mild_one_after_the_window():
+    fast = Controller(max_k=4, adaptive=False, switch_off=True, plain_step_s=0.010)
+    for _ in range(EARLY_ROUNDS):  # nothing accepted, 25 ms a round: 2.5 plain steps a token
+        assert not fast.switched_off
+        fast.round_done(4, 0, 0.015, 0.010, 0.025)
+    assert fast.switched_off and fast.plain_left == BACKOFF_TOKENS
+    mild = Controller(max_k=4, adaptive=False, switch_off=True, plain_step_s=0.010)
+    tokens = 0
+    while not mild.switched_off:  # 14 ms a token (1.4x): not clear after 3 rounds; the window
+        mild.round_done(4, 1, 0.018, 0.010, 0.028)
+        tokens += 2
+    assert tokens == WINDOW_TOKENS
+    bursty = Controller(max_k=4, adaptive=False, switch_off=True, plain_step_s=0.010)
+    for accepted in (0, 0, 4, 4, 4, 4):  # a slow start, then everything accepted: it pays
+        bursty.round_done(4, accepted, 0.004, 0.010, 0.014)
+    assert not bursty.switched_off  # 14 ms a token over the first three: not above 1.5x
 
 
 def test_a_draft_prefill_too_dear_for_its_gain_switches_speculation_off():
