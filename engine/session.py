@@ -62,13 +62,7 @@ class Session:
     def __init__(self, lm: loader.LoadedModel, kv_dtype: str = "auto", fast_path: bool = True,
                  compile_layers: bool = False):
         self.lm = lm
-        # speculative decoding (attach_draft; GenerateRequest.prompt_lookup needs no setup)
-        self.draft: Session | None = None
-        self.synthetic = None  # bench only: a proposers.SyntheticDraft over self.draft
-        self.num_speculative_tokens: int | None = None  # fixed K; None: adaptive
-        self.adaptive, self.switch_off = True, True  # tests and benchmarks may turn them off
-        # one per way of speculating; they remember timings and switch-offs across generations
-        self.controllers: dict[tuple, Controller] = {}
+        self._init_speculation()
         cfg = lm.model.config
         self.kv_dtype, self.kv_reason = self._kv_dtype(kv_dtype)
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -83,6 +77,16 @@ class Session:
             # LLM.int8's outlier columns have data-dependent shapes: no graph capture
             self.decoder.setup_fast_path(allow_graph=lm.quant != "int8",
                                          compile_layers=compile_layers)
+
+    def _init_speculation(self, num_speculative_tokens: int | None = None) -> None:
+        """Speculative decoding's state (attach_draft; GenerateRequest.prompt_lookup needs no
+        setup): shared with TPSession, whose ranks decode the same way."""
+        self.draft: Session | None = None
+        self.synthetic = None  # bench only: a proposers.SyntheticDraft over self.draft
+        self.num_speculative_tokens = num_speculative_tokens  # fixed K; None: adaptive
+        self.adaptive, self.switch_off = True, True  # tests and benchmarks may turn them off
+        # one per way of speculating; they remember timings and switch-offs across generations
+        self.controllers: dict[tuple, Controller] = {}
 
     def _budget(self) -> int:
         """What the allocator may take on this GPU (less with --memory-limit)."""

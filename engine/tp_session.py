@@ -46,7 +46,8 @@ def host_request(req: LoadRequest, device: torch.device) -> LoadRequest:
 
 class TPSession(Session):
     """Session over a TPLeader. It sets every attribute Session.__init__ sets (the inherited
-    methods read them; a test keeps the two in step) and `leader`, which close() ends."""
+    methods read them; the speculation state through Session._init_speculation, the rest its
+    own way; a test keeps the two in step) and `leader`, which close() ends."""
 
     def __init__(self, lm: loader.LoadedModel, req: LoadRequest, device: torch.device):
         n = req.tensor_parallel
@@ -56,11 +57,7 @@ class TPSession(Session):
         try:
             lm.model.to("meta")  # every rank holds its own copy now: free the host's
             self.lm = replace(lm, device=self.leader.device)
-            self.draft: Session | None = None
-            self.synthetic = None
-            self.num_speculative_tokens: int | None = req.num_speculative_tokens
-            self.adaptive, self.switch_off = True, True
-            self.controllers = {}
+            self._init_speculation(req.num_speculative_tokens)
             self.cache = self.leader.cache  # rank 0's: its KV heads, and the tokens they hold
             self.kv_dtype = kv_dtype
             self.kv_reason = ("as asked" if req.kv_dtype != "auto" else
