@@ -69,3 +69,8 @@ def test_unpack_reads_torchs_packing_and_prefill_rows_equal_the_reference():
     x = torch.randn(TINYGEMM_MAX_ROWS + 200, 3584, device=dev, dtype=torch.bfloat16)
     assert lin._dense(x.shape[0]) and not lin._dense(1)
     assert rel(lin(x), x.float() @ exact.t()) < 1e-2
+
+
+def test_without_tinygemms_packing_the_unpacked_path_is_not_taken():
+    """The guard runs torch's packing and compares: where there is none (CPU torch), no."""
+    assert tinygemm_unpack_ok("cpu") is False
