@@ -4,6 +4,8 @@ and an offset per group of input features, in the layout of the kernel that runs
 One formula for every kernel, tinygemm's: W[n, k] = (q[n, k] - 8) * scale[g, n] + offset[g, n]
 with g = k // group_size, so AWQ's zero point z becomes offset = (8 - z) * scale. Kernels:
 - "tinygemm": torch's `_weight_int4pack_mm` (CUDA, bf16; gpt-fast's and torchao's int4 path);
+  above TINYGEMM_MAX_ROWS rows (prefill) its layout is unpacked (tinygemm_layout.py) and
+  multiplied in 16 bits, where it checks out on the device;
 - "triton":   int4_kernel.py, a split-K GEMV written for this project (CUDA, fp16 or bf16);
 - "cpu":      torch's `_weight_int4pack_mm_for_cpu`;
 - "reference": dequantize, then a plain matmul: the oracle the others are tested against.
@@ -13,6 +15,7 @@ CUDA-graph capturable (static shapes, no host sync).
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -24,6 +27,27 @@ CUDA_DEFAULT = "tinygemm"  # the fastest at every decode shape on the H200: 1.1-
 # the Triton GEMV, which stays as the fallback (BENCHMARKS.md, the int4 kernels)
 QUANTIZE_ROWS = 8192  # rows rounded at once: a 150K-vocabulary lm_head never sits in fp32 whole
 TRITON_MAX_ROWS = 16  # the Triton GEMV is written for decode; prefill dequantizes instead
+TINYGEMM_MAX_ROWS = 64  # above this, unpacking tinygemm's layout and a 16-bit matmul is taken:
+# on the H200 tinygemm's time grows ~1.1 us a row at 4,608 x 3,584 (7.7 us at 1 row, 586 at 512)
+# while unpacking costs about one pass over the 4-bit and 16-bit weights (untimed on a GPU yet)
+
+
+@functools.cache
+def tinygemm_unpack_ok(device: str) -> bool:
+    """Whether tinygemm_layout.unpack reads torch's packing on this device: checked once on a
+    small random layer, so a torch whose layout differs keeps tinygemm for every row count."""
+    from engine import tinygemm_layout
+
+    g = torch.Generator().manual_seed(0)
+    codes = torch.randint(0, 16, (16, 256), generator=g, dtype=torch.uint8)
+    try:
+        codes = codes.to(device)
+        pairs = (codes[:, ::2] << 4) | codes[:, 1::2]
+        packed = torch.ops.aten._convert_weight_to_int4pack(pairs.contiguous(),
+                                                            _tinygemm_tiles(256))
+        return bool(torch.equal(tinygemm_layout.unpack(packed), codes))
+    except RuntimeError:  # no such packing here: tinygemm (or the identity product) it is
+        return False
 
 
 def _tinygemm_tiles(K: int) -> int | None:
@@ -143,6 +167,10 @@ class Int4Linear(torch.nn.Module):
     def dequantize(self) -> torch.Tensor:
         """W [N, K] in the compute dtype: what nn.Linear's weight would hold."""
         sz = self.scales_zeros
+        if self.kernel == "tinygemm" and tinygemm_unpack_ok(str(sz.device)):
+            from engine import tinygemm_layout
+
+            return tinygemm_layout.dequantize(self.packed, sz, self.group_size)
         if self.kernel in ("tinygemm", "cpu"):  # no unpacking op: multiply the identity
             eye = torch.eye(self.in_features, dtype=sz.dtype, device=sz.device)
             return self._packed_mm(eye, sz.contiguous()).t()
@@ -157,6 +185,8 @@ class Int4Linear(torch.nn.Module):
             return rows > TRITON_MAX_ROWS
         if self.kernel == "cpu":  # its dequantize is itself a K-row product (measured: 1024 rows
             return rows > self.in_features  # of K=256 4x slower than dequantize + matmul)
+        if self.kernel == "tinygemm":
+            return rows > TINYGEMM_MAX_ROWS and tinygemm_unpack_ok(str(self.packed.device))
         return self.kernel == "reference"
 
     def _packed_mm(self, x2: torch.Tensor, sz: torch.Tensor) -> torch.Tensor:
