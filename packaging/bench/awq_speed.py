@@ -205,9 +205,9 @@ def main() -> int:
             rows += measure(model, name, N, K, dev, args, gptq)
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
-    if args.out:
-        with open(args.out, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in rows)
+            if args.out:  # rewritten after each layer: a run cut short keeps what it measured
+                with open(args.out, "w") as f:
+                    f.writelines(json.dumps(r) + "\n" for r in rows)
     print(table(rows))
     bad = [r for r in rows if r.get("ok") is False]
     if bad:

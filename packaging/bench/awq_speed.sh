@@ -22,7 +22,7 @@ if ls .whl/awq/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site-awq .whl/awq/*.whl
 fi
-PYTHONPATH=/tmp/site-awq:$PYTHONPATH timeout 150 python3 $B/awq_speed.py \
+PYTHONPATH=/tmp/site-awq:$PYTHONPATH timeout 200 python3 $B/awq_speed.py \
     --out "$OUT/awq_kernels.jsonl" 2>>"$LOG" | tee "$OUT/awq_kernels.md"
 bench() {  # label, then hearth bench arguments (the environment passes through)
     local label=$1; shift
