@@ -3,7 +3,7 @@
 The math of a quantized cache and nothing else: where the values live is kv_cache.py, who reads
 them is attention.py and decode_attention.py. Pure torch ops with fixed shapes and no host sync,
 so quantize-on-write runs inside a captured CUDA graph and inside torch.compile'd pieces; where
-the Triton decode kernel runs, `store` hands the same rounding to one Triton launch instead
+the Triton decode kernel runs, kv_arena.store hands the same rounding to one Triton launch instead
 (kv_write_kernel.py), outside torch.compile.
 
 Scale layout (per layer, for K and for V alike): values [num_blocks, H_kv, B, D] int8 or fp8
