@@ -63,7 +63,8 @@ class TPSession(Session):
             self.kv_reason = ("as asked" if req.kv_dtype != "auto" else
                               f"auto: the weights' own {kv_dtype}; tensor parallelism keeps a "
                               f"16-bit cache so far")
-            self.kernel_note = None  # the ranks' decode step reads the 16-bit cache as one GPU does
+            self.kernel_note = None  # not checked on the ranks yet: their steps read the cache as
+            # FamilyStep does (the Triton kernel on a GPU); tensor parallelism has not run on GPUs
             self.decoder = self.leader
             self.prefill_chunk = self._prefill_chunk()
             self.leader.setup_fast_path(allow_graph=True, compile_layers=req.compile)

@@ -33,7 +33,7 @@ bench() {  # label, then hearth bench arguments (the environment passes through)
     else echo "FAILED $label" | tee -a "$LOG"; tail -3 "$LOG"; fi
 }
 Q=$B/qwen2.5-7b
-HEARTH_INT4_KERNEL=tinygemm bench 7b-awq-tinygemm --model $Q --random-weights --quant awq --compile
+HEARTH_INT4_KERNEL=tinygemm bench 7b-awq-tinygemm --model $Q --random-weights --quant awq --compile --baseline-hf
 HEARTH_INT4_KERNEL=triton bench 7b-awq-triton --model $Q --random-weights --quant awq --compile
 bench 7b-bf16 --model $Q --random-weights --quant bf16 --compile
 HEARTH_INT4_KERNEL=tinygemm bench 7b-awq-lmhead-int8 --model $Q --random-weights --quant awq --compile --lm-head int8
