@@ -30,6 +30,7 @@ from engine.kv_cache import KVCache, LayerKV
 # reference for quantized ones; reference: the PyTorch split algorithm for every cache (if Triton
 # misbehaves on some machine)
 ENV = "HEARTH_DECODE_ATTENTION"
+CONFIG_ENV = "HEARTH_DECODE_ATTENTION_CONFIG"  # JSON over the kernel's CONFIGS, for benchmarks
 SETTINGS = ("auto", "triton", "sdpa", "reference")
 _FAILED: set[tuple[str, str]] = set()  # (device, KV dtype) where the kernel failed to run
 
