@@ -34,6 +34,7 @@ from engine.kv_cache import KVCache, LayerKV
 # same as auto. sdpa: SDPA over a gathered copy for 16-bit caches, the reference for quantized
 # ones. reference: the PyTorch split algorithm for every cache (if Triton misbehaves somewhere)
 ENV = "HEARTH_DECODE_ATTENTION"
+CONFIG_ENV = "HEARTH_DECODE_ATTENTION_CONFIG"  # JSON over the kernel's CONFIGS, for benchmarks
 SETTINGS = ("auto", "triton", "sdpa", "reference")
 _FAILED: set[tuple[str, str]] = set()  # (device, KV dtype) where the kernel failed to run
 

@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.decode_attention import CONFIG_ENV
 from engine.decode_splits import num_splits
 from engine.kv_cache import LayerKV
 
@@ -28,7 +29,6 @@ from engine.kv_cache import LayerKV
 # (all measured on the flat cache, before the block table: not yet timed through it).
 CONFIGS = {False: dict(block_n=64, waves=2, num_warps=4, num_stages=2),
            True: dict(block_n=128, waves=2, num_warps=4, num_stages=3)}
-CONFIG_ENV = "HEARTH_DECODE_ATTENTION_CONFIG"  # JSON over CONFIGS, for benchmarks of settings
 
 
 @functools.cache

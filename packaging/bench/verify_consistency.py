@@ -78,10 +78,8 @@ def main(argv=None) -> int:
         # "triton-consistent": the kernel's setting that fixes a row's arithmetic whatever shares
         # its pass (decode_attention_kernel.py)
         os.environ[decode_attention.ENV] = how.removesuffix("-consistent")
-        if how.endswith("-consistent") or "HEARTH_DECODE_ATTENTION_CONFIG" in os.environ:
-            from engine.decode_attention_kernel import CONFIG_ENV  # Triton: a GPU only
-
-            os.environ[CONFIG_ENV] = '{"consistent": true}' if how.endswith("-consistent") else ""
+        os.environ[decode_attention.CONFIG_ENV] = (
+            '{"consistent": true}' if how.endswith("-consistent") else "")
         session = Session(lm, "auto")
         if session.decoder.mode == "graph":  # verify blocks replayed as graphs, as speculation does
             session.decoder.capture_blocks([a.block])

@@ -85,3 +85,12 @@ class WorkerProcess:
         self.send(command="shutdown")
         return self.proc.wait(timeout=30)
 
+
+
+def verify_and_steps(session) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same 12 tokens after a 250-token prefill, through one verify block (crossing the
+    256 bucket) and through single steps -> (block logits, step logits), both [12, V]."""
+    ids = torch.randint(3, 2048, (262,), generator=torch.Generator().manual_seed(3))
+    session.decoder.forward(ids[:250], 0)
+    steps = torch.stack([session.decoder.step(ids[p:p + 1], p).clone() for p in range(250, 262)])
+    return session.decoder.verify(ids[250:262], 250), steps

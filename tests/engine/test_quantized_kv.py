@@ -19,7 +19,15 @@ from engine.kv_dtype import auto_kv_dtype, choose_kv_dtype
 from engine.model_shape import ModelShape
 from engine.plan import kv_bytes_per_token
 from engine.session import Session
-from tests.engine.helpers import PROMPT, REPO, finished, greedy_request, text, token_ids
+from tests.engine.helpers import (
+    PROMPT,
+    REPO,
+    finished,
+    greedy_request,
+    text,
+    token_ids,
+    verify_and_steps,
+)
 from tests.fixtures.tiny import ARCHITECTURES
 
 QUANTIZED = ["int8", "fp8"]
@@ -311,10 +319,7 @@ def test_speculative_decoding_over_a_quantized_cache(kv, arch, tiny_models):
     prompt lookup equals plain greedy token for token, over rollbacks."""
     path = str(tiny_models[arch])
     s = Session.load(LoadRequest(path, device="cpu", context=300, kv_dtype=kv))
-    ids = torch.randint(3, 2048, (262,), generator=torch.Generator().manual_seed(3))
-    s.decoder.forward(ids[:250], 0)
-    steps = torch.stack([s.decoder.step(ids[p:p + 1], p).clone() for p in range(250, 262)])
-    block = s.decoder.verify(ids[250:262], 250)  # crosses the 256 bucket
+    block, steps = verify_and_steps(s)
     assert ((block - steps).norm() / steps.norm()).item() < 1e-5
     assert torch.equal(block.argmax(-1), steps.argmax(-1))
 

@@ -13,7 +13,7 @@ from engine.proposers import DraftModel, PromptLookup
 from engine.sampling import ResolvedSampling, Sampler
 from engine.session import Session
 from engine.speculative import accept_greedy, accept_sampled, verify
-from tests.engine.helpers import PROMPT, finished, greedy_request, text, token_ids
+from tests.engine.helpers import PROMPT, finished, greedy_request, text, token_ids, verify_and_steps
 from tests.fixtures.tiny import ARCHITECTURES
 
 # chi-square critical values at p = 0.001, by degrees of freedom: a false alarm in 1,000 runs
@@ -141,10 +141,7 @@ def test_greedy_with_repetition_penalty_and_stop_string_equals_plain(tiny_models
 def test_verify_block_logits_equal_single_steps(tiny_models):
     for arch in ("qwen2", "phi3"):  # the fused block and transformers' modules
         s = Session.load(LoadRequest(str(tiny_models[arch]), device="cpu", context=300))
-        ids = torch.randint(3, 2048, (262,), generator=torch.Generator().manual_seed(3))
-        s.decoder.forward(ids[:250], 0)
-        steps = torch.stack([s.decoder.step(ids[p:p + 1], p).clone() for p in range(250, 262)])
-        block = s.decoder.verify(ids[250:262], 250)  # crosses the 256 bucket
+        block, steps = verify_and_steps(s)
         assert ((block - steps).norm() / steps.norm()).item() < 1e-5
         assert torch.equal(block.argmax(-1), steps.argmax(-1))
 
