@@ -10,7 +10,9 @@ broadcast by rank 0. It raises -> it leaves its error in the store and exits; ra
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
+import signal
 import sys
 import threading
 import time
@@ -96,6 +98,7 @@ def device_id(device: torch.device) -> dict:
 def follow(rank: int, world: int, store_addr: str, backend: str, leader_pid: int) -> NoReturn:
     """A follower's life: join, receive its tensors, then execute rank 0's ops until OP_STOP."""
     threading.Thread(target=_watch_leader, args=(leader_pid,), daemon=True).start()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # a hang's stacks, into the rank's log
     host, port = store_addr.rsplit(":", 1)
     store = dist.TCPStore(host, int(port), world, is_master=False, timeout=TIMEOUT)
     try:
@@ -117,6 +120,7 @@ def follow(rank: int, world: int, store_addr: str, backend: str, leader_pid: int
             dist.recv(weights[name], src=0)
         if os.environ.get(FAIL_LOAD_ENV) == str(rank):  # where a real load fails: its cache
             raise RuntimeError(f"injected failure at load ({FAIL_LOAD_ENV})")
+        _say(rank, "weights received")
         me = Rank(spec, rank, weights, device)
         store.set(f"loaded/{rank}", "1")  # rank 0 waits for this: a load fails at load
         fail_rank, _, fail_step = os.environ.get(FAIL_ENV, "-1:-1").partition(":")
@@ -136,6 +140,7 @@ def follow(rank: int, world: int, store_addr: str, backend: str, leader_pid: int
                 me.step(header[3:4], a)
             elif op == OP_SETUP:
                 me.setup(bool(a), bool(n))
+                _say(rank, f"set up: {len(me.graphs)} graphs")
         dist.destroy_process_group()
     except BaseException as e:
         traceback.print_exc()
@@ -145,6 +150,11 @@ def follow(rank: int, world: int, store_addr: str, backend: str, leader_pid: int
             sys.stderr.flush()
             os._exit(1)  # no teardown: a broken NCCL communicator can hang it
     os._exit(0)  # nothing left to tear down: skip the interpreter's slow exit
+
+
+def _say(rank: int, what: str) -> None:
+    """A stage, into the rank's log (kept when the group fails): where a failure happened."""
+    print(f"{time.strftime('%H:%M:%S')} rank {rank}: {what}", file=sys.stderr, flush=True)
 
 
 def _watch_leader(leader_pid: int) -> None:

@@ -11,21 +11,32 @@
 # Results: $OUT/tp_check.jsonl, $OUT/bench.jsonl, $OUT/run_tp{1,2}.jsonl, $OUT/summary.md,
 # $OUT/log.txt. Usage (repo root, bitsandbytes wheel in .whl as for h200.sh):
 #   bash packaging/bench/tp.sh          # all of it, about 7 minutes
+#   bash packaging/bench/tp.sh diag     # the 0.5B shape only, stacks on a hang
 #   bash packaging/bench/tp.sh check    # 1 and 2 only;   bash packaging/bench/tp.sh cli   # 3 only
 set -u
 source packaging/bench/device_env.sh
 # multicast stays off in every process (the device's KINDS.md); NVML and CUDA count GPUs alike
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export CUDA_DEVICE_ORDER=PCI_BUS_ID
+export CUDA_DEVICE_ORDER=PCI_BUS_ID NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 B=packaging/bench
 nvidia-smi topo -m >>"$LOG" 2>&1
-check() {  # label, then tp_check.py arguments
-    local label=$1; shift
+check() {  # label, seconds allowed, then tp_check.py arguments; a hang leaves every rank's stacks
+    local label=$1 limit=$2; shift 2
     echo "== $label: tp_check.py $*" | tee -a "$LOG"
-    if timeout 240 python3 $B/tp_check.py "$@" --json /tmp/tp.json >>"$LOG" 2>&1 || [ -s /tmp/tp.json ]; then
+    rm -f /tmp/tp.json /tmp/hearth-tp-rank*.log
+    python3 $B/tp_check.py "$@" --json /tmp/tp.json >>"$LOG" 2>&1 &
+    local pid=$! t=0
+    while kill -0 $pid 2>/dev/null && [ $t -lt "$limit" ]; do sleep 1; t=$((t + 1)); done
+    if kill -0 $pid 2>/dev/null; then
+        echo "HUNG $label after $limit s; the stacks of every rank follow" | tee -a "$LOG"
+        pkill -USR1 -f engine.tp_worker; kill -USR1 $pid; sleep 3
+        pkill -9 -f engine.tp_worker; kill -9 $pid
+    fi
+    wait $pid
+    for f in /tmp/hearth-tp-rank*.log; do [ -s "$f" ] && { echo "-- $f"; cat "$f"; } >>"$LOG"; done
+    if [ -s /tmp/tp.json ]; then
         python3 -c "import json,sys; r=json.load(open('/tmp/tp.json')); r['label']=sys.argv[1]; print(json.dumps(r))" "$label" >>"$OUT/tp_check.jsonl"
     else echo "FAILED $label" | tee -a "$LOG"; tail -5 "$LOG"; fi
-    rm -f /tmp/tp.json
 }
 bench() {  # label, then hearth bench arguments
     local label=$1; shift
@@ -40,9 +51,12 @@ run_demo() {  # tensor-parallel size: the bundled demo model, greedy, one JSON e
         --temperature 0 --max-new-tokens 64 --json --tensor-parallel "$1" \
         >"$OUT/run_tp$1.jsonl" 2>>"$LOG" || echo "FAILED run tp=$1" | tee -a "$LOG"
 }
+case "${1:-full}" in diag)  # the smallest shape, quickly: does the lockstep run at all
+    check 05b-tp2-vs-1 90 $B/qwen2.5-0.5b --tp 2 --steps 32 --new-tokens 64 ;;
+esac
 case "${1:-full}" in full|check)
-    check 7b-tp2-vs-1 $B/qwen2.5-7b --tp 2
-    check 14b-tp2-24gib $B/qwen2.5-14b --tp 2 --memory-limit 24 --no-reference ;;
+    check 7b-tp2-vs-1 200 $B/qwen2.5-7b --tp 2
+    check 14b-tp2-24gib 200 $B/qwen2.5-14b --tp 2 --memory-limit 24 --no-reference ;;
 esac
 case "${1:-full}" in full|cli)
     rm -f /tmp/r.json

@@ -16,8 +16,10 @@ Usage: python packaging/bench/tp_check.py SHAPE_DIR [--tp 2] [--steps 256] [--ne
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -58,6 +60,10 @@ class PeakSampler:
         return self.peak
 
 
+def say(what: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} tp_check: {what}", file=sys.stderr, flush=True)
+
+
 def tokens_per_s(dec, logits: torch.Tensor, start: int, n: int) -> float:
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -82,21 +88,26 @@ def main() -> int:
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--json")
     a = ap.parse_args()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # tp.sh asks for stacks on a hang
     context = a.prompt + a.steps + a.new_tokens + 1
     where = "cpu" if a.no_reference else "cuda"  # the whole model on GPU 0 for the reference
     req = LoadRequest(model=a.shape, quant="bf16", device=where, context=context)
     lm = loader.random_model(_folder_for_random(a.shape), req)
     ids = torch.randint(3, lm.model.config.vocab_size - 1, (a.prompt + a.steps,),
                         generator=torch.Generator().manual_seed(1)).cuda()
+    say("model built")
     ref = None
     if not a.no_reference:
         ref = Decoder(lm.model, new_cache(lm, context), lm.device)
         ref.setup_fast_path(allow_graph=True, compile_layers=a.compile)
+    say("reference ready")
     t0 = time.perf_counter()
     tp = TPLeader(lm.model, a.tp, context, "bf16", "cuda", a.memory_limit)
     # from here (weights in place; the transfer's transient is rank 0's one tensor at a time)
     sampler = PeakSampler([(0, os.getpid()), *tp.follower_pids.items()]) if not ref else None
+    say("ranks started")
     tp.setup_fast_path(allow_graph=True, compile_layers=a.compile)
+    say(f"set up: {tp.mode}")
     result = dict(shape=a.shape, tp=a.tp, tp_mode=tp.mode, tp_notes=tp.notes,
                   tp_start_s=round(time.perf_counter() - t0, 1))
     try:
@@ -109,6 +120,7 @@ def main() -> int:
             if ref:
                 lg_ref = ref.step(tok, pos).float().clone()
                 tally.add(lg_tp, lg_ref)
+        say("teacher-forced steps done")
         start = a.prompt + a.steps
         result["tp_tokens_per_s"] = round(tokens_per_s(tp, lg_tp, start, a.new_tokens), 1)
         if ref:
