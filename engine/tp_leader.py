@@ -6,6 +6,7 @@ and supervises: a failing rank ends the others and surfaces as one TPFailed.
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from engine.tp_worker import (
 )
 
 STARTUP_S = 120  # a follower not joined by then (import, CUDA init) fails the start
+ABORT_WAIT_S = 20  # longest close() waits for NCCL's teardown before leaving it to the thread
 
 
 class TPFailed(RuntimeError):
@@ -68,6 +70,8 @@ class TPLeader:
         self._failure: TPFailed | None = None
         self._dead: int | None = None  # a follower the watchdog saw exit
         self._closing = False
+        self._abort_lock = threading.Lock()
+        self._abort_thread: threading.Thread | None = None
         self._store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, timeout=TIMEOUT,
                                     wait_for_workers=False)
         self._store.set("spec", self.spec.to_json())
@@ -126,7 +130,7 @@ class TPLeader:
                 if p.poll() is not None and not self._closing:
                     self._dead = r
                     if self.backend == "nccl":
-                        dist.distributed_c10d._abort_process_group()
+                        self._abort_group(wait_s=0)  # finishes once close() drops the graphs
                     return
             time.sleep(0.1)
 
@@ -145,6 +149,20 @@ class TPLeader:
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.05)
+
+    def _abort_group(self, wait_s: float) -> None:
+        """Leave the NCCL group by ncclCommAbort, once, on a daemon thread. Not destroy: that
+        finalizes with every peer, and the followers exit at OP_STOP without it (and a dead one
+        never would). Abort is local, but it waits until every CUDA graph that captured one of the
+        communicator's ops is destroyed, so a caller drops its graphs first (pytorch#115388)."""
+        with self._abort_lock:
+            if self._abort_thread is None and dist.is_initialized():
+                self._abort_thread = threading.Thread(
+                    target=dist.distributed_c10d._abort_process_group, daemon=True,
+                    name="tp-abort")
+                self._abort_thread.start()
+        if self._abort_thread is not None:
+            self._abort_thread.join(wait_s)
 
     def _fail(self, e: BaseException) -> TPFailed:
         if self._failure is None:
@@ -233,12 +251,14 @@ class TPLeader:
             except Exception:
                 p.kill()
                 p.wait()
-        if dist.is_initialized():
-            if aborted and self.backend == "nccl":
-                dist.distributed_c10d._abort_process_group()
-            else:
-                dist.destroy_process_group()
+        if self.rank is not None:  # NCCL's teardown waits until no graph holds one of its ops
+            self.rank.graphs.clear()
         self.rank = None  # the weights and the cache go with it
+        gc.collect()
+        if self.backend == "nccl":
+            self._abort_group(wait_s=ABORT_WAIT_S)
+        elif dist.is_initialized():
+            dist.destroy_process_group()
         for log in self._logs.values():
             if log.exists() and (not aborted or not log.stat().st_size):
                 log.unlink()

@@ -128,8 +128,8 @@ def follow(rank: int, world: int, store_addr: str, backend: str, leader_pid: int
         while True:
             dist.broadcast(header, src=0)
             op, a, n, _ = header.tolist()
-            if op == OP_STOP:
-                break
+            if op == OP_STOP:  # leave without destroy_process_group: it would finalize with
+                break  # peers, and hangs while captured graphs hold the communicator
             if op in (OP_PREFILL, OP_VERIFY):
                 ids = torch.empty(n, dtype=torch.long, device=device)
                 dist.broadcast(ids, src=0)
@@ -141,7 +141,6 @@ def follow(rank: int, world: int, store_addr: str, backend: str, leader_pid: int
             elif op == OP_SETUP:
                 me.setup(bool(a), bool(n))
                 _say(rank, f"set up: {len(me.graphs)} graphs")
-        dist.destroy_process_group()
     except BaseException as e:
         traceback.print_exc()
         try:

@@ -55,8 +55,8 @@ case "${1:-full}" in diag)  # the smallest shape, quickly: does the lockstep run
     check 05b-tp2-vs-1 90 $B/qwen2.5-0.5b --tp 2 --steps 32 --new-tokens 64 ;;
 esac
 case "${1:-full}" in full|check)
-    check 7b-tp2-vs-1 200 $B/qwen2.5-7b --tp 2
-    check 14b-tp2-24gib 200 $B/qwen2.5-14b --tp 2 --memory-limit 24 --no-reference ;;
+    check 7b-tp2-vs-1 150 $B/qwen2.5-7b --tp 2
+    check 14b-tp2-24gib 170 $B/qwen2.5-14b --tp 2 --memory-limit 24 --no-reference ;;
 esac
 case "${1:-full}" in full|cli)
     rm -f /tmp/r.json

@@ -140,11 +140,13 @@ def main() -> int:
                 predicted_margin_bytes=plan.margin_bytes, predicted_used_bytes_per_gpu=used,
                 plan_error_per_gpu=[round(used / p - 1, 4) if p else None for p in peaks],
                 plan_within_7_percent=all(bool(p) and abs(used / p - 1) <= 0.07 for p in peaks))
+        print(json.dumps(result))  # before close(): its teardown is the last thing to go wrong
+        if a.json:
+            Path(a.json).write_text(json.dumps(result, indent=1))
     finally:
+        say("closing")
         tp.close()
-    print(json.dumps(result))
-    if a.json:
-        Path(a.json).write_text(json.dumps(result, indent=1))
+        say("closed")
     return 0 if result.get("agrees", True) else 1
 
 
