@@ -54,6 +54,10 @@ run_demo() {  # tensor-parallel size: the bundled demo model, greedy, one JSON e
 case "${1:-full}" in diag)  # the smallest shape, quickly: does the lockstep run at all
     check 05b-tp2-vs-1 90 $B/qwen2.5-0.5b --tp 2 --steps 32 --new-tokens 64 ;;
 esac
+case "${1:-full}" in exact)  # the cut's math in fp32, and the 14B that no 24 GiB card holds
+    check 7b-fp32-tp2-vs-1 130 $B/qwen2.5-7b --tp 2 --dtype fp32
+    check 14b-tp2-24gib 150 $B/qwen2.5-14b --tp 2 --memory-limit 24 --no-reference ;;
+esac
 case "${1:-full}" in full|check)
     check 7b-tp2-vs-1 150 $B/qwen2.5-7b --tp 2
     check 14b-tp2-24gib 170 $B/qwen2.5-14b --tp 2 --memory-limit 24 --no-reference ;;
