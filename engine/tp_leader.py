@@ -84,6 +84,9 @@ class TPLeader:
 
     def _start(self, model) -> None:
         n = self.spec.world_size
+        # the weights go one tensor at a time while nothing else runs: NCCL's serializing of
+        # unbatched sends is what the load wants, so its warning (every rank's stderr) is noise
+        os.environ.setdefault("TORCH_NCCL_SHOW_EAGER_INIT_P2P_SERIALIZATION_WARNING", "false")
         for r in range(1, n):  # stdout stays the worker's JSON channel; tracebacks go to a log
             fd, name = tempfile.mkstemp(prefix=f"hearth-tp-rank{r}-", suffix=".log")
             self._logs[r] = Path(name)

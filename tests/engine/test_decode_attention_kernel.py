@@ -9,9 +9,7 @@ import os
 import subprocess
 import sys
 
-import pytest
-
-from tests.engine.helpers import REPO
+from tests.engine.helpers import INTERPRETER, REPO
 
 CHECK = r"""
 import torch
@@ -43,8 +41,8 @@ print("ok")
 """
 
 
+@INTERPRETER
 def test_kernel_in_the_interpreter():
-    pytest.importorskip("triton")
     env = dict(os.environ, TRITON_INTERPRET="1",
                PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, "-c", CHECK], cwd=REPO, env=env,

@@ -8,14 +8,11 @@ whose every decode step and verify block reads the session's arena through the k
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 
-import pytest
-
-from tests.engine.helpers import REPO
+from tests.engine.helpers import INTERPRETER, REPO
 
 INTERPRETED = """
 import torch
@@ -105,17 +102,13 @@ def _interpreted(code: str, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-TRITON = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
-                            reason="needs Triton installed")
-
-
-@TRITON
+@INTERPRETER
 def test_paged_kernel_equals_the_reference_in_the_interpreter():
     proc = _interpreted(INTERPRETED)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
 
 
-@TRITON
+@INTERPRETER
 def test_generations_through_the_kernel_equal_the_reference_paths(tiny_model):
     """fp32 and int8 caches, plain steps and a draft model's verify blocks, a prompt and answer
     over five blocks: greedy tokens equal those of the CPU paths (SDPA over a gathered copy for
