@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import decode_attention, kv_quant
+from engine import decode_attention, kv_arena, kv_quant
 from engine.kv_arena import STORAGE, KVArena
 from engine.kv_cache import LayerKV
 
@@ -128,3 +128,20 @@ def test_bytes_per_block_sizes_the_arena(kv):
     assert arena.num_bytes == NUM_BLOCKS * KVArena.bytes_per_block(LAYERS, H_KV, D, B, kv)
     static = Flat(kv, NUM_BLOCKS * B)
     assert arena.num_bytes == static.num_bytes  # the same bytes a token, laid out in blocks
+
+
+@pytest.mark.parametrize("kv", ["int8", "fp8"])
+def test_dequantizing_in_chunks_gives_the_same_bits_as_at_once(kv):
+    """The prefill's dequantized copy is made a few blocks at a time (memory); elementwise
+    arithmetic, so every chunk size gives the bits of the whole-tensor dequantization."""
+    B, n = 4, 11
+    arena = KVArena(1, 2, 8, n + 3, B, kv, "cpu")
+    table = torch.randperm(n + 3, generator=torch.Generator().manual_seed(0))[:n].to(torch.int32)
+    x = torch.randn(1, 2, n * B, 8, generator=torch.Generator().manual_seed(1)) * 3
+    arena.write(0, table, torch.arange(n * B), x, -x)
+    end = n * B - 3  # inside the last block
+    whole = kv_quant.dequantize(kv_arena.contiguous(arena.k[0], table, end),
+                                kv_arena.contiguous(arena.k_scale[0], table, end), torch.bfloat16)
+    for chunk in (1, 3, n, 100):
+        got = kv_arena.dequantized(arena.k[0], arena.k_scale[0], table, end, torch.bfloat16, chunk)
+        assert got.shape == whole.shape == (1, 2, end, 8) and torch.equal(got, whole), chunk
