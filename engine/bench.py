@@ -192,7 +192,9 @@ def run(model: str | None, random_weights: bool, quant: str, kv_dtype: str, prom
 
         tp_device = tp_session.device_for(req)
         load_req = tp_session.host_request(req, tp_device)
-    if random_weights:
+    if random_weights and tensor_parallel > 1:
+        lm = tp_session.random_host_model(_folder_for_random(model), req, tp_device)
+    elif random_weights:
         lm = loader.random_model(_folder_for_random(model), load_req)
     else:
         from engine.model_folder import check

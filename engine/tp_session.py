@@ -44,6 +44,20 @@ def host_request(req: LoadRequest, device: torch.device) -> LoadRequest:
     return replace(req, device="cpu", quant=quant, memory_limit_gib=None, tensor_parallel=1)
 
 
+def random_host_model(folder, req: LoadRequest, device: torch.device) -> loader.LoadedModel:
+    """Random weights for `hearth bench --random-weights --tensor-parallel N`, in host memory as
+    host_request loads real ones. On GPUs they are made on the last one and copied down (the
+    14B's random init on the H200 machine's host took over 170 s); that GPU's cache is emptied."""
+    host = host_request(req, device)
+    if device.type != "cuda":
+        return loader.random_model(folder, host)
+    with torch.cuda.device(torch.cuda.device_count() - 1):
+        lm = loader.random_model(folder, replace(host, device="cuda"))
+        lm.model.to("cpu")
+        torch.cuda.empty_cache()
+    return replace(lm, device=torch.device("cpu"))
+
+
 class TPSession(Session):
     """Session over a TPLeader. It sets every attribute Session.__init__ sets (the inherited
     methods read them; the speculation state through Session._init_speculation, the rest its

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# Tensor parallelism on 2 x H200 (issue 12) in one call of the device tool, kind nvidia-h200-x2;
-# written without two GPUs and not run yet. Random weights with real shapes (DESIGN.md):
-#   1. tp_check.py, Qwen2.5-7B bf16: teacher-forced tp=2 vs the one-GPU fast path (logits within
-#      bf16 rounding: "agrees"), then decode tokens/s of each ("speedup", target >= 1.6x);
+# Tensor parallelism on 2 x H200 (issue 12) in one call of the device tool, kind nvidia-h200-x2
+# (`check` and `exact` ran 2026-11-29: BENCHMARKS.md). Random weights with real shapes (DESIGN.md):
+#   1. tp_check.py, Qwen2.5-7B bf16, with and without --compile: teacher-forced tp=2 against the
+#      one-GPU fast path (logits within bf16 rounding: "agrees"), then decode tokens/s of each
+#      ("speedup", target >= 1.6x);
 #   2. tp_check.py, the Qwen2.5-14B shape under a 24 GiB per-GPU cap (too big for one such card):
 #      NVML's peak per GPU against the planner's prediction ("plan_error_per_gpu", target 7%);
-#   3. the CLI path: `hearth bench --tensor-parallel 2` and 1 on the 7B, the 14B under 24 GiB,
-#      `hearth run --tensor-parallel 2` against 1 on the bundled demo model (real weights), and
-#      `hearth plan --gpu auto` for the 14B on this machine.
+#   3. the CLI path: `hearth bench --tensor-parallel 2` and 1 on the 7B (compiled), the 14B under
+#      24 GiB, `hearth run --tensor-parallel 2` against 1 on the bundled demo model (real weights),
+#      and `hearth plan --gpu auto` for the 14B on this machine.
 # Results: $OUT/tp_check.jsonl, $OUT/bench.jsonl, $OUT/run_tp{1,2}.jsonl, $OUT/summary.md,
-# $OUT/log.txt. Usage (repo root, bitsandbytes wheel in .whl as for h200.sh):
-#   bash packaging/bench/tp.sh          # all of it, about 7 minutes
-#   bash packaging/bench/tp.sh diag     # the 0.5B shape only, stacks on a hang
-#   bash packaging/bench/tp.sh check    # 1 and 2 only;   bash packaging/bench/tp.sh cli   # 3 only
+# $OUT/log.txt. A hang leaves every rank's stacks in the log. Usage (repo root, bitsandbytes
+# wheel in .whl as for h200.sh):
+#   bash packaging/bench/tp.sh          # all of it, about 9 minutes
+#   bash packaging/bench/tp.sh speed    # 1 compiled only, about 1.5 minutes
+#   bash packaging/bench/tp.sh exact    # the 7B in fp32 against one GPU, and 2
+#   bash packaging/bench/tp.sh diag     # the 0.5B shape only
+#   bash packaging/bench/tp.sh check    # 1 and 2;   bash packaging/bench/tp.sh cli   # 3 only
 set -u
 source packaging/bench/device_env.sh
 # multicast stays off in every process (the device's KINDS.md); NVML and CUDA count GPUs alike
@@ -58,14 +62,17 @@ case "${1:-full}" in exact)  # the cut's math in fp32, and the 14B that no 24 Gi
     check 7b-fp32-tp2-vs-1 130 $B/qwen2.5-7b --tp 2 --dtype fp32
     check 14b-tp2-24gib 150 $B/qwen2.5-14b --tp 2 --memory-limit 24 --no-reference ;;
 esac
+case "${1:-full}" in full|check|speed)  # against the one-GPU fast path at its fastest: compiled
+    check 7b-tp2-vs-1-compiled 200 $B/qwen2.5-7b --tp 2 --compile ;;
+esac
 case "${1:-full}" in full|check)
     check 7b-tp2-vs-1 150 $B/qwen2.5-7b --tp 2
     check 14b-tp2-24gib 170 $B/qwen2.5-14b --tp 2 --memory-limit 24 --no-reference ;;
 esac
 case "${1:-full}" in full|cli)
     rm -f /tmp/r.json
-    bench 7b-bf16-tp2 --model $B/qwen2.5-7b --random-weights --quant bf16 --tensor-parallel 2
-    bench 7b-bf16-tp1 --model $B/qwen2.5-7b --random-weights --quant bf16
+    bench 7b-bf16-tp2 --model $B/qwen2.5-7b --random-weights --quant bf16 --tensor-parallel 2 --compile
+    bench 7b-bf16-tp1 --model $B/qwen2.5-7b --random-weights --quant bf16 --compile
     bench 14b-bf16-tp2-24gib --model $B/qwen2.5-14b --random-weights --quant bf16 \
         --tensor-parallel 2 --memory-limit 24 --prompt-len 512 --new-tokens 128 --num-prompts 2
     run_demo 1; run_demo 2

@@ -38,6 +38,7 @@ from engine.events import LoadRequest  # noqa: E402
 from engine.model_shape import ModelShape  # noqa: E402
 from engine.plan_multi import plan_multi  # noqa: E402
 from engine.tp_leader import TPLeader  # noqa: E402
+from engine.tp_session import random_host_model  # noqa: E402
 
 
 class PeakSampler:
@@ -92,15 +93,12 @@ def main() -> int:
     a = ap.parse_args()
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # tp.sh asks for stacks on a hang
     context = a.prompt + a.steps + a.new_tokens + 1
-    # the reference holds the whole model on GPU 0; without one, it is made on the last GPU
-    # (random init on the host took minutes for the 14B) and moved to the host, as a session's
-    # load leaves it: GPU 0's process then holds only rank 0's cut
+    # the reference holds the whole model on GPU 0; without one, the model is in host memory as
+    # a session's load leaves it, and GPU 0's process holds only rank 0's cut
     req = LoadRequest(model=a.shape, quant=a.dtype, device="cuda", context=context)
-    with torch.cuda.device(torch.cuda.device_count() - 1 if a.no_reference else 0):
-        lm = loader.random_model(_folder_for_random(a.shape), req)
-    if a.no_reference:
-        lm.model.to("cpu")
-        torch.cuda.empty_cache()
+    folder = _folder_for_random(a.shape)
+    lm = (random_host_model(folder, req, torch.device("cuda", 0)) if a.no_reference
+          else loader.random_model(folder, req))
     ids = torch.randint(3, lm.model.config.vocab_size - 1, (a.prompt + a.steps,),
                         generator=torch.Generator().manual_seed(1)).cuda()
     say("model built")
