@@ -14,72 +14,16 @@ here: attention.py runs SDPA for it.
 
 from __future__ import annotations
 
-import functools
-import os
-import shutil
-
 import torch
 
-from engine import kv_arena, kv_quant
+from engine import attention_backend, kv_arena
 from engine.decode_splits import MAX_SPLITS, MIN_SPLIT_TOKENS, num_splits  # noqa: F401
 from engine.kv_cache import KVCache, LayerKV
-
-# auto: every cache through the Triton kernel on a GPU where Triton runs: a paged arena cannot be
-# read in place by SDPA, and on the H200 (Llama-3.1-8B shape, AWQ weights, whole decode steps in
-# CUDA graphs, the flat cache before paging) a bf16 cache decoded 169 tokens/s through the kernel
-# against 40 through SDPA at 32K tokens, and 205 against 161 at 1K (BENCHMARKS.md: SDPA's masked
-# grouped-query path reads at about 0.2 TB/s). Elsewhere int8/fp8 through the PyTorch reference
-# and 16-bit caches through SDPA over a gathered contiguous copy (the numerics of prefill and of
-# transformers' modules, so the fused step stays token-identical to them on CPU). triton: the
-# same as auto. sdpa: SDPA over a gathered copy for 16-bit caches, the reference for quantized
-# ones. reference: the PyTorch split algorithm for every cache (if Triton misbehaves somewhere)
-ENV = "HEARTH_DECODE_ATTENTION"
-CONFIG_ENV = "HEARTH_DECODE_ATTENTION_CONFIG"  # JSON over the kernel's CONFIGS, for benchmarks
-SETTINGS = ("auto", "triton", "sdpa", "reference")
-_FAILED: set[tuple[str, str]] = set()  # (device, KV dtype) where the kernel failed to run
-
-
-@functools.cache
-def triton_available() -> bool:
-    """Triton imports and can build its launcher: it needs a host C compiler (CPU torch has no
-    Triton at all)."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return any(shutil.which(c) for c in (os.environ.get("CC") or "cc", "gcc", "clang"))
 
 
 def backend(cache: KVCache) -> str:
     """How decode steps read this cache: "sdpa" (16-bit only), "triton" or "reference"."""
-    device = cache.device
-    how = _backend(str(device), cache.kv_dtype, os.environ.get(ENV, "auto"))
-    if how == "triton" and (str(device), cache.kv_dtype) in _FAILED:
-        return "reference" if cache.quantized else "sdpa"
-    return how
-
-
-@functools.cache
-def _backend(device: str, kv_dtype: str, setting: str) -> str:
-    if setting not in SETTINGS:
-        raise ValueError(f"{ENV} must be one of {', '.join(SETTINGS)}, not {setting!r}")
-    quantized = kv_dtype in kv_quant.STORAGE
-    if setting == "reference" or (setting == "sdpa" and quantized):
-        return "reference"
-    if setting == "sdpa":
-        return "sdpa"
-    on_gpu = torch.device(device).type == "cuda"
-    # Triton converts fp8 e4m3 in hardware from compute capability 8.9 (Ada, Hopper) on
-    if on_gpu and triton_available() and (
-            kv_dtype != "fp8" or torch.cuda.get_device_capability(device) >= (8, 9)):
-        return "triton"
-    return "reference" if quantized else "sdpa"
-
-
-def kernel_reads(device: torch.device, kv_dtype: str) -> bool:
-    """Whether the Triton kernel reads caches of `kv_dtype` on `device` (it then runs too)."""
-    how = _backend(str(device), kv_dtype, os.environ.get(ENV, "auto"))
-    return how == "triton" and (str(device), kv_dtype) not in _FAILED
+    return attention_backend.backend(cache.device, cache.kv_dtype)
 
 
 CHECK_TOKENS = 300  # the load check's cache: two splits of 256, the second partly filled
@@ -115,11 +59,11 @@ def check_kernel(cache: KVCache, num_heads: int, dtype: torch.dtype) -> str | No
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # a failed launch reports here, not mid-generation
     except Exception as e:  # whatever broke, the kernel is not for this machine
-        _FAILED.add((str(device), cache.kv_dtype))
+        attention_backend.mark_failed(device, cache.kv_dtype)
         return (f"the Triton decode-attention kernel failed here ({type(e).__name__}: "
                 f"{str(e)[:200]}); decode attention falls back to {backend(cache)}")
     if not worst < CHECK_TOLERANCE:  # (NaN included)
-        _FAILED.add((str(device), cache.kv_dtype))
+        attention_backend.mark_failed(device, cache.kv_dtype)
         return (f"the Triton decode-attention kernel disagreed with the reference here "
                 f"(relative error {worst:.1e}); decode attention falls back to {backend(cache)}")
     return None

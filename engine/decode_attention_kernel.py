@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.decode_attention import CONFIG_ENV
+from engine.attention_backend import CONFIG_ENV
 from engine.decode_splits import num_splits
 from engine.kv_cache import LayerKV
 

@@ -70,7 +70,7 @@ def kernel_fits(kernel: str, device: torch.device, dtype: torch.dtype, N: int, K
                 and N % 8 == 0 and _tinygemm_tiles(K) is not None
                 and group_size in (32, 64, 128, 256))
     if kernel == "triton":
-        from engine.decode_attention import triton_available
+        from engine.attention_backend import triton_available
 
         return dtype in (torch.float16, torch.bfloat16) and K % 8 == 0 and triton_available()
     raise ValueError(f"unknown int4 kernel {kernel!r}; choose one of {', '.join(KERNELS)}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from engine import kv_quant
+from engine import attention_backend, kv_quant
 
 # --kv-dtype name -> storage dtype; int8 and fp8 add one fp16 scale per token per KV head
 STORAGE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
@@ -29,7 +29,7 @@ def store(values: torch.Tensor, scales: torch.Tensor | None, table: torch.Tensor
     B = values.shape[2]
     x = x[0].transpose(0, 1)  # [T, H_kv, D]: advanced indices first, as values[b, :, s]
     if (scales is not None and values.is_cuda and not torch.compiler.is_compiling()
-            and kv_quant.fused_write(values)):
+            and attention_backend.fused_write(values)):
         from engine import kv_write_kernel  # Triton: imported only where it runs
 
         kv_write_kernel.quantize_store(values, scales, table, positions, x)

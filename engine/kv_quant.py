@@ -45,12 +45,3 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.
                ) -> torch.Tensor:
     """q: [..., D] int8/fp8, scale: [...] fp16 -> [..., D] in `dtype` (multiplied in fp32)."""
     return (q.float() * scale.float()[..., None]).to(dtype)
-
-def fused_write(values: torch.Tensor) -> bool:
-    """Whether quantize-on-write runs as one Triton launch (kv_write_kernel.py) here: wherever
-    the decode-attention kernel reads this cache (under torch.compile the ops below are fused
-    by inductor instead). Fixed per device and dtype, so eager steps and captured graphs agree."""
-    from engine import decode_attention  # it imports this module
-
-    name = next(n for n, d in STORAGE.items() if d == values.dtype)
-    return decode_attention.kernel_reads(values.device, name)

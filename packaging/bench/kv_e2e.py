@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from engine import attention, decode_attention, loader  # noqa: E402
+from engine import attention, attention_backend, loader  # noqa: E402
 from engine.bench import (  # noqa: E402
     NUM_RUNS,
     _folder_for_random,
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
     rows = []
     for prompt_len in args.prompt_lens:
         for kv in args.kv:
-            os.environ[decode_attention.ENV] = "sdpa" if kv.endswith("-sdpa") else "triton"
+            os.environ[attention_backend.ENV] = "sdpa" if kv.endswith("-sdpa") else "triton"
             t = time.perf_counter()
             try:
                 session = Session(lm, kv.removesuffix("-sdpa"))

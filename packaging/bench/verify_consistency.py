@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from engine import decode_attention, loader  # noqa: E402
+from engine import attention_backend, loader  # noqa: E402
 from engine.bench import _folder_for_random, _prompts  # noqa: E402
 from engine.events import LoadRequest  # noqa: E402
 from engine.session import Session  # noqa: E402
@@ -77,8 +77,8 @@ def main(argv=None) -> int:
     for how in a.backends:
         # "triton-consistent": the kernel's setting that fixes a row's arithmetic whatever shares
         # its pass (decode_attention_kernel.py)
-        os.environ[decode_attention.ENV] = how.removesuffix("-consistent")
-        os.environ[decode_attention.CONFIG_ENV] = (
+        os.environ[attention_backend.ENV] = how.removesuffix("-consistent")
+        os.environ[attention_backend.CONFIG_ENV] = (
             '{"consistent": true}' if how.endswith("-consistent") else "")
         session = Session(lm, "auto")
         if session.decoder.mode == "graph":  # verify blocks replayed as graphs, as speculation does

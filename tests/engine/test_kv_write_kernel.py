@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from engine import decode_attention, kv_arena, kv_quant
+from engine import attention_backend, kv_arena, kv_quant
 from tests.engine.helpers import REPO
 
 CHECK = r"""
@@ -79,7 +79,7 @@ def test_fused_write_in_the_interpreter():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_fused_write_on_the_gpu():
     kinds = ["int8"] + (["fp8"] if torch.cuda.get_device_capability() >= (8, 9) else [])
-    if not all(decode_attention.kernel_reads(torch.device("cuda"), k) for k in kinds):
+    if not all(attention_backend.kernel_reads(torch.device("cuda"), k) for k in kinds):
         pytest.skip("the Triton kernels do not run here")
     proc = subprocess.run([sys.executable, "-c", CHECK, "cuda", *kinds], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
@@ -91,9 +91,9 @@ def test_the_arena_takes_the_fused_write_where_the_kernel_reads():
     """kv_arena.store on a GPU: the fused launch and the PyTorch ops write the same bytes
     through a block table."""
     dev = torch.device("cuda")
-    if not decode_attention.kernel_reads(dev, "int8"):
+    if not attention_backend.kernel_reads(dev, "int8"):
         pytest.skip("the Triton kernels do not run here")
-    assert kv_quant.fused_write(torch.zeros(1, dtype=torch.int8, device=dev))
+    assert attention_backend.fused_write(torch.zeros(1, dtype=torch.int8, device=dev))
     x = torch.randn(1, 4, 5, 128, device=dev, dtype=torch.bfloat16) * 3  # [1, H_kv, T, D]
     pos = torch.tensor([3, 4, 5, 6, 9], device=dev)
     table = torch.tensor([2, 0, 1], dtype=torch.int32, device=dev)  # blocks of 4 slots

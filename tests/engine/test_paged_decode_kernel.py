@@ -60,7 +60,7 @@ print("ok")
 GENERATIONS = """
 import sys
 import torch
-from engine import decode_attention
+from engine import attention_backend, decode_attention
 from engine.events import GenerateRequest, LoadRequest, SamplingParams
 from engine.session import Session
 
@@ -78,16 +78,16 @@ for kv in ("fp32", "int8"):
     assert s.decoder.mode == "static"
     want = tokens(ref, chat)
     calls = []
-    attend, backend = decode_attention.attend, decode_attention._backend
+    attend, choose = decode_attention.attend, attention_backend.choose
     def counted(q, kv_, pos, kv_len, scaling, how):
         calls.append((how, q.shape[2]))
         return attend(q, kv_, pos, kv_len, scaling, how)
     decode_attention.attend = counted
-    decode_attention._backend = lambda *args: "triton"  # after the load: no check_kernel
+    attention_backend.choose = lambda *args: "triton"  # after the load: no check_kernel
     try:
         got = [tokens(s, chat), tokens(spec, chat)]
     finally:
-        decode_attention.attend, decode_attention._backend = attend, backend
+        decode_attention.attend, attention_backend.choose = attend, choose
     assert got == [want, want], (kv, got, want)
     assert {how for how, _ in calls} == {"triton"} and max(T for _, T in calls) > 1, calls[:5]
 print("ok")

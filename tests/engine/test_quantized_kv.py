@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from engine import decode_attention, kv_quant
+from engine import attention_backend, decode_attention, kv_quant
 from engine.eval import run_eval
 from engine.events import GenerateRequest, LoadRequest, SamplingParams
 from engine.kv_cache import KVCache
@@ -352,7 +352,7 @@ def test_reference_setting_reads_a_16_bit_cache_like_sdpa(tiny_model, monkeypatc
     cache too (fp32 here): the same logits but for summation order."""
     ids = torch.randint(3, 2048, (60,), generator=torch.Generator().manual_seed(8))
     sdpa = _teacher_forced(Session.load(LoadRequest(str(tiny_model), device="cpu")), ids, 20)
-    monkeypatch.setenv(decode_attention.ENV, "reference")
+    monkeypatch.setenv(attention_backend.ENV, "reference")
     s = Session.load(LoadRequest(str(tiny_model), device="cpu"))
     assert decode_attention.backend(s.cache) == "reference"
     ref = _teacher_forced(s, ids, 20)
@@ -362,13 +362,13 @@ def test_reference_setting_reads_a_16_bit_cache_like_sdpa(tiny_model, monkeypatc
 def test_a_kernel_that_fails_at_load_falls_back(tiny_model, monkeypatch):
     """Where the Triton kernel cannot run (no shared memory for its tiles, say), the load says
     so and decode reads the cache through the reference instead of failing every step."""
-    monkeypatch.setattr(decode_attention, "_backend", lambda *args: "triton")
+    monkeypatch.setattr(attention_backend, "choose", lambda *args: "triton")
 
     def broken(*args):
         raise RuntimeError("out of resources")
 
     monkeypatch.setattr(decode_attention, "attend", broken)
-    monkeypatch.setattr(decode_attention, "_FAILED", set())
+    monkeypatch.setattr(attention_backend, "_FAILED", set())
     s = Session(Session.load(LoadRequest(str(tiny_model), device="cpu")).lm, "int8")
     assert decode_attention.backend(s.cache) == "reference"
     assert any("failed here (RuntimeError: out of resources)" in n
@@ -378,7 +378,7 @@ def test_a_kernel_that_fails_at_load_falls_back(tiny_model, monkeypatch):
 def test_a_kernel_that_computes_something_else_falls_back(tiny_model, monkeypatch):
     """The load check compares the kernel with the reference (one token and a verify block):
     a kernel that answers wrongly here (a GPU or Triton version never tested) is not used."""
-    monkeypatch.setattr(decode_attention, "_backend", lambda *args: "triton")
+    monkeypatch.setattr(attention_backend, "choose", lambda *args: "triton")
     reference = decode_attention.reference
     calls = []
 
@@ -388,7 +388,7 @@ def test_a_kernel_that_computes_something_else_falls_back(tiny_model, monkeypatc
         return out if q.shape[2] == 1 else out.roll(1, dims=2)
 
     monkeypatch.setattr(decode_attention, "attend", shifted)
-    monkeypatch.setattr(decode_attention, "_FAILED", set())
+    monkeypatch.setattr(attention_backend, "_FAILED", set())
     s = Session(Session.load(LoadRequest(str(tiny_model), device="cpu")).lm, "int8")
     assert calls[-2:] == [1, 5]  # (the first load checked its own cache too)
     assert decode_attention.backend(s.cache) == "reference"
@@ -396,11 +396,11 @@ def test_a_kernel_that_computes_something_else_falls_back(tiny_model, monkeypatc
 
 
 def test_a_kernel_that_agrees_with_the_reference_is_kept(tiny_model, monkeypatch):
-    monkeypatch.setattr(decode_attention, "_backend", lambda *args: "triton")
+    monkeypatch.setattr(attention_backend, "choose", lambda *args: "triton")
     monkeypatch.setattr(decode_attention, "attend",
                         lambda q, kv, pos, n, sc, how: decode_attention.reference(q, kv, pos, n,
                                                                                  sc))
-    monkeypatch.setattr(decode_attention, "_FAILED", set())
+    monkeypatch.setattr(attention_backend, "_FAILED", set())
     lm = Session.load(LoadRequest(str(tiny_model), device="cpu")).lm
     assert decode_attention.check_kernel(Session(lm, "int8").cache, 4, torch.float32) is None
 
@@ -474,7 +474,7 @@ def test_hearth_eval_scores_with_a_quantized_cache(tiny_model, tmp_path, capsys)
 
 
 TRITON = pytest.mark.skipif(not (torch.cuda.is_available()
-                                 and decode_attention.triton_available()),
+                                 and attention_backend.triton_available()),
                             reason="needs a CUDA GPU and Triton (with a host C compiler)")
 
 
@@ -531,7 +531,7 @@ def test_16_bit_caches_default_to_sdpa_and_quantized_ones_never_do():
     """Without a GPU, auto reads 16-bit caches through SDPA (over a gathered copy of the blocks)
     and int8/fp8 through the reference; on a GPU with Triton every cache goes through the
     kernel, which reads the paged arena in place (test_graph_decode_... above)."""
-    choose = decode_attention._backend
+    choose = attention_backend.choose
     assert choose("cpu", "bf16", "auto") == "sdpa"
     assert choose("cpu", "int8", "auto") == "reference"  # no GPU: the PyTorch split algorithm
     assert choose("cpu", "fp8", "sdpa") == "reference"
