@@ -94,6 +94,7 @@ class FamilyStep:
         # the pieces between linear layers; compile() swaps in fused versions
         self.fns = dict(rms=self.rms, qkv_rope=self.qkv_rope, add_rms=self.add_rms,
                         silu_mul=self.silu_mul)
+        self.compiled = False
 
     def _params(self, layer) -> LayerParams:
         a, m = layer.self_attn, layer.mlp
@@ -233,6 +234,7 @@ class FamilyStep:
         dynamo.recompile_limit = max(dynamo.recompile_limit, 32)
         self.fns = {name: torch.compile(fn, fullgraph=True, dynamic=False)
                     for name, fn in self.fns.items()}
+        self.compiled = True
 
 
 def _concat(*mods) -> torch.nn.Module:

@@ -227,6 +227,7 @@ class TPStep(FamilyStep):
             for p in (f"layers.{i}." for i in range(spec.num_layers))]
         self.fns = dict(rms=self.rms, qkv_rope=self.qkv_rope, add_rms=self.add_rms,
                         silu_mul=self.silu_mul)
+        self.compiled = False
 
     def prefill(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         """ids: [T] int64 at positions start..start+T-1 -> logits of the last one [V]; writes

@@ -90,6 +90,20 @@ for kv in ("fp32", "int8"):
         decode_attention.attend, attention_backend.choose = attend, choose
     assert got == [want, want], (kv, got, want)
     assert {how for how, _ in calls} == {"triton"} and max(T for _, T in calls) > 1, calls[:5]
+    assert 35 in {T for _, T in calls}, "the 35-token prompt, one short prefill through the kernel"
+    if kv == "fp32":  # a next turn: 10 new tokens after the cached chat, against from scratch
+        turn = GenerateRequest(prompt_ids=chat.prompt_ids + tuple(want) + tuple(range(80, 90)),
+                               max_new_tokens=20, sampling=greedy)
+        fresh = Session.load(LoadRequest(path, device="cpu", kv_dtype=kv))
+        want = tokens(fresh, turn)  # 75 tokens: transformers' modules over a gathered copy
+        calls.clear()
+        decode_attention.attend, attention_backend.choose = counted, lambda *args: "triton"
+        try:
+            got = tokens(s, turn)
+        finally:
+            decode_attention.attend, attention_backend.choose = attend, choose
+        assert got == want, (got, want)
+        assert 0 < min(T for _, T in calls) and max(T for _, T in calls) <= 11, calls
 print("ok")
 """
 

@@ -527,6 +527,25 @@ def test_graph_decode_over_a_quantized_cache_equals_eager(kv, tiny_model):
         list(s.generate(greedy_request(n=24))))
 
 
+@TRITON
+@pytest.mark.parametrize("kv", ["fp32", "int8"])
+def test_a_short_prefill_through_the_kernel_equals_the_modules(kv, tiny_model):
+    """A chunk of at most SHORT_PREFILL tokens after a cached prefix runs the family step, its
+    attention the kernel reading the blocks in place; transformers' modules over a gathered
+    copy compute the same logits (fp32: summation order only)."""
+    from engine.decode import SHORT_PREFILL
+
+    s = Session.load(LoadRequest(str(tiny_model), device="cuda", context=512, quant="fp32",
+                                 kv_dtype=kv))
+    assert s.decoder.family is not None and decode_attention.backend(s.cache) == "triton"
+    ids = torch.randint(3, 2048, (300,), generator=torch.Generator().manual_seed(8)).cuda()
+    s.decoder.forward(ids[:250], 0)  # longer than SHORT_PREFILL: the modules
+    T = SHORT_PREFILL - 14
+    short = s.decoder.forward(ids[250:250 + T], 250).float().clone()
+    modules = s.decoder._model(ids[250:250 + T], 250, keep=1)[-1].float()
+    assert ((short - modules).norm() / modules.norm()).item() < 1e-4
+
+
 def test_16_bit_caches_default_to_sdpa_and_quantized_ones_never_do():
     """Without a GPU, auto reads 16-bit caches through SDPA (over a gathered copy of the blocks)
     and int8/fp8 through the reference; on a GPU with Triton every cache goes through the
