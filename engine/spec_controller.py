@@ -52,15 +52,20 @@ class Median:
 
     def __init__(self, first: float | None = None):
         self.values: deque[float] = deque(maxlen=SAMPLES)
+        self._median: float | None = None  # kept until the next add: K is chosen every round,
+        # from every size's median, and on a fast GPU a round is a fraction of a millisecond
         if first is not None:
-            self.values.append(first)
+            self.add(first)
 
     def add(self, value: float) -> None:
         self.values.append(value)
+        self._median = None
 
     @property
     def value(self) -> float | None:
-        return statistics.median(self.values) if self.values else None
+        if self._median is None and self.values:
+            self._median = statistics.median(self.values)
+        return self._median
 
 
 @dataclass
@@ -186,11 +191,13 @@ class Controller:
         else:
             self.backoff = BACKOFF_TOKENS
 
-    def verify_time(self, size: int) -> float:
+    def verify_time(self, size: int, measured: list[tuple[int, float]] | None = None) -> float:
         """Predicted seconds of a verify pass (and its accept rule) over `size` tokens: measured
         sizes as measured, others interpolated between the nearest measured ones, or equal to
-        the nearest beyond the measured range, an optimistic guess that gets K explored."""
-        measured = sorted((t, m.value) for t, m in self.verify.items() if m.values)
+        the nearest beyond the measured range, an optimistic guess that gets K explored.
+        `measured`: _measured_verify(), when the caller asks for several sizes at once."""
+        if measured is None:
+            measured = self._measured_verify()
         if not measured:
             return self.plain_step_s or 0.0
         below = [(t, v) for t, v in measured if t <= size]
@@ -200,10 +207,16 @@ class Controller:
         (t0, v0), (t1, v1) = below[-1], above[0]
         return v0 + (v1 - v0) * (size - t0) / (t1 - t0)
 
+    def _measured_verify(self) -> list[tuple[int, float]]:
+        """(size, median seconds) of every verify size timed so far, smallest first."""
+        return sorted((t, m.value) for t, m in self.verify.items() if m.values)
+
     def best_k(self) -> int:
         draft_s = self.draft.value
-        if draft_s is None or not any(m.values for m in self.verify.values()):
+        measured = self._measured_verify()
+        if draft_s is None or not measured:
             return self.k
-        rates = {k: expected_tokens(self.alpha, k) / (k * draft_s + self.verify_time(k + 1))
+        alpha = self.alpha
+        rates = {k: expected_tokens(alpha, k) / (k * draft_s + self.verify_time(k + 1, measured))
                  for k in range(1, min(self.max_k, MAX_ADAPTIVE_K) + 1)}
         return max(rates, key=rates.get)

@@ -26,8 +26,10 @@ from engine.spec_controller import (
     BACKOFF_TOKENS,
     EARLY_ROUNDS,
     PROBE_STEPS,
+    SAMPLES,
     WINDOW_TOKENS,
     Controller,
+    Median,
     expected_speedup,
 )
 from tests.engine.helpers import finished, greedy_request, token_ids
@@ -239,3 +241,15 @@ def test_a_draft_prefill_too_dear_for_its_gain_switches_speculation_off():
         c2.round_done(4, 2, 0.005, 0.010, 0.015)
         tokens += 3
     assert not c2.switched_off and c2.next_k(10) == 4
+
+
+def test_a_median_follows_every_value_added():
+    """Medians are kept between adds (K is chosen every round): each add must show."""
+    m = Median()
+    assert m.value is None
+    for value, want in ((3.0, 3.0), (1.0, 2.0), (2.0, 2.0), (10.0, 2.5)):
+        m.add(value)
+        assert m.value == want
+    for _ in range(SAMPLES):
+        m.add(7.0)  # the oldest fall out of the window
+    assert m.value == 7.0
