@@ -85,12 +85,13 @@ out = sys.argv[1]
 def lines(name):
     path = os.path.join(out, name)
     return [json.loads(l) for l in open(path) if l.strip()] if os.path.exists(path) else []
-print("| tp_check | tp tok/s | 1-GPU tok/s | speedup | agrees (bf16) | NVML peak GiB/GPU | planned GiB/GPU (less margin) | error |")
-print("|---|---|---|---|---|---|---|---|")
+print("| tp_check | tp tok/s | 1-GPU tok/s | speedup | agrees (1e-2) | within yardstick | NVML peak GiB/GPU | planned GiB/GPU (less margin) | error |")
+print("|---|---|---|---|---|---|---|---|---|")
 for r in lines("tp_check.jsonl"):
     gib = lambda v: "-" if v is None else (", ".join(f"{x / 2**30:.2f}" for x in v) if isinstance(v, list) else f"{v / 2**30:.2f}")
     print(f"| {r['label']} | {r.get('tp_tokens_per_s', '-')} | {r.get('one_gpu_tokens_per_s', '-')} | "
-          f"{r.get('speedup', '-')} | {r.get('agrees', '-')} | {gib(r.get('nvml_peak_bytes_per_gpu'))} | "
+          f"{r.get('speedup', '-')} | {r.get('agrees', '-')} | {r.get('within_yardstick', '-')} | "
+          f"{gib(r.get('nvml_peak_bytes_per_gpu'))} | "
           f"{gib(r.get('predicted_used_bytes_per_gpu'))} | {r.get('plan_error_per_gpu', '-')} |")
 print()
 print("| hearth bench | tp | decode tok/s | roofline % (per GPU) | TTFT ms | NVML GiB by rank | path |")
@@ -105,6 +106,7 @@ ids = {n: [i for e in lines(f"run_tp{n}.jsonl") if e.get("event") == "token" for
 same = next((k for k, (a, b) in enumerate(zip(ids[1], ids[2])) if a != b),
             min(len(ids[1]), len(ids[2])))
 print()
-print(f"hearth run, demo model, greedy: tp=1 {len(ids[1])} tokens, tp=2 {len(ids[2])} tokens, "
-      + ("identical" if ids[1] == ids[2] else f"the same first {same}"))
+if ids[1] or ids[2]:
+    print(f"hearth run, demo model, greedy: tp=1 {len(ids[1])} tokens, tp=2 {len(ids[2])} "
+          "tokens, " + ("identical" if ids[1] == ids[2] else f"the same first {same}"))
 EOF
