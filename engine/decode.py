@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from engine import decode_attention
+from engine import decode_attention, fused_ops
 from engine.attention import StepContext
 from engine.kv_cache import KVCache
 from engine.layers import FamilyStep, supports
@@ -62,6 +62,9 @@ class Decoder:
         self.mode = "static"
         if compile_layers:
             self.family.compile()
+        elif fused_ops.wanted(self.device):
+            note = fused_ops.enable(self.family)
+            self.notes.append(note or "norms and SiLU * up: one Triton launch each")
         if self.device.type != "cuda":
             self.notes.append("CPU: the decode step runs eagerly (CUDA graphs need a GPU)")
             return

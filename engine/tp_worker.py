@@ -23,6 +23,7 @@ from typing import NoReturn
 import torch
 import torch.distributed as dist
 
+from engine import fused_ops
 from engine.decode import capture_graphs
 from engine.kv_cache import KVCache
 from engine.tensor_parallel import DTYPES, TPSpec, TPStep, layout
@@ -82,6 +83,8 @@ class Rank:
         (the others would wait on its collectives), unlike on one GPU."""
         if compile_layers:
             self.step_fn.compile()
+        elif fused_ops.wanted(self.device):
+            fused_ops.enable(self.step_fn)  # no collectives inside: ranks may differ here
         if self.device.type != "cuda" or not allow_graph:
             return
         # the warm-up off the capture stream also does NCCL's lazy setup

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,16 @@ def _triton_version() -> tuple[int, int]:
 # the compiled kernel is tested against the same reference (test_quantized_kv).
 INTERPRETER = pytest.mark.skipif(_triton_version() < (3, 9),
                                  reason="needs Triton's interpreter at 3.9 or later")
+
+
+def interpreted(code: str, *args: str) -> None:
+    """Run `code` (which prints "ok" at its end) in a process of its own under Triton's CPU
+    interpreter (TRITON_INTERPRET is read when Triton is imported); assert that it got there."""
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))))
+    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
 
 
 def hf_greedy(path: Path, prompt: str, max_new_tokens: int) -> list[int]:

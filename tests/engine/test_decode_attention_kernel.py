@@ -5,11 +5,7 @@ as a one-token step and inside a verify block (the synthetic draft's acceptance 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
-from tests.engine.helpers import INTERPRETER, REPO
+from tests.engine.helpers import INTERPRETER, interpreted
 
 CHECK = r"""
 import torch
@@ -43,8 +39,4 @@ print("ok")
 
 @INTERPRETER
 def test_kernel_in_the_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-c", CHECK], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+    interpreted(CHECK)

@@ -8,11 +8,7 @@ whose every decode step and verify block reads the session's arena through the k
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
-from tests.engine.helpers import INTERPRETER, REPO
+from tests.engine.helpers import INTERPRETER, interpreted
 
 INTERPRETED = """
 import torch
@@ -108,18 +104,9 @@ print("ok")
 """
 
 
-def _interpreted(code: str, *args: str) -> subprocess.CompletedProcess:
-    """Run `code` in a process of its own: TRITON_INTERPRET is read when Triton is imported."""
-    env = dict(os.environ, TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))))
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
-
-
 @INTERPRETER
 def test_paged_kernel_equals_the_reference_in_the_interpreter():
-    proc = _interpreted(INTERPRETED)
-    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+    interpreted(INTERPRETED)
 
 
 @INTERPRETER
@@ -127,5 +114,4 @@ def test_generations_through_the_kernel_equal_the_reference_paths(tiny_model):
     """fp32 and int8 caches, plain steps and a draft model's verify blocks, a prompt and answer
     over five blocks: greedy tokens equal those of the CPU paths (SDPA over a gathered copy for
     fp32, the PyTorch reference for int8), every decode attention going through the kernel."""
-    proc = _interpreted(GENERATIONS, str(tiny_model))
-    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+    interpreted(GENERATIONS, str(tiny_model))

@@ -1,0 +1,113 @@
+"""The decode step's norms and SiLU * up as one Triton launch each (fused_ops_kernel.py) against
+the PyTorch pieces they replace: in Triton's CPU interpreter (fp32 and fp16: numpy has no
+bfloat16), whole greedy generations with the fused pieces swapped in; on a GPU, bf16; and where
+Triton is missing, the step keeps PyTorch's pieces with a note."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from engine import fused_ops
+from engine.events import LoadRequest
+from engine.session import Session
+from tests.engine.helpers import INTERPRETER, interpreted
+
+PIECES = """
+import torch
+import torch.nn.functional as F
+from engine import fused_ops_kernel as K
+
+def rms(x, w, eps):  # FamilyStep.rms
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return w * x32.to(x.dtype)
+
+g = torch.Generator().manual_seed(0)
+for dtype, tol in ((torch.float32, 1e-6), (torch.float16, 1e-4)):
+    for T, N in ((1, 64), (5, 896), (3, 1000), (2, 3000)):  # rows; widths not powers of two
+        x = (torch.randn(1, T, N, generator=g) * 3).to(dtype)
+        d = torch.randn(1, T, N, generator=g).to(dtype)
+        w = (torch.rand(N, generator=g) + 0.5).to(dtype)
+        err = lambda a, b: ((a.float() - b.float()).norm() / b.float().norm()).item()
+        assert err(K.rms(x, w, 1e-6), rms(x, w, 1e-6)) < tol, (dtype, T, N)
+        total, h = K.add_rms(x, d, w, 1e-6)
+        assert torch.equal(total, x + d) and err(h, rms(x + d, w, 1e-6)) < tol, (dtype, T, N)
+        gu = torch.randn(1, T, 2 * N, generator=g).to(dtype)
+        gate, up = gu.chunk(2, dim=-1)
+        assert err(K.silu_mul(gu), F.silu(gate) * up) < tol, (dtype, T, N)
+print("ok")
+"""
+
+GENERATIONS = """
+import sys
+import torch
+from engine import fused_ops
+from engine.events import GenerateRequest, LoadRequest, SamplingParams
+from engine.session import Session
+
+torch.set_num_threads(1)
+greedy = SamplingParams(temperature=0.0)
+chat = GenerateRequest(prompt_ids=tuple(range(40, 75)), max_new_tokens=24, sampling=greedy)
+tokens = lambda s: [i for e in s.generate(chat) if hasattr(e, "token_ids") for i in e.token_ids]
+for path in sys.argv[1:]:
+    plain = Session.load(LoadRequest(path, device="cpu"))
+    fused = Session.load(LoadRequest(path, device="cpu"))
+    step = fused.decoder.family
+    before = dict(step.fns)
+    assert fused_ops.enable(step) is None  # the load check passed
+    assert all(step.fns[k] is not before[k] for k in ("rms", "add_rms", "silu_mul"))
+    assert tokens(fused) == tokens(plain), path
+print("ok")
+"""
+
+
+@INTERPRETER
+def test_fused_pieces_equal_pytorchs_in_the_interpreter():
+    interpreted(PIECES)
+
+
+@INTERPRETER
+def test_generations_with_the_fused_pieces_equal_pytorchs(tiny_models):
+    """fp32 fixtures of every family architecture: the same greedy tokens either way."""
+    paths = [str(tiny_models[a]) for a in ("llama", "mistral", "qwen2", "qwen3")]
+    interpreted(GENERATIONS, *paths)
+
+
+def test_without_triton_the_step_keeps_pytorchs_pieces(tiny_model, monkeypatch):
+    """A kernel that cannot be imported or launched leaves the step as it was, with a note; on
+    a CPU the fused pieces are not wanted at all, and a setting other than auto/off is refused."""
+    s = Session.load(LoadRequest(str(tiny_model), device="cpu"))
+    assert not fused_ops.wanted(torch.device("cpu"))
+    step = s.decoder.family
+    before = dict(step.fns)
+    monkeypatch.setitem(sys.modules, "engine.fused_ops_kernel", None)  # import fails
+    note = fused_ops.enable(step)
+    assert note and "failed here" in note and step.fns == before
+    monkeypatch.setenv(fused_ops.ENV, "fast")
+    with pytest.raises(ValueError, match="auto or off"):
+        fused_ops.wanted(torch.device("cuda"))
+
+
+GPU = pytest.mark.skipif(not (torch.cuda.is_available() and fused_ops.wanted(torch.device("cuda"))),
+                         reason="needs a CUDA GPU with Triton")
+
+
+@GPU
+def test_a_gpu_session_uses_the_fused_pieces(tiny_model_bf16, monkeypatch):
+    """bf16 on the GPU: the load says the pieces are fused, and teacher-forced decode steps
+    (graphs both) give the logits of a session with HEARTH_FUSED_OPS=off within bf16 rounding."""
+    fused = Session.load(LoadRequest(str(tiny_model_bf16), device="cuda", context=512))
+    assert "norms and SiLU * up: one Triton launch each" in fused.loaded_event().notes
+    monkeypatch.setenv(fused_ops.ENV, "off")
+    plain = Session.load(LoadRequest(str(tiny_model_bf16), device="cuda", context=512))
+    assert not any("Triton launch each" in n for n in plain.loaded_event().notes)
+    ids = torch.randint(3, 2048, (160,), generator=torch.Generator().manual_seed(9)).cuda()
+    for s in (fused, plain):
+        s.decoder.forward(ids[:100], 0)
+    for p in range(100, 160):
+        a = fused.decoder.step(ids[p:p + 1], p).float().clone()
+        b = plain.decoder.step(ids[p:p + 1], p).float()
+        assert ((a - b).norm() / b.norm()).item() < 1e-2, p
