@@ -64,7 +64,7 @@ class Decoder:
             self.family.compile()
         elif fused_ops.wanted(self.device):
             note = fused_ops.enable(self.family)
-            self.notes.append(note or "norms and SiLU * up: one Triton launch each")
+            self.notes.append(note or fused_ops.NOTE)
         if self.device.type != "cuda":
             self.notes.append("CPU: the decode step runs eagerly (CUDA graphs need a GPU)")
             return

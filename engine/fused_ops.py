@@ -1,18 +1,24 @@
-"""Whether a decode step's norms and SiLU * up run as one Triton launch each (fused_ops_kernel.py)
-instead of PyTorch's eight and two small kernels: where Triton runs on a GPU, unless
-`HEARTH_FUSED_OPS=off`, or `--compile` fuses them already. Checked at load against the PyTorch
-pieces on this model's own norm weights; a launch that fails or disagrees leaves them as they were.
+"""Whether a decode step's small pieces run as one Triton launch each (fused_ops_kernel.py): the
+norms (eight PyTorch kernels each), SiLU * up (two) and the q/k/v split with RoPE and the K/V
+stores (about twenty). Where Triton runs on a GPU, unless `HEARTH_FUSED_OPS=off`, or
+`--compile` fuses them already. Checked at load against the PyTorch pieces on this model's own
+weights and a probe cache of its KV dtype; a launch that fails or disagrees leaves them all as
+they were.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
 
-from engine import attention_backend
+from engine import attention_backend, kv_arena
+from engine.kv_cache import KVCache
 
 ENV = "HEARTH_FUSED_OPS"  # auto (default) | off
+NOTE = "norms, SiLU * up and RoPE with the K/V stores: one Triton launch each"
+PROBE_TOKENS = 64  # the probe cache the RoPE piece writes into at load
 TOLERANCE = 1e-2  # relative: the two round alike step for step (the interpreter tests see 0 to
 # 1e-7 in fp32, 0 to 7e-6 in fp16); a wrong row or column moves whole values
 
@@ -43,22 +49,46 @@ def enable(step) -> str | None:
             pairs = [(K.rms(x, w, step.eps), step.rms(x, w)),
                      *zip(K.add_rms(x, d, w, step.eps), step.add_rms(x, d, w), strict=True),
                      (K.silu_mul(gu), step.silu_mul(gu))]
+            pairs += _rope_pairs(step, K, T, g)
             for got, want in pairs:
                 want = want.float()
                 worst = max(worst, ((got.float() - want).norm() / want.norm()).item())
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # a failed launch reports here
     except Exception as e:  # whatever broke, the PyTorch pieces still compute the same
-        return (f"the fused norm and SiLU kernels failed here ({type(e).__name__}: "
-                f"{str(e)[:200]}); the step keeps PyTorch's")
+        return (f"the fused decode-step kernels failed here ({type(e).__name__}: "
+                f"{str(e)[:200]}); the step keeps PyTorch's pieces")
     if not worst < TOLERANCE:  # (NaN included)
-        return (f"the fused norm and SiLU kernels disagreed with PyTorch's here (relative error "
-                f"{worst:.1e}); the step keeps PyTorch's")
+        return (f"the fused decode-step kernels disagreed with PyTorch's pieces here (relative "
+                f"error {worst:.1e}); the step keeps PyTorch's pieces")
     eps = step.eps
     step.fns.update(rms=lambda x, w: K.rms(x, w, eps),
                     add_rms=lambda x, delta, w: K.add_rms(x, delta, w, eps),
-                    silu_mul=K.silu_mul)
+                    silu_mul=K.silu_mul,
+                    qkv_rope=functools.partial(K.qkv_rope, num_heads=step.num_heads,
+                                               num_kv_heads=step.num_kv_heads, eps=eps))
     return None
+
+
+def _rope_pairs(step, K, T: int, g: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The q/k/v piece both ways over T tokens written into two probe caches of the step's KV
+    dtype: (fused, PyTorch) for q and for the K and V read back."""
+    p, H, Hkv, D = step.layers[0], step.num_heads, step.num_kv_heads, step.head_dim
+    w = p.ln_post
+    device, dtype = w.device, w.dtype
+    caches = [KVCache(1, Hkv, D, PROBE_TOKENS, step.cache.kv_dtype, device) for _ in range(2)]
+    for c in caches:
+        c.reserve(PROBE_TOKENS)
+    qkv = torch.randn(1, T, (H + 2 * Hkv) * D, generator=g).to(device, dtype)
+    pos = torch.arange(PROBE_TOKENS - T - 3, PROBE_TOKENS - 3, device=device)
+    freqs = pos[:, None].float() * step.inv_freq[None]  # [T, D/2], as FamilyStep._logits
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = (emb.cos() * step.rope_scale).to(dtype), (emb.sin() * step.rope_scale).to(dtype)
+    args = (qkv, p.q_norm, p.k_norm, cos, sin, pos)
+    fused = K.qkv_rope(*args, *caches[0].layer(0), num_heads=H, num_kv_heads=Hkv, eps=step.eps)
+    plain = step.qkv_rope(*args, *caches[1].layer(0))
+    read = [kv_arena.gather(*c.layer(0), PROBE_TOKENS, torch.float32) for c in caches]
+    return [(fused, plain), (read[0][0], read[1][0]), (read[0][1], read[1][1])]
 
 
 def _mlp_width(step) -> int:

@@ -1,7 +1,8 @@
-"""The decode step's norms and SiLU * up as one Triton launch each (fused_ops_kernel.py) against
-the PyTorch pieces they replace: in Triton's CPU interpreter (fp32 and fp16: numpy has no
-bfloat16), whole greedy generations with the fused pieces swapped in; on a GPU, bf16; and where
-Triton is missing, the step keeps PyTorch's pieces with a note."""
+"""The decode step's small pieces as one Triton launch each (fused_ops_kernel.py: the norms,
+SiLU * up, the q/k/v split with RoPE and the K/V stores) against the PyTorch pieces they
+replace: in Triton's CPU interpreter (fp32 and fp16: numpy has no bfloat16), whole greedy
+generations with the fused pieces swapped in; on a GPU, bf16; and where Triton is missing, the
+step keeps PyTorch's pieces with a note."""
 
 from __future__ import annotations
 
@@ -53,13 +54,15 @@ greedy = SamplingParams(temperature=0.0)
 chat = GenerateRequest(prompt_ids=tuple(range(40, 75)), max_new_tokens=24, sampling=greedy)
 tokens = lambda s: [i for e in s.generate(chat) if hasattr(e, "token_ids") for i in e.token_ids]
 for path in sys.argv[1:]:
-    plain = Session.load(LoadRequest(path, device="cpu"))
-    fused = Session.load(LoadRequest(path, device="cpu"))
-    step = fused.decoder.family
-    before = dict(step.fns)
-    assert fused_ops.enable(step) is None  # the load check passed
-    assert all(step.fns[k] is not before[k] for k in ("rms", "add_rms", "silu_mul"))
-    assert tokens(fused) == tokens(plain), path
+    for kv in ("fp32", "int8"):  # K/V stored by the RoPE launch, or quantized after it
+        plain = Session.load(LoadRequest(path, device="cpu", kv_dtype=kv))
+        fused = Session.load(LoadRequest(path, device="cpu", kv_dtype=kv))
+        step = fused.decoder.family
+        before = dict(step.fns)
+        assert fused_ops.enable(step) is None  # the load check passed
+        assert all(step.fns[k] is not before[k] for k in ("rms", "add_rms", "silu_mul",
+                                                          "qkv_rope"))
+        assert tokens(fused) == tokens(plain), (path, kv)
 print("ok")
 """
 
@@ -71,7 +74,8 @@ def test_fused_pieces_equal_pytorchs_in_the_interpreter():
 
 @INTERPRETER
 def test_generations_with_the_fused_pieces_equal_pytorchs(tiny_models):
-    """fp32 fixtures of every family architecture: the same greedy tokens either way."""
+    """fp32 fixtures of every family architecture (Qwen3's head norms included), fp32 and int8
+    caches: the same greedy tokens either way."""
     paths = [str(tiny_models[a]) for a in ("llama", "mistral", "qwen2", "qwen3")]
     interpreted(GENERATIONS, *paths)
 
@@ -100,10 +104,10 @@ def test_a_gpu_session_uses_the_fused_pieces(tiny_model_bf16, monkeypatch):
     """bf16 on the GPU: the load says the pieces are fused, and teacher-forced decode steps
     (graphs both) give the logits of a session with HEARTH_FUSED_OPS=off within bf16 rounding."""
     fused = Session.load(LoadRequest(str(tiny_model_bf16), device="cuda", context=512))
-    assert "norms and SiLU * up: one Triton launch each" in fused.loaded_event().notes
+    assert fused_ops.NOTE in fused.loaded_event().notes
     monkeypatch.setenv(fused_ops.ENV, "off")
     plain = Session.load(LoadRequest(str(tiny_model_bf16), device="cuda", context=512))
-    assert not any("Triton launch each" in n for n in plain.loaded_event().notes)
+    assert fused_ops.NOTE not in plain.loaded_event().notes
     ids = torch.randint(3, 2048, (160,), generator=torch.Generator().manual_seed(9)).cuda()
     for s in (fused, plain):
         s.decoder.forward(ids[:100], 0)
