@@ -2,7 +2,7 @@
 # The whole H200 benchmark in one call (device tool): graph-vs-eager checks, then `hearth bench`
 # for the DESIGN.md shapes. Results: $OUT/graph_check.jsonl, $OUT/bench.jsonl, $OUT/log.txt,
 # and the table printed last. Usage (repo root, bitsandbytes wheel in .whl): bash packaging/bench/h200.sh
-# [full | fused | triton]  (triton: the fused norm and SiLU launches against PyTorch's pieces, ~4 min)
+# [full | fused | triton]  (triton: the fused step pieces against PyTorch's, about 4 minutes)
 set -u
 source packaging/bench/device_env.sh
 B=packaging/bench
@@ -33,8 +33,9 @@ fused)  # after fusing the pieces between linears (NF4 too) and planner-sized pr
     bench 7b-nf4-compile --model $B/qwen2.5-7b --random-weights --quant nf4 --compile
     bench 05b-bf16-compile --model $B/qwen2.5-0.5b --random-weights --quant bf16 --compile
     bench 7b-bf16-ttft4k --model $B/qwen2.5-7b --random-weights --quant bf16 --compile --prompt-len 4096 --new-tokens 8 --num-prompts 1 --baseline-hf ;;
-triton)  # the norms and SiLU * up as one Triton launch each (the default since fused_ops.py),
-    # against PyTorch's pieces (HEARTH_FUSED_OPS=off) and against --compile; GPU tests first
+triton)  # the step's small pieces as one Triton launch each (norms, SiLU * up, RoPE with the
+    # K/V stores: the default since fused_ops.py) against PyTorch's pieces (HEARTH_FUSED_OPS=off)
+    # and against --compile; GPU tests first
     timeout 200 python3 -m pytest -q -p no:cacheprovider tests/engine/test_fused_ops.py \
         tests/engine/test_quantized_kv.py -k "fused or short_prefill or graph" 2>&1 | tail -3 | tee -a "$LOG"
     bench 7b-bf16-fused --model $B/qwen2.5-7b --random-weights --quant bf16 --baseline-hf
