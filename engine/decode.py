@@ -145,7 +145,7 @@ class Decoder:
             kv_len = next(b for b in self.buckets if b >= start + T)
             self.cache.reserve(start + T)
             positions = torch.arange(start, start + T, device=self.device)
-            return self.family.block(ids, positions, kv_len)[-1]
+            return self.family.block(ids, positions, kv_len, last_only=True)[-1]
         return self._model(ids, start, keep=1)[-1]
 
     @torch.inference_mode()

@@ -182,16 +182,19 @@ class FamilyStep:
         """
         return self._logits(token, pos, kv_len)[0, 0]
 
-    def block(self, tokens: torch.Tensor, pos: torch.Tensor, kv_len: int) -> torch.Tensor:
-        """tokens: [T] at positions pos: [T] (consecutive) -> logits of every position [T, V].
+    def block(self, tokens: torch.Tensor, pos: torch.Tensor, kv_len: int,
+              last_only: bool = False) -> torch.Tensor:
+        """tokens: [T] at positions pos: [T] (consecutive) -> logits of every position [T, V]
+        (of the last one only, [1, V], with last_only: a short prefill chunk).
 
         Speculative verification: T tokens in one pass, each attending causally to the cache
         and to the block's earlier tokens (their K/V are written before attention reads).
         """
-        return self._logits(tokens, pos, kv_len)[0]
+        return self._logits(tokens, pos, kv_len, last_only)[0]
 
-    def _logits(self, token: torch.Tensor, pos: torch.Tensor, kv_len: int) -> torch.Tensor:
-        """token, pos: [T] -> logits [1, T, V]."""
+    def _logits(self, token: torch.Tensor, pos: torch.Tensor, kv_len: int,
+                last_only: bool = False) -> torch.Tensor:
+        """token, pos: [T] -> logits [1, T, V] ([1, 1, V] with last_only)."""
         f = self.fns
         T = token.shape[0]
         x = F.embedding(token, self.embed)[None]  # [1, T, hidden]
@@ -223,7 +226,7 @@ class FamilyStep:
             mlp = _linear(f["silu_mul"](_linear(h, p.gate_up)), p.down)
             next_norm = self.layers[i + 1].ln_in if i + 1 < len(self.layers) else self.norm
             x, h = f["add_rms"](x, mlp, next_norm)
-        return _linear(h, self.lm_head)
+        return _linear(h[:, -1:] if last_only else h, self.lm_head)
 
     def compile(self) -> None:
         """Fuse the small ops between linear layers (norms, RoPE, residuals, cache writes): each
