@@ -31,10 +31,10 @@ def wanted(device: torch.device) -> bool:
 
 
 def enable(step) -> str | None:
-    """Swap a FamilyStep's (or TPStep's) rms, add_rms and silu_mul for the Triton ones after
-    comparing the two on rows of its hidden size (one token and five), its first layer's norm
-    weight, and an MLP input of its width. -> a note for the load event when they stay as they
-    were, else None."""
+    """Swap a FamilyStep's (or TPStep's) rms, add_rms, silu_mul and qkv_rope for the Triton ones
+    after comparing the two over one token and five: rows of its hidden size with its first
+    layer's norm weight, an MLP input of its width, and its q/k/v written into probe caches.
+    -> a note for the load event when they stay as they were, else None."""
     w = step.layers[0].ln_post
     hidden, device, dtype = w.shape[0], w.device, w.dtype
     width = _mlp_width(step)
@@ -49,7 +49,7 @@ def enable(step) -> str | None:
             pairs = [(K.rms(x, w, step.eps), step.rms(x, w)),
                      *zip(K.add_rms(x, d, w, step.eps), step.add_rms(x, d, w), strict=True),
                      (K.silu_mul(gu), step.silu_mul(gu))]
-            pairs += _rope_pairs(step, K, T, g)
+            pairs += _rope_pairs(step, K, T, g, device, dtype)
             for got, want in pairs:
                 want = want.float()
                 worst = max(worst, ((got.float() - want).norm() / want.norm()).item())
@@ -70,21 +70,17 @@ def enable(step) -> str | None:
     return None
 
 
-def _rope_pairs(step, K, T: int, g: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _rope_pairs(step, K, T: int, g: torch.Generator, device: torch.device,
+                dtype: torch.dtype) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The q/k/v piece both ways over T tokens written into two probe caches of the step's KV
     dtype: (fused, PyTorch) for q and for the K and V read back."""
     p, H, Hkv, D = step.layers[0], step.num_heads, step.num_kv_heads, step.head_dim
-    w = p.ln_post
-    device, dtype = w.device, w.dtype
     caches = [KVCache(1, Hkv, D, PROBE_TOKENS, step.cache.kv_dtype, device) for _ in range(2)]
     for c in caches:
         c.reserve(PROBE_TOKENS)
     qkv = torch.randn(1, T, (H + 2 * Hkv) * D, generator=g).to(device, dtype)
     pos = torch.arange(PROBE_TOKENS - T - 3, PROBE_TOKENS - 3, device=device)
-    freqs = pos[:, None].float() * step.inv_freq[None]  # [T, D/2], as FamilyStep._logits
-    emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = (emb.cos() * step.rope_scale).to(dtype), (emb.sin() * step.rope_scale).to(dtype)
-    args = (qkv, p.q_norm, p.k_norm, cos, sin, pos)
+    args = (qkv, p.q_norm, p.k_norm, *step.cos_sin(pos, dtype), pos)
     fused = K.qkv_rope(*args, *caches[0].layer(0), num_heads=H, num_kv_heads=Hkv, eps=step.eps)
     plain = step.qkv_rope(*args, *caches[1].layer(0))
     read = [kv_arena.gather(*c.layer(0), PROBE_TOKENS, torch.float32) for c in caches]

@@ -91,7 +91,10 @@ class FamilyStep:
         self.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
         self.scaling = model.model.layers[0].self_attn.scaling
         self.layers = [self._params(layer) for layer in model.model.layers]
-        # the pieces between linear layers; compile() swaps in fused versions
+        self._init_pieces()
+
+    def _init_pieces(self) -> None:
+        """The pieces between linear layers; compile() and fused_ops.enable swap in fused ones."""
         self.fns = dict(rms=self.rms, qkv_rope=self.qkv_rope, add_rms=self.add_rms,
                         silu_mul=self.silu_mul)
         self.compiled = False
@@ -120,6 +123,13 @@ class FamilyStep:
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return w * x32.to(x.dtype)
+
+    def cos_sin(self, pos: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """RoPE's tables for positions pos [T]: cos, sin [T, D] in `dtype` (broadcast over
+        [1, H, T, D]), computed in fp32 as transformers' rotary embedding does."""
+        freqs = pos[:, None].float() * self.inv_freq[None]  # [T, D/2]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return (emb.cos() * self.rope_scale).to(dtype), (emb.sin() * self.rope_scale).to(dtype)
 
     def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         half = x.shape[-1] // 2
@@ -198,10 +208,7 @@ class FamilyStep:
         f = self.fns
         T = token.shape[0]
         x = F.embedding(token, self.embed)[None]  # [1, T, hidden]
-        freqs = pos[:, None].float() * self.inv_freq[None]  # [T, D/2]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos = (emb.cos() * self.rope_scale).to(x.dtype)  # [T, D], broadcasts over [1, H, T, D]
-        sin = (emb.sin() * self.rope_scale).to(x.dtype)
+        cos, sin = self.cos_sin(pos, x.dtype)
         # key j is visible to the token at pos p when j <= p; the rest of the bucket is masked
         # (by SDPA's mask here, or inside decode_attention from pos itself)
         how, mask = decode_attention.backend(self.cache), None

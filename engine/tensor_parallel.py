@@ -225,9 +225,7 @@ class TPStep(FamilyStep):
                         w.get(p + "o_bias")), w[p + "gate_up"], RowParallel(w[p + "down"]),
                         w[p + "ln_in"], w[p + "ln_post"], w.get(p + "q_norm"), w.get(p + "k_norm"))
             for p in (f"layers.{i}." for i in range(spec.num_layers))]
-        self.fns = dict(rms=self.rms, qkv_rope=self.qkv_rope, add_rms=self.add_rms,
-                        silu_mul=self.silu_mul)
-        self.compiled = False
+        self._init_pieces()
 
     def prefill(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         """ids: [T] int64 at positions start..start+T-1 -> logits of the last one [V]; writes
@@ -237,10 +235,7 @@ class TPStep(FamilyStep):
         self.cache.reserve(end)
         positions = torch.arange(start, end, device=ids.device)
         x = F.embedding(ids, self.embed)[None]  # [1, T, hidden]
-        freqs = positions[:, None].float() * self.inv_freq[None]  # [T, D/2]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos = (emb.cos() * self.rope_scale).to(x.dtype)  # [T, D]: broadcasts over [1, H, T, D]
-        sin = (emb.sin() * self.rope_scale).to(x.dtype)
+        cos, sin = self.cos_sin(positions, x.dtype)
         if start == 0:
             causal = dict(is_causal=True)
         else:  # query i at start+i sees keys 0..start+i: causal aligned to the lower right

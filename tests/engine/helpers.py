@@ -122,3 +122,20 @@ def verify_and_steps(session) -> tuple[torch.Tensor, torch.Tensor]:
     session.decoder.forward(ids[:250], 0)
     steps = torch.stack([session.decoder.step(ids[p:p + 1], p).clone() for p in range(250, 262)])
     return session.decoder.verify(ids[250:262], 250), steps
+
+
+def answer_against_recompute(session, reference, req: GenerateRequest):
+    """Generate `req` on `session` as it stands: its tokens must equal `reference`'s for the
+    same prompt ids from an empty cache, and its stats' cached/computed split the cache's state
+    before it. -> (prompt ids, reply text, the Finished stats)."""
+    ids = session.prompt_ids(req)
+    cached = expected_cached(session.cache, ids)
+    events = list(session.generate(req))
+    reference.cache.clear()
+    cold = list(reference.generate(GenerateRequest(prompt_ids=tuple(ids),
+                                                   max_new_tokens=req.max_new_tokens,
+                                                   sampling=req.sampling)))
+    assert token_ids(events) == token_ids(cold)
+    stats = finished(events).stats
+    assert (stats.cached_prompt_tokens, stats.computed_prompt_tokens) == (cached, len(ids) - cached)
+    return ids, text(events), stats

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from engine.events import GenerateRequest, LoadRequest, SamplingParams
 from engine.session import Session
-from tests.engine.helpers import expected_cached, finished, text, token_ids
+from tests.engine.helpers import answer_against_recompute, finished, text
 
 GREEDY = SamplingParams(temperature=0.0)
 SYSTEM = "Be brief."
@@ -33,17 +33,9 @@ def answer(session, reference, messages, new_tokens=6, lookup=False):
     with the same prompt ids, and return (reply text, the Finished stats)."""
     req = GenerateRequest(messages=tuple(messages), system=SYSTEM, max_new_tokens=new_tokens,
                           sampling=GREEDY, prompt_lookup=lookup)
-    ids = session.prompt_ids(req)
-    cached = expected_cached(session.cache, ids)
-    events = list(session.generate(req))
-    reference.cache.clear()
-    cold = list(reference.generate(GenerateRequest(prompt_ids=tuple(ids),
-                                                   max_new_tokens=new_tokens, sampling=GREEDY)))
-    assert token_ids(events) == token_ids(cold)
-    stats = finished(events).stats
-    assert (stats.cached_prompt_tokens, stats.computed_prompt_tokens) == (cached, len(ids) - cached)
+    ids, reply, stats = answer_against_recompute(session, reference, req)
     assert stats.prompt_tokens == len(ids)
-    return text(events), stats
+    return reply, stats
 
 
 OPS = st.one_of(

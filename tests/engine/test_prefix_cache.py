@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from engine.events import GenerateRequest, LoadRequest, SamplingParams
 from engine.session import Session
-from tests.engine.helpers import expected_cached, finished, text, token_ids
+from tests.engine.helpers import answer_against_recompute, finished, text
 
 GREEDY = SamplingParams(temperature=0.0)
 SYSTEMS = ("You are a careful assistant who answers questions about the Python standard "
@@ -36,17 +36,9 @@ def answer(session, reference, messages, system, new_tokens=6, **kw):
     cache and the cached/computed split against the cache's state -> (reply, stats)."""
     req = GenerateRequest(messages=tuple(messages), system=system, max_new_tokens=new_tokens,
                           sampling=GREEDY, **kw)
-    ids = session.prompt_ids(req)
-    cached = expected_cached(session.cache, ids)
-    events = list(session.generate(req))
-    reference.cache.clear()
-    cold = list(reference.generate(GenerateRequest(prompt_ids=tuple(ids),
-                                                   max_new_tokens=new_tokens, sampling=GREEDY)))
-    assert token_ids(events) == token_ids(cold)
-    stats = finished(events).stats
-    assert (stats.cached_prompt_tokens, stats.computed_prompt_tokens) == (cached, len(ids) - cached)
+    _, reply, stats = answer_against_recompute(session, reference, req)
     check_blocks(session.cache)
-    return text(events), stats
+    return reply, stats
 
 
 def check_blocks(cache) -> None:
