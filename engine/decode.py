@@ -11,6 +11,7 @@ in "graph" mode each (T, bucket) pair can be captured too (`capture_blocks`).
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -22,6 +23,9 @@ from engine.layers import FamilyStep, supports
 
 MIN_BUCKET = 256
 SHORT_PREFILL = 64  # tokens: a prefill chunk this short runs the family step (forward)
+KERNEL_PREFILL_ENV = "HEARTH_KERNEL_PREFILL"  # tokens, or "all": the longest chunk that runs it
+# (default SHORT_PREFILL). Longer chunks run transformers' modules over SDPA until the H200 says
+# how the kernel's prefill compares (packaging/bench/kernel_prefill.sh)
 
 
 def kv_buckets(context: int) -> list[int]:
@@ -31,6 +35,17 @@ def kv_buckets(context: int) -> list[int]:
         sizes.append(b)
         b *= 2
     return [*sizes, context]
+
+
+def kernel_prefill() -> int | float:
+    """The longest prefill chunk that runs the family step and the decode kernel."""
+    setting = os.environ.get(KERNEL_PREFILL_ENV, "")
+    if setting in ("", "all"):
+        return SHORT_PREFILL if not setting else float("inf")
+    if not setting.isdigit():
+        raise ValueError(f"{KERNEL_PREFILL_ENV} must be a number of tokens or all, "
+                         f"not {setting!r}")
+    return int(setting)
 
 
 class Decoder:
@@ -134,13 +149,14 @@ class Decoder:
     def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         """ids: [T] int64 at positions start..start+T-1 -> logits of the last one, [V].
 
-        A short chunk (a chat's next message after its cached history) runs the family step,
+        A short chunk (a chat's next message after its cached history; any chunk up to
+        kernel_prefill()'s tokens) runs the family step,
         whose attention is the decode kernel reading the blocks in place, where that kernel
         runs: one pass of the engine's own layer instead of transformers' modules (about 26 ms
         of host work a pass on the H200, whatever its length) over a gathered copy of the whole
         history. Not when compiled: each new length would compile again."""
         T = ids.numel()
-        if (self.family is not None and not self.family.compiled and T <= SHORT_PREFILL
+        if (self.family is not None and not self.family.compiled and T <= kernel_prefill()
                 and decode_attention.backend(self.cache) == "triton"):
             kv_len = next(b for b in self.buckets if b >= start + T)
             self.cache.reserve(start + T)

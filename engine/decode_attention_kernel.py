@@ -27,8 +27,11 @@ from engine.kv_cache import LayerKV
 # cores); twice the keys an iteration and three stages, the fastest of 36 settings swept
 # (`kv_attention_speed.py --sweep`), read 1.8 TB/s and decoded 11% faster end to end at 32K
 # (all measured on the flat cache, before the block table: not yet timed through it).
-CONFIGS = {False: dict(block_n=64, waves=2, num_warps=4, num_stages=2),
-           True: dict(block_n=128, waves=2, num_warps=4, num_stages=3)}
+# Both: "consistent" steps and verify blocks (see decode_attention), splits placed by granules
+# of 1,024 keys.
+_SHARED = dict(consistent=True, granule=1024)
+CONFIGS = {False: dict(block_n=64, waves=2, num_warps=4, num_stages=2, **_SHARED),
+           True: dict(block_n=128, waves=2, num_warps=4, num_stages=3, **_SHARED)}
 
 
 @functools.cache
@@ -41,7 +44,7 @@ def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling,
              stride_kh, stride_sb, stride_sh, ROWS: tl.constexpr, T: tl.constexpr,
              D: tl.constexpr, B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
              BLOCK_D: tl.constexpr, QUANTIZED: tl.constexpr, IEEE: tl.constexpr,
-             FIXED_SPLITS: tl.constexpr):
+             GRANULE: tl.constexpr):
     """Q: [H_kv, ROWS, D] (row g T + t); K, V: [num_blocks, H_kv, B, D] int8/fp8/16-bit; KS, VS:
     [num_blocks, H_kv, B] fp16 (QUANTIZED); TABLE: [max_blocks] int32, key n at block
     TABLE[n // B], slot n % B; POS: [T] int64 -> PM, PL: [H_kv, S, ROWS] fp32,
@@ -58,10 +61,13 @@ def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling,
     # the keys these rows see end at their latest position (a device value: the graph of a
     # bucket serves every position below it); the splits share them evenly
     end = tl.minimum(kv_len, tl.max(pos, 0) + 1)
-    if FIXED_SPLITS:  # split points from the bucket alone, not from the pass's latest position
-        per_split = tl.cdiv(tl.cdiv(kv_len, n_splits), BLOCK_N) * BLOCK_N
+    if GRANULE > 0:  # split points from the end rounded up to GRANULE keys: a one-token step
+        # and a verify block over the same positions split alike, unless the block crosses a
+        # granule's edge (K of GRANULE rounds); splits past the end stay idle
+        spread = tl.minimum(kv_len, tl.cdiv(end, GRANULE) * GRANULE)
     else:
-        per_split = tl.cdiv(tl.cdiv(end, n_splits), BLOCK_N) * BLOCK_N
+        spread = end
+    per_split = tl.cdiv(tl.cdiv(spread, n_splits), BLOCK_N) * BLOCK_N
     lo = split * per_split
     hi = tl.minimum(lo + per_split, end)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -129,6 +135,8 @@ def _num_sms(index: int) -> int:
 
 
 INTERPRETER_SMS = 4  # Triton's CPU interpreter (tests): a few splits, as on a small GPU
+MAX_BLOCK_TOKENS = 16  # a pass of more query tokens is a prefill chunk, not a step or a verify
+# block (at most MAX_ADAPTIVE_K + 1 = 9), and needs no split to agree with a step's
 
 
 def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int,
@@ -146,16 +154,19 @@ def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: in
     qg = (q if quantized else q.to(kv.k.dtype)).reshape(Hkv, rows, D).contiguous()
     sms = _num_sms(q.device.index or 0) if q.device.type == "cuda" else INTERPRETER_SMS
     S = num_splits(kv_len, Hkv, sms, cfg["waves"])
+    # "consistent": a query row's arithmetic the same whatever else shares its pass (a one-token
+    # step or a verify block: one row tile size, split points from the end rounded up to a
+    # granule). Without it, on the H200 a 7B's 5-token verify blocks moved the logits of single
+    # steps by up to 4.4% and flipped 11 of 125 argmaxes, which speculation pays for in
+    # rejected tokens (verify_consistency.py, BENCHMARKS.md); with it, bit for bit the same
+    consistent = bool(cfg["consistent"])
+    block_m = 64 if consistent else max(16, min(64, triton.next_power_of_2(rows)))
+    if T > MAX_BLOCK_TOKENS:  # a prefill chunk: its row tiles fill the GPU, splits would only
+        S = max(1, S // triton.cdiv(rows, block_m))  # add partial results ([H_kv, S, rows, D])
     part_m = torch.empty((Hkv, S, rows), dtype=torch.float32, device=q.device)
     part_l = torch.empty_like(part_m)
     part_o = torch.empty((Hkv, S, rows, D), dtype=torch.float32, device=q.device)
     out = torch.empty((Hkv, rows, D), dtype=qg.dtype, device=q.device)
-    # "consistent": a query row's arithmetic the same whatever else shares its pass (a one-token
-    # step or a verify block: one row tile size, split points from the bucket); costs idle
-    # splits where the position is short of its bucket. Off by default until the H200 says
-    # what it costs and whether it makes steps and verify blocks agree (verify_consistency.py)
-    consistent = bool(cfg.get("consistent", False))
-    block_m = 64 if consistent else max(16, min(64, triton.next_power_of_2(rows)))
     block_d = max(16, triton.next_power_of_2(D))
     ks = kv.k_scale if quantized else kv.k  # unread when not QUANTIZED: any pointer will do
     vs = kv.v_scale if quantized else kv.v
@@ -163,7 +174,8 @@ def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: in
         qg, kv.k, kv.v, ks, vs, kv.table, pos, part_m, part_l, part_o, kv_len, S, float(scaling),
         kv.k.stride(0), kv.k.stride(1), ks.stride(0), ks.stride(1),
         ROWS=rows, T=T, D=D, B=B, BLOCK_M=block_m, BLOCK_N=cfg["block_n"], BLOCK_D=block_d,
-        QUANTIZED=quantized, IEEE=qg.dtype == torch.float32, FIXED_SPLITS=consistent,
+        QUANTIZED=quantized, IEEE=qg.dtype == torch.float32,
+        GRANULE=int(cfg["granule"]) if consistent else 0,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     _combine[(Hkv, rows)](part_m, part_l, part_o, out, S, ROWS=rows, D=D,
                           BLOCK_S=max(2, triton.next_power_of_2(S)), BLOCK_D=block_d,

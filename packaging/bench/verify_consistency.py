@@ -8,7 +8,7 @@ from 0.5-0.8 to 0.09-0.17 once the Triton kernel read bf16 caches (SDPA had befo
 synthetic draft proposes a one-token-step run's tokens, so any argmax a verify block decides
 differently sends the sequence off that reference. This measures the suspected cause.
 Usage (repository root): python3 packaging/bench/verify_consistency.py \\
-    --model packaging/bench/qwen2.5-7b [--backends sdpa triton triton-consistent] [--tokens 128]
+    --model packaging/bench/qwen2.5-7b [--backends sdpa triton triton-per-pass] [--tokens 128]
     [--block 5]
 """
 
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--quant", default="bf16")
-    ap.add_argument("--backends", nargs="+", default=["sdpa", "triton", "triton-consistent"])
+    ap.add_argument("--backends", nargs="+", default=["sdpa", "triton", "triton-per-pass"])
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--block", type=int, default=5)
     ap.add_argument("--prompt-len", type=int, default=512)
@@ -75,11 +75,11 @@ def main(argv=None) -> int:
     lm = loader.random_model(_folder_for_random(a.model), req)
     prompt = _prompts(1, a.prompt_len, lm.model.config.vocab_size, seed=0)[0]
     for how in a.backends:
-        # "triton-consistent": the kernel's setting that fixes a row's arithmetic whatever shares
-        # its pass (decode_attention_kernel.py)
-        os.environ[attention_backend.ENV] = how.removesuffix("-consistent")
+        # "triton" fixes a row's arithmetic whatever shares its pass (the default since
+        # 2026-11-29); "triton-per-pass" splits each pass's keys by its own end, as before
+        os.environ[attention_backend.ENV] = how.removesuffix("-per-pass")
         os.environ[attention_backend.CONFIG_ENV] = (
-            '{"consistent": true}' if how.endswith("-consistent") else "")
+            '{"consistent": false}' if how.endswith("-per-pass") else "")
         session = Session(lm, "auto")
         if session.decoder.mode == "graph":  # verify blocks replayed as graphs, as speculation does
             session.decoder.capture_blocks([a.block])

@@ -8,6 +8,9 @@ whose every decode step and verify block reads the session's arena through the k
 
 from __future__ import annotations
 
+import pytest
+
+from engine.decode import KERNEL_PREFILL_ENV, SHORT_PREFILL, kernel_prefill
 from tests.engine.helpers import INTERPRETER, interpreted
 
 INTERPRETED = """
@@ -115,3 +118,62 @@ def test_generations_through_the_kernel_equal_the_reference_paths(tiny_model):
     over five blocks: greedy tokens equal those of the CPU paths (SDPA over a gathered copy for
     fp32, the PyTorch reference for int8), every decode attention going through the kernel."""
     interpreted(GENERATIONS, str(tiny_model))
+
+
+LONG_PREFILL = """
+import os, sys
+import torch
+from engine import attention_backend, decode_attention
+from engine.decode import KERNEL_PREFILL_ENV
+from engine.events import GenerateRequest, LoadRequest, SamplingParams
+from engine.session import Session
+
+torch.set_num_threads(1)
+path = sys.argv[1]
+req = GenerateRequest(prompt_ids=tuple(range(40, 190)), max_new_tokens=12,
+                      sampling=SamplingParams(temperature=0.0))
+tokens = lambda s: [i for e in s.generate(req) if hasattr(e, "token_ids") for i in e.token_ids]
+for kv in ("fp32", "int8"):
+    want = tokens(Session.load(LoadRequest(path, device="cpu", kv_dtype=kv)))  # the modules
+    os.environ[KERNEL_PREFILL_ENV] = "all"
+    s = Session.load(LoadRequest(path, device="cpu", kv_dtype=kv))
+    del os.environ[KERNEL_PREFILL_ENV]
+    calls = []
+    attend, choose = decode_attention.attend, attention_backend.choose
+    def counted(q, kv_, pos, kv_len, scaling, how):
+        calls.append((how, q.shape[2]))
+        return attend(q, kv_, pos, kv_len, scaling, how)
+    decode_attention.attend = counted
+    attention_backend.choose = lambda *args: "triton"
+    os.environ[KERNEL_PREFILL_ENV] = "all"
+    try:
+        got = tokens(s)
+    finally:
+        decode_attention.attend, attention_backend.choose = attend, choose
+        del os.environ[KERNEL_PREFILL_ENV]
+    assert got == want, (kv, got, want)
+    assert ("triton", 150) in calls, calls[:3]  # the whole prompt: one chunk through the kernel
+print("ok")
+"""
+
+
+@INTERPRETER
+def test_a_long_prefill_chunk_through_the_kernel_equals_the_modules(tiny_model):
+    """With HEARTH_KERNEL_PREFILL=all a 150-token prompt is one chunk of the family step, its
+    attention the kernel over fewer splits (a prefill's row tiles fill the GPU): greedy tokens
+    equal those of transformers' modules, fp32 and int8."""
+    interpreted(LONG_PREFILL, str(tiny_model))
+
+
+def test_the_kernel_prefill_setting(monkeypatch):
+    """HEARTH_KERNEL_PREFILL: unset is SHORT_PREFILL, a number is that many tokens, all is any
+    chunk; anything else is refused with the setting's name."""
+    monkeypatch.delenv(KERNEL_PREFILL_ENV, raising=False)
+    assert kernel_prefill() == SHORT_PREFILL
+    monkeypatch.setenv(KERNEL_PREFILL_ENV, "512")
+    assert kernel_prefill() == 512
+    monkeypatch.setenv(KERNEL_PREFILL_ENV, "all")
+    assert kernel_prefill() > 10**9
+    monkeypatch.setenv(KERNEL_PREFILL_ENV, "lots")
+    with pytest.raises(ValueError, match=KERNEL_PREFILL_ENV):
+        kernel_prefill()
