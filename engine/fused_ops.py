@@ -20,7 +20,10 @@ ENV = "HEARTH_FUSED_OPS"  # auto (default) | off
 NOTE = "norms, SiLU * up and RoPE with the K/V stores: one Triton launch each"
 PROBE_TOKENS = 64  # the probe cache the RoPE piece writes into at load
 TOLERANCE = 1e-2  # relative: the two round alike step for step (the interpreter tests see 0 to
-# 1e-7 in fp32, 0 to 7e-6 in fp16); a wrong row or column moves whole values
+# 1e-7 in fp32, 0 to 7e-6 in fp16); a wrong row or column moves whole values (about 1.4)
+READ_BACK_TOLERANCE = 0.1  # int8/fp8 K/V read back: where the 16-bit inputs differ by their
+# rounding, a code moves one step, and one e4m3 step is up to 12.5% of a value (a bf16 probe on
+# the H200 read back 1.2e-2 apart over fp8 and left the step unfused)
 
 
 def wanted(device: torch.device) -> bool:
@@ -42,7 +45,7 @@ def enable(step) -> str | None:
         from engine import fused_ops_kernel as K
 
         g = torch.Generator(device="cpu").manual_seed(0)
-        worst = 0.0
+        worst = 0.0  # the largest error over its tolerance
         for T in (1, 5):
             x, d = (torch.randn(1, T, hidden, generator=g).to(device, dtype) for _ in range(2))
             gu = torch.randn(1, T, 2 * width, generator=g).to(device, dtype)
@@ -50,17 +53,19 @@ def enable(step) -> str | None:
                      *zip(K.add_rms(x, d, w, step.eps), step.add_rms(x, d, w), strict=True),
                      (K.silu_mul(gu), step.silu_mul(gu))]
             pairs += _rope_pairs(step, K, T, g, device, dtype)
-            for got, want in pairs:
+            for i, (got, want) in enumerate(pairs):
                 want = want.float()
-                worst = max(worst, ((got.float() - want).norm() / want.norm()).item())
+                error = ((got.float() - want).norm() / want.norm()).item()
+                read_back = i >= len(pairs) - 2 and step.cache.quantized
+                worst = max(worst, error / (READ_BACK_TOLERANCE if read_back else TOLERANCE))
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # a failed launch reports here
     except Exception as e:  # whatever broke, the PyTorch pieces still compute the same
         return (f"the fused decode-step kernels failed here ({type(e).__name__}: "
                 f"{str(e)[:200]}); the step keeps PyTorch's pieces")
-    if not worst < TOLERANCE:  # (NaN included)
-        return (f"the fused decode-step kernels disagreed with PyTorch's pieces here (relative "
-                f"error {worst:.1e}); the step keeps PyTorch's pieces")
+    if not worst < 1:  # (NaN included)
+        return (f"the fused decode-step kernels disagreed with PyTorch's pieces here ({worst:.1f}"
+                f" times the relative error allowed); the step keeps PyTorch's pieces")
     eps = step.eps
     step.fns.update(rms=lambda x, w: K.rms(x, w, eps),
                     add_rms=lambda x, delta, w: K.add_rms(x, delta, w, eps),

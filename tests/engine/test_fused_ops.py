@@ -99,19 +99,59 @@ GPU = pytest.mark.skipif(not (torch.cuda.is_available() and fused_ops.wanted(tor
                          reason="needs a CUDA GPU with Triton")
 
 
+def _teacher_forced_logits(session: Session, ids: torch.Tensor, start: int) -> torch.Tensor:
+    """Prefill ids[:start], then one graph step per later token: [steps, vocab] in fp32."""
+    session.decoder.forward(ids[:start], 0)
+    return torch.stack([session.decoder.step(ids[p:p + 1], p).float().reshape(-1).clone()
+                        for p in range(start, len(ids))])
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a - b).norm(dim=-1) / b.norm(dim=-1)
+
+
 @GPU
 def test_a_gpu_session_uses_the_fused_pieces(tiny_model_bf16, monkeypatch):
-    """bf16 on the GPU: the load says the pieces are fused, and teacher-forced decode steps
-    (graphs both) give the logits of a session with HEARTH_FUSED_OPS=off within bf16 rounding."""
+    """bf16 on the GPU: the load says the pieces are fused, and teacher-forced graph steps land
+    as close to the same weights computed in fp32 as PyTorch's bf16 pieces do. Two correct bf16
+    step orders differ from each other by about their distance from fp32 (1e-2 on this random
+    model), so that distance is the yardstick, not a fixed figure."""
+    ids = torch.randint(3, 2048, (160,), generator=torch.Generator().manual_seed(9)).cuda()
     fused = Session.load(LoadRequest(str(tiny_model_bf16), device="cuda", context=512))
     assert fused_ops.NOTE in fused.loaded_event().notes
+    got = _teacher_forced_logits(fused, ids, 100)
     monkeypatch.setenv(fused_ops.ENV, "off")
     plain = Session.load(LoadRequest(str(tiny_model_bf16), device="cuda", context=512))
     assert fused_ops.NOTE not in plain.loaded_event().notes
-    ids = torch.randint(3, 2048, (160,), generator=torch.Generator().manual_seed(9)).cuda()
-    for s in (fused, plain):
-        s.decoder.forward(ids[:100], 0)
-    for p in range(100, 160):
-        a = fused.decoder.step(ids[p:p + 1], p).float().clone()
-        b = plain.decoder.step(ids[p:p + 1], p).float()
-        assert ((a - b).norm() / b.norm()).item() < 1e-2, p
+    pieces = _teacher_forced_logits(plain, ids, 100)
+    exact = _teacher_forced_logits(Session.load(LoadRequest(
+        str(tiny_model_bf16), device="cuda", context=512, quant="fp32")), ids, 100)
+    fused_err, plain_err = _relative(got, exact), _relative(pieces, exact)
+    assert plain_err.median() > 0  # bf16 really rounds: the yardstick is not zero
+    assert fused_err.median() <= 1.25 * plain_err.median(), (fused_err, plain_err)
+    assert fused_err.max() <= 2 * plain_err.max(), (fused_err, plain_err)
+
+
+@GPU
+@pytest.mark.parametrize("kv", ["int8", "fp8"])
+def test_fused_quantizing_stores_match_pytorchs(kv, tiny_model, monkeypatch):
+    """fp32 with an int8/fp8 cache: the fused q/k/v piece quantizes what PyTorch's pieces
+    quantize. Issue 6's measure for two orders of the same arithmetic: at most 1e-4 of the codes
+    differ, each by one step, and the teacher-forced logits agree within 1e-4 relative."""
+    if kv == "fp8" and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 e4m3 in Triton needs compute capability 8.9")
+    ids = torch.randint(3, 2048, (300,), generator=torch.Generator().manual_seed(6)).cuda()
+    runs = []
+    for setting in ("auto", "off"):
+        monkeypatch.setenv(fused_ops.ENV, setting)
+        s = Session.load(LoadRequest(str(tiny_model), device="cuda", context=512, kv_dtype=kv,
+                                     quant="fp32"))  # (bf16 is the default on a GPU)
+        assert (fused_ops.NOTE in s.loaded_event().notes) == (setting == "auto")
+        runs.append((s, _teacher_forced_logits(s, ids, 240)))
+    (a, la), (b, lb) = runs
+    assert _relative(la, lb).max() < 1e-4
+    for layer in range(len(a.decoder.family.layers)):
+        for x, y in zip(a.cache.stored(layer, 300)[:2], b.cache.stored(layer, 300)[:2],
+                        strict=True):  # K, V codes [1, H_kv, 300, D]
+            codes = (x.view(torch.int8).int() - y.view(torch.int8).int()).abs()
+            assert codes.max() <= 1 and (codes > 0).float().mean() <= 1e-4, (layer, codes.sum())

@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from engine import attention_backend, decode_attention, kv_quant
+from engine import attention_backend, decode_attention, fused_ops, kv_quant
 from engine.eval import run_eval
 from engine.events import GenerateRequest, LoadRequest, SamplingParams
 from engine.kv_cache import KVCache
@@ -502,11 +502,13 @@ def test_triton_kernel_equals_the_reference(kv, H, Hkv, D, T, kv_len, positions)
 
 @TRITON
 @pytest.mark.parametrize("kv", ["bf16", *QUANTIZED])
-def test_graph_decode_over_a_quantized_cache_equals_eager(kv, tiny_model):
+def test_graph_decode_over_a_quantized_cache_equals_eager(kv, tiny_model, monkeypatch):
     """The captured steps (quantize-on-write and the Triton kernel inside the graph, positions
     from device tensors) compute what the same step computes eagerly, teacher-forced across
     the 256/512 buckets; with int8/fp8 the generic path, reading the same cache through the same
-    kernel, gives the same greedy tokens."""
+    kernel, gives the same greedy tokens in fp32 as the graph step built from the same PyTorch
+    pieces (the fused pieces round in another order: test_fused_ops.py holds them to issue 6's
+    measure, and a one-step code flip can turn a near tie on this random model)."""
     if kv == "fp8" and torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("fp8 e4m3 in Triton needs compute capability 8.9")
     s = Session.load(LoadRequest(str(tiny_model), device="cuda", context=512, kv_dtype=kv))
@@ -521,10 +523,14 @@ def test_graph_decode_over_a_quantized_cache_equals_eager(kv, tiny_model):
         assert ((graphed - eager).norm() / eager.norm()).item() < 1e-5
     if kv == "bf16":
         return
+    monkeypatch.setenv(fused_ops.ENV, "off")  # fp32: a short prefill runs the engine's own
+    # layer step, the generic path transformers' modules; in bf16 they round apart
+    graph = Session.load(LoadRequest(str(tiny_model), device="cuda", context=512, kv_dtype=kv,
+                                     quant="fp32"))
     generic = Session.load(LoadRequest(str(tiny_model), device="cuda", context=512,
-                                       kv_dtype=kv, eager=True))
+                                       kv_dtype=kv, eager=True, quant="fp32"))
     assert token_ids(list(generic.generate(greedy_request(n=24)))) == token_ids(
-        list(s.generate(greedy_request(n=24))))
+        list(graph.generate(greedy_request(n=24))))
 
 
 @TRITON
