@@ -100,6 +100,9 @@ class TPLeader:
         self._await("ready", "start")  # died on its way up (import, device)
         if self.backend == "nccl":
             os.environ.update(NO_MULTICAST)  # rank 0's own communicator reads them here
+            # NCCL logs to stdout, which is the JSON channel here: under NCCL_DEBUG=WARN its
+            # version line broke `hearth run --json --tensor-parallel 2` on the H200
+            os.environ.setdefault("NCCL_DEBUG_FILE", "/dev/stderr")
             torch.cuda.set_device(self.device)
         dist.init_process_group(self.backend, store=self._store, rank=0, world_size=n,
                                 timeout=TIMEOUT, **device_id(self.device))

@@ -17,6 +17,7 @@
 #   bash packaging/bench/tp.sh exact    # the 7B in fp32 against one GPU, and 2
 #   bash packaging/bench/tp.sh diag     # the 0.5B shape only
 #   bash packaging/bench/tp.sh check    # 1 and 2;   bash packaging/bench/tp.sh cli   # 3 only
+#   bash packaging/bench/tp.sh fused    # 1 uncompiled, the CLI's bench at tp 2 and 1, the demo
 set -u
 source packaging/bench/device_env.sh
 # multicast stays off in every process (the device's KINDS.md); NVML and CUDA count GPUs alike
@@ -55,6 +56,12 @@ run_demo() {  # tensor-parallel size: the bundled demo model, greedy, one JSON e
         --temperature 0 --max-new-tokens 64 --json --tensor-parallel "$1" \
         >"$OUT/run_tp$1.jsonl" 2>>"$LOG" || echo "FAILED run tp=$1" | tee -a "$LOG"
 }
+case "${1:-full}" in fused)  # since the fused step pieces (the one-GPU default): uncompiled, both
+    check 7b-tp2-vs-1-fused 150 $B/qwen2.5-7b --tp 2
+    bench 7b-bf16-tp2-fused --model $B/qwen2.5-7b --random-weights --quant bf16 --tensor-parallel 2
+    bench 7b-bf16-tp1-fused --model $B/qwen2.5-7b --random-weights --quant bf16
+    run_demo 1; run_demo 2 ;;
+esac
 case "${1:-full}" in diag)  # the smallest shape, quickly: does the lockstep run at all
     check 05b-tp2-vs-1 90 $B/qwen2.5-0.5b --tp 2 --steps 32 --new-tokens 64 ;;
 esac
@@ -82,9 +89,15 @@ esac
 python3 - "$OUT" <<'EOF' | tee "$OUT/summary.md"
 import json, os, sys
 out = sys.argv[1]
-def lines(name):
+def lines(name):  # JSON lines; anything else on a --json stdout breaks the CLI contract: said
     path = os.path.join(out, name)
-    return [json.loads(l) for l in open(path) if l.strip()] if os.path.exists(path) else []
+    rows = []
+    for l in (open(path) if os.path.exists(path) else []):
+        try:
+            rows.append(json.loads(l)) if l.strip() else None
+        except ValueError:
+            print(f"NOT JSON in {name}: {l.strip()[:120]}")
+    return rows
 print("| tp_check | tp tok/s | 1-GPU tok/s | speedup | agrees (1e-2) | within yardstick | NVML peak GiB/GPU | planned GiB/GPU (less margin) | error |")
 print("|---|---|---|---|---|---|---|---|---|")
 for r in lines("tp_check.jsonl"):
