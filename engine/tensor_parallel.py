@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from engine.events import BadRequest
 from engine.kv_cache import KVCache
 from engine.layers import FamilyStep, LayerParams, _linear, in_family
+from engine.tp_all_reduce import AllReduce
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # all_gather_into_tensor is deprecated from torch 2.13 on; the H200 image runs 2.11
@@ -180,12 +181,11 @@ def vocab_rows(weight: torch.Tensor, rank: int, spec: TPSpec) -> torch.Tensor:
 class RowParallel:
     """y = x_r @ W_r^T summed over ranks: each rank holds a slice of the input features."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
-        self.weight, self.bias = weight, bias
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, reduce: AllReduce):
+        self.weight, self.bias, self.reduce = weight, bias, reduce
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight)
-        dist.all_reduce(y)  # the one collective after each row-parallel linear
+        y = self.reduce.linear(x, self.weight)  # the one collective after each such linear
         return y if self.bias is None else y + self.bias  # once, after the sum
 
 
@@ -220,9 +220,12 @@ class TPStep(FamilyStep):
         lm = vocab_rows(self.embed, rank, spec) if spec.tied else w["lm_head"]
         self.lm_head = VocabParallel(lm, spec.vocab_size, n)
         self.rope_scale, self.scaling = spec.rope_scale, spec.scaling
+        self.all_reduce = AllReduce()  # NCCL until setup_all_reduce finds a faster sum
+        self.hidden_size = spec.hidden_size
         self.layers = [
-            LayerParams(w[p + "qkv"], w.get(p + "qkv_bias"), RowParallel(w[p + "o"],
-                        w.get(p + "o_bias")), w[p + "gate_up"], RowParallel(w[p + "down"]),
+            LayerParams(w[p + "qkv"], w.get(p + "qkv_bias"),
+                        RowParallel(w[p + "o"], w.get(p + "o_bias"), self.all_reduce),
+                        w[p + "gate_up"], RowParallel(w[p + "down"], None, self.all_reduce),
                         w[p + "ln_in"], w[p + "ln_post"], w.get(p + "q_norm"), w.get(p + "k_norm"))
             for p in (f"layers.{i}." for i in range(spec.num_layers))]
         self._init_pieces()

@@ -227,6 +227,7 @@ class TPLeader:
             self._header(OP_SETUP, int(allow_graph), int(compile_layers))
             self.rank.setup(allow_graph, compile_layers)
         self._run(run)
+        self.notes.extend(self.rank.notes)
         if self.rank.graphs:
             self.mode = "graph"
             self.notes.append(f"decode step captured as {len(self.rank.graphs)} CUDA graphs on "

@@ -50,6 +50,7 @@ class Rank:
         self.token = torch.zeros(1, dtype=torch.long, device=device)  # graph inputs
         self.pos = torch.zeros(1, dtype=torch.long, device=device)
         self.num_steps = 0
+        self.notes: list[str] = []  # what setup chose, for rank 0's load event
 
     @torch.inference_mode()
     def prefill(self, ids: torch.Tensor, start: int) -> torch.Tensor:
@@ -85,6 +86,9 @@ class Rank:
             self.step_fn.compile()
         elif fused_ops.wanted(self.device):
             fused_ops.enable(self.step_fn)  # no collectives inside: ranks may differ here
+        step = self.step_fn  # the sum after each row-parallel linear, agreed by every rank
+        note = step.all_reduce.setup(step.hidden_size, step.embed.dtype, self.device)
+        self.notes = [note] if note else []
         if self.device.type != "cuda" or not allow_graph:
             return
         # the warm-up off the capture stream also does NCCL's lazy setup

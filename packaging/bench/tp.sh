@@ -18,6 +18,7 @@
 #   bash packaging/bench/tp.sh diag     # the 0.5B shape only
 #   bash packaging/bench/tp.sh check    # 1 and 2;   bash packaging/bench/tp.sh cli   # 3 only
 #   bash packaging/bench/tp.sh fused    # 1 uncompiled, the CLI's bench at tp 2 and 1, the demo
+#   bash packaging/bench/tp.sh allreduce  # 1 uncompiled with the all-reduce chosen, then NCCL's
 set -u
 source packaging/bench/device_env.sh
 # multicast stays off in every process (the device's KINDS.md); NVML and CUDA count GPUs alike
@@ -61,6 +62,10 @@ case "${1:-full}" in fused)  # since the fused step pieces (the one-GPU default)
     bench 7b-bf16-tp2-fused --model $B/qwen2.5-7b --random-weights --quant bf16 --tensor-parallel 2
     bench 7b-bf16-tp1-fused --model $B/qwen2.5-7b --random-weights --quant bf16
     run_demo 1; run_demo 2 ;;
+esac
+case "${1:-full}" in allreduce)  # the all-reduce chosen at setup (tp_all_reduce.py) against NCCL's
+    check 7b-tp2-vs-1-auto 150 $B/qwen2.5-7b --tp 2
+    HEARTH_TP_ALL_REDUCE=nccl check 7b-tp2-vs-1-nccl 150 $B/qwen2.5-7b --tp 2 ;;
 esac
 case "${1:-full}" in diag)  # the smallest shape, quickly: does the lockstep run at all
     check 05b-tp2-vs-1 90 $B/qwen2.5-0.5b --tp 2 --steps 32 --new-tokens 64 ;;
