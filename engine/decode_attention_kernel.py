@@ -17,6 +17,7 @@ import triton.language as tl
 
 from engine.attention_backend import CONFIG_ENV
 from engine.decode_splits import num_splits
+from engine.events import MAX_SPECULATIVE_TOKENS
 from engine.kv_cache import LayerKV
 
 # Launch settings, for 16-bit and for quantized caches: keys per loop iteration (block_n),
@@ -135,8 +136,8 @@ def _num_sms(index: int) -> int:
 
 
 INTERPRETER_SMS = 4  # Triton's CPU interpreter (tests): a few splits, as on a small GPU
-MAX_BLOCK_TOKENS = 16  # a pass of more query tokens is a prefill chunk, not a step or a verify
-# block (at most MAX_ADAPTIVE_K + 1 = 9), and needs no split to agree with a step's
+MAX_BLOCK_TOKENS = MAX_SPECULATIVE_TOKENS + 1  # a pass of more query tokens is a prefill chunk,
+# not a step or a verify block, and needs no split to agree with a step's
 
 
 def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int,

@@ -159,9 +159,10 @@ def _symmetric_memory(dtype: torch.dtype, device: torch.device):
     def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         T, n = x.shape[1], weight.shape[0]
         buffer = buffers[turn[0]]
-        turn[0] ^= 1  # every rank makes the same calls in the same order: the same turn
+        turn[0] ^= 1  # every rank makes the same calls in the same order: the same turn; a
+        # pass makes two a layer, so each captured step begins on the same buffer
         product = buffer[: T * n]
-        torch.mm(x.view(T, -1), weight.t(), out=product.view(T, n))  # [T, in/N] @ [in/N, n]
+        torch.mm(x.reshape(T, -1), weight.t(), out=product.view(T, n))  # [T, in/N] @ [in/N, n]
         return op(product, "sum", group).view(1, T, n)
 
     def join():

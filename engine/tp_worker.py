@@ -86,8 +86,10 @@ class Rank:
             self.step_fn.compile()
         elif fused_ops.wanted(self.device):
             fused_ops.enable(self.step_fn)  # no collectives inside: ranks may differ here
-        step = self.step_fn  # the sum after each row-parallel linear, agreed by every rank
-        note = step.all_reduce.setup(step.hidden_size, step.embed.dtype, self.device)
+        step = self.step_fn  # the sum after each row-parallel linear, agreed by every rank;
+        # compiled layers keep NCCL (the symmetric buffers' turns are Python state)
+        note = None if compile_layers else step.all_reduce.setup(
+            step.hidden_size, step.embed.dtype, self.device)
         self.notes = [note] if note else []
         if self.device.type != "cuda" or not allow_graph:
             return
