@@ -41,6 +41,13 @@ class TPFailed(RuntimeError):
     """One rank failed and every rank was ended: one sentence naming the rank and its error."""
 
 
+def rank0_nccl_env(environ) -> dict[str, str]:
+    """What rank 0's process sets before NCCL starts in it: multicast off, and NCCL's log on
+    stderr unless the user sent it elsewhere. Its stdout is the JSON channel (the worker's, or
+    `hearth run --json`'s): under NCCL_DEBUG=WARN the version line broke it on the H200."""
+    return {**NO_MULTICAST, "NCCL_DEBUG_FILE": environ.get("NCCL_DEBUG_FILE", "/dev/stderr")}
+
+
 class TPLeader:
     """Rank 0: the Decoder-shaped face of N GPUs (forward, step, setup_fast_path, cache, mode,
     notes) for the session; it starts, drives and supervises the followers."""
@@ -99,10 +106,7 @@ class TPLeader:
                     stderr=log)
         self._await("ready", "start")  # died on its way up (import, device)
         if self.backend == "nccl":
-            os.environ.update(NO_MULTICAST)  # rank 0's own communicator reads them here
-            # NCCL logs to stdout, which is the JSON channel here: under NCCL_DEBUG=WARN its
-            # version line broke `hearth run --json --tensor-parallel 2` on the H200
-            os.environ.setdefault("NCCL_DEBUG_FILE", "/dev/stderr")
+            os.environ.update(rank0_nccl_env(os.environ))  # its communicator reads them here
             torch.cuda.set_device(self.device)
         dist.init_process_group(self.backend, store=self._store, rank=0, world_size=n,
                                 timeout=TIMEOUT, **device_id(self.device))

@@ -15,7 +15,7 @@ from engine.child_env import NO_MULTICAST, child_env
 from engine.events import BadRequest, LoadRequest
 from engine.session import Session
 from engine.tensor_parallel import TPSpec, layout, shard, spec_of, vocab_rows
-from engine.tp_leader import TPFailed, TPLeader
+from engine.tp_leader import TPFailed, TPLeader, rank0_nccl_env
 from engine.tp_worker import FAIL_ENV
 
 CONTEXT = 512
@@ -69,6 +69,12 @@ def test_uneven_or_unsupported_cuts_are_bad_requests(tiny_models):
             spec_of(model, n, CONTEXT, "fp32")
     with pytest.raises(BadRequest, match="gemma"):
         spec_of(_session(tiny_models["gemma"]).lm.model, 2, CONTEXT, "fp32")
+
+
+def test_rank_0_keeps_nccls_log_off_its_json_stdout():
+    env = rank0_nccl_env({"NCCL_DEBUG": "WARN"})
+    assert env["NCCL_DEBUG_FILE"] == "/dev/stderr" and NO_MULTICAST.items() <= env.items()
+    assert rank0_nccl_env({"NCCL_DEBUG_FILE": "/tmp/n.%p"})["NCCL_DEBUG_FILE"] == "/tmp/n.%p"
 
 
 def test_vocab_rows_pad_the_last_rank():
