@@ -220,7 +220,7 @@ class TPStep(FamilyStep):
         lm = vocab_rows(self.embed, rank, spec) if spec.tied else w["lm_head"]
         self.lm_head = VocabParallel(lm, spec.vocab_size, n)
         self.rope_scale, self.scaling = spec.rope_scale, spec.scaling
-        self.all_reduce = AllReduce()  # NCCL until setup_all_reduce finds a faster sum
+        self.all_reduce = AllReduce()  # NCCL until its setup (Rank.setup) finds a faster sum
         self.hidden_size = spec.hidden_size
         self.layers = [
             LayerParams(w[p + "qkv"], w.get(p + "qkv_bias"),
