@@ -2,15 +2,13 @@
 # Prefill through the engine's own layer step and the decode kernel (HEARTH_KERNEL_PREFILL=all)
 # against transformers' modules over SDPA for chunks past 64 tokens (the default), on the H200 in
 # one call of the device tool: about 6 minutes. Written 2026-11-29 without a GPU: not yet run.
+# (speculative.sh times speculation with the draft's prefill through the kernel.)
 #  1. GPU tests of the kernel's prefill and short-prefill paths;
 #  2. `hearth bench`, Qwen2.5-7B shape, bf16, 8 new tokens, 1 prompt: TTFT at 512, 4,096 and
 #     32,000-token prompts, the default and all;
-#  3. issue 8's TTFT targets (prefix_ttft.py), the default and all;
-#  4. speculation's switch-off since the judgement reads the acceptance estimate (A 0.3, 0.5,
-#     0.8), and at 0.5 and 0.8 with the prefills through the kernel (the draft's prompt prefill,
-#     an eager pass of about six 7B steps on this host, was 5% of a 128-token answer).
-# Results: $OUT/pytest.txt, prefill.jsonl, ttft_default.jsonl, ttft_all.jsonl, spec.jsonl,
-# summary.md, log.txt.
+#  3. issue 8's TTFT targets (prefix_ttft.py), the default and all.
+# Results: $OUT/pytest.txt, prefill.jsonl, ttft_default.jsonl, ttft_all.jsonl, summary.md,
+# log.txt.
 set -u
 source packaging/bench/device_env.sh
 B=packaging/bench
@@ -34,12 +32,3 @@ for how in default all; do
     HEARTH_KERNEL_PREFILL=$([ $how = all ] && echo all) timeout 100 python3 $B/prefix_ttft.py \
         --model $B/qwen2.5-7b --quant bf16 --json "$OUT/ttft_$how.jsonl" 2>>"$LOG" | tee -a "$OUT/summary.md"
 done
-PAIR="--model $B/qwen2.5-7b --random-weights --quant bf16 --draft $B/qwen2.5-0.5b --new-tokens 128"
-for A in 0.5 0.3 0.8; do
-    run spec.jsonl "7b-05b-alpha$A-k4" $PAIR --synthetic-acceptance $A --num-speculative-tokens 4
-done
-for A in 0.5 0.8; do  # the draft's prompt prefill (judged sunk) through the kernel too
-    HEARTH_KERNEL_PREFILL=all run spec.jsonl "7b-05b-alpha$A-k4-kernel-prefill" $PAIR \
-        --synthetic-acceptance $A --num-speculative-tokens 4
-done
-python3 $B/summarize.py --speculative "$OUT/spec.jsonl" | tee -a "$OUT/summary.md"

@@ -2,7 +2,8 @@
 # Speculative decoding on the H200 (issue 7) in one call of the device tool; written without a
 # GPU; its first run found the padded-vocabulary crash (ids past the draft's embedding). First the GPU-only tests (verify blocks captured as CUDA graphs, the bf16
 # teacher-forced check), then `hearth bench`: the 7B target with the 0.5B draft (random weights,
-# synthetic acceptance 0.5/0.7/0.8/0.9 at K = 4, and K = 2/6 at 0.8), the demo pair, and prompt
+# synthetic acceptance 0.3/0.5/0.7/0.8/0.9 at K = 4, 0.5/0.8 with the draft's prefill through the
+# decode kernel, and with SPEC_MORE K = 2/6 at 0.8), the demo pair, and prompt
 # lookup on copy tasks. Results: $OUT/pytest.txt, $OUT/spec.jsonl, $OUT/log.txt.
 # Usage (repo root, bitsandbytes wheel in .whl as for h200.sh): bash packaging/bench/speculative.sh
 set -u
@@ -29,8 +30,13 @@ PAIR="--model $B/qwen2.5-7b --random-weights --quant bf16 --draft $B/qwen2.5-0.5
 # the kernel's "consistent" setting first (see verify_consistency.py), then the default
 [ -n "${SPEC_MORE:-}" ] && HEARTH_DECODE_ATTENTION_CONFIG='{"consistent": true}' \
     bench 7b-05b-alpha0.8-k4-consistent $PAIR --synthetic-acceptance 0.8 --num-speculative-tokens 4
-for A in 0.5 0.7 0.8 0.9; do
+for A in 0.3 0.5 0.7 0.8 0.9; do
     bench "7b-05b-alpha$A-k4" $PAIR --synthetic-acceptance $A --num-speculative-tokens 4
+done
+for A in 0.5 0.8; do  # the draft's prompt prefill (an eager pass of about six 7B steps on this
+    # host: 5% of a 128-token answer) through the engine's layer step and the kernel
+    HEARTH_KERNEL_PREFILL=all bench "7b-05b-alpha$A-k4-kernel-prefill" $PAIR \
+        --synthetic-acceptance $A --num-speculative-tokens 4
 done
 # both models compiled (the fused Triton pieces are the default and were faster on 2026-11-29)
 [ -n "${SPEC_MORE:-}" ] && bench 7b-05b-alpha0.8-k4-compile $PAIR --synthetic-acceptance 0.8 \
