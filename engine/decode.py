@@ -40,8 +40,10 @@ def kv_buckets(context: int) -> list[int]:
 def kernel_prefill() -> int | float:
     """The longest prefill chunk that runs the family step and the decode kernel."""
     setting = os.environ.get(KERNEL_PREFILL_ENV, "")
-    if setting in ("", "all"):
-        return SHORT_PREFILL if not setting else float("inf")
+    if not setting:
+        return SHORT_PREFILL
+    if setting == "all":
+        return float("inf")
     if not setting.isdigit():
         raise ValueError(f"{KERNEL_PREFILL_ENV} must be a number of tokens or all, "
                          f"not {setting!r}")

@@ -221,7 +221,6 @@ class TPStep(FamilyStep):
         self.lm_head = VocabParallel(lm, spec.vocab_size, n)
         self.rope_scale, self.scaling = spec.rope_scale, spec.scaling
         self.all_reduce = AllReduce()  # NCCL until its setup (Rank.setup) finds a faster sum
-        self.hidden_size = spec.hidden_size
         self.layers = [
             LayerParams(w[p + "qkv"], w.get(p + "qkv_bias"),
                         RowParallel(w[p + "o"], w.get(p + "o_bias"), self.all_reduce),

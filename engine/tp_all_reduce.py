@@ -13,6 +13,7 @@ does not need it. `HEARTH_TP_ALL_REDUCE=nccl` keeps NCCL.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 
 import torch
@@ -121,8 +122,6 @@ def _time(fn: Callable, x: torch.Tensor, w: torch.Tensor) -> float:
     for _ in range(3):
         fn(x, w)
     if not x.is_cuda:
-        import time
-
         t = time.perf_counter()
         for _ in range(TRIALS):
             fn(x, w)

@@ -89,7 +89,7 @@ class Rank:
         step = self.step_fn  # the sum after each row-parallel linear, agreed by every rank;
         # compiled layers keep NCCL (the symmetric buffers' turns are Python state)
         note = None if compile_layers else step.all_reduce.setup(
-            step.hidden_size, step.embed.dtype, self.device)
+            step.embed.shape[1], step.embed.dtype, self.device)  # embed: [vocab, hidden]
         self.notes = [note] if note else []
         if self.device.type != "cuda" or not allow_graph:
             return

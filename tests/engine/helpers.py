@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import json
@@ -41,6 +42,26 @@ def interpreted(code: str, *args: str) -> None:
     proc = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+
+
+@contextlib.contextmanager
+def through_the_kernel():
+    """Every decode attention chosen as the Triton kernel (after a load: no load check), for
+    scripts run by `interpreted`; yields the (path, query tokens) of each attention call."""
+    from engine import attention_backend, decode_attention
+
+    calls: list[tuple[str, int]] = []
+    attend, choose = decode_attention.attend, attention_backend.choose
+
+    def counted(q, kv, pos, kv_len, scaling, how):
+        calls.append((how, q.shape[2]))
+        return attend(q, kv, pos, kv_len, scaling, how)
+
+    decode_attention.attend, attention_backend.choose = counted, lambda *args: "triton"
+    try:
+        yield calls
+    finally:
+        decode_attention.attend, attention_backend.choose = attend, choose
 
 
 def hf_greedy(path: Path, prompt: str, max_new_tokens: int) -> list[int]:

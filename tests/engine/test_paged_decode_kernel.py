@@ -59,9 +59,9 @@ print("ok")
 GENERATIONS = """
 import sys
 import torch
-from engine import attention_backend, decode_attention
 from engine.events import GenerateRequest, LoadRequest, SamplingParams
 from engine.session import Session
+from tests.engine.helpers import through_the_kernel
 
 torch.set_num_threads(1)
 path = sys.argv[1]
@@ -76,17 +76,8 @@ for kv in ("fp32", "int8"):
     spec.adaptive = spec.switch_off = False
     assert s.decoder.mode == "static"
     want = tokens(ref, chat)
-    calls = []
-    attend, choose = decode_attention.attend, attention_backend.choose
-    def counted(q, kv_, pos, kv_len, scaling, how):
-        calls.append((how, q.shape[2]))
-        return attend(q, kv_, pos, kv_len, scaling, how)
-    decode_attention.attend = counted
-    attention_backend.choose = lambda *args: "triton"  # after the load: no check_kernel
-    try:
+    with through_the_kernel() as calls:
         got = [tokens(s, chat), tokens(spec, chat)]
-    finally:
-        decode_attention.attend, attention_backend.choose = attend, choose
     assert got == [want, want], (kv, got, want)
     assert {how for how, _ in calls} == {"triton"} and max(T for _, T in calls) > 1, calls[:5]
     assert 35 in {T for _, T in calls}, "the 35-token prompt, one short prefill through the kernel"
@@ -95,12 +86,8 @@ for kv in ("fp32", "int8"):
                                max_new_tokens=20, sampling=greedy)
         fresh = Session.load(LoadRequest(path, device="cpu", kv_dtype=kv))
         want = tokens(fresh, turn)  # 75 tokens: transformers' modules over a gathered copy
-        calls.clear()
-        decode_attention.attend, attention_backend.choose = counted, lambda *args: "triton"
-        try:
+        with through_the_kernel() as calls:
             got = tokens(s, turn)
-        finally:
-            decode_attention.attend, attention_backend.choose = attend, choose
         assert got == want, (got, want)
         assert 0 < min(T for _, T in calls) and max(T for _, T in calls) <= 11, calls
 print("ok")
@@ -123,10 +110,10 @@ def test_generations_through_the_kernel_equal_the_reference_paths(tiny_model):
 LONG_PREFILL = """
 import os, sys
 import torch
-from engine import attention_backend, decode_attention
 from engine.decode import KERNEL_PREFILL_ENV
 from engine.events import GenerateRequest, LoadRequest, SamplingParams
 from engine.session import Session
+from tests.engine.helpers import through_the_kernel
 
 torch.set_num_threads(1)
 path = sys.argv[1]
@@ -135,21 +122,12 @@ req = GenerateRequest(prompt_ids=tuple(range(40, 190)), max_new_tokens=12,
 tokens = lambda s: [i for e in s.generate(req) if hasattr(e, "token_ids") for i in e.token_ids]
 for kv in ("fp32", "int8"):
     want = tokens(Session.load(LoadRequest(path, device="cpu", kv_dtype=kv)))  # the modules
-    os.environ[KERNEL_PREFILL_ENV] = "all"
     s = Session.load(LoadRequest(path, device="cpu", kv_dtype=kv))
-    del os.environ[KERNEL_PREFILL_ENV]
-    calls = []
-    attend, choose = decode_attention.attend, attention_backend.choose
-    def counted(q, kv_, pos, kv_len, scaling, how):
-        calls.append((how, q.shape[2]))
-        return attend(q, kv_, pos, kv_len, scaling, how)
-    decode_attention.attend = counted
-    attention_backend.choose = lambda *args: "triton"
-    os.environ[KERNEL_PREFILL_ENV] = "all"
+    os.environ[KERNEL_PREFILL_ENV] = "all"  # read at each prefill chunk
     try:
-        got = tokens(s)
+        with through_the_kernel() as calls:
+            got = tokens(s)
     finally:
-        decode_attention.attend, attention_backend.choose = attend, choose
         del os.environ[KERNEL_PREFILL_ENV]
     assert got == want, (kv, got, want)
     assert ("triton", 150) in calls, calls[:3]  # the whole prompt: one chunk through the kernel
