@@ -23,9 +23,11 @@ from engine.layers import FamilyStep, supports
 
 MIN_BUCKET = 256
 SHORT_PREFILL = 64  # tokens: a prefill chunk this short runs the family step (forward)
-KERNEL_PREFILL_ENV = "HEARTH_KERNEL_PREFILL"  # tokens, or "all": the longest chunk that runs it
-# (default SHORT_PREFILL). Longer chunks run transformers' modules over SDPA until the H200 says
-# how the kernel's prefill compares (packaging/bench/kernel_prefill.sh)
+KERNEL_PREFILL = 4096  # and so does any chunk that ends within this many tokens of the start:
+# on the H200 (7B, bf16) a 512-token prompt's first token came in 12.6 ms that way against 25.7
+# through transformers' modules over SDPA, 4,096 in 99.3 against 109.8, but 32,000 in 1,528
+# against 1,496: the decode kernel's row tiles do not keep up with flash attention over long KV
+KERNEL_PREFILL_ENV = "HEARTH_KERNEL_PREFILL"  # tokens, or "all": replaces KERNEL_PREFILL
 
 
 def kv_buckets(context: int) -> list[int]:
@@ -38,10 +40,11 @@ def kv_buckets(context: int) -> list[int]:
 
 
 def kernel_prefill() -> int | float:
-    """The longest prefill chunk that runs the family step and the decode kernel."""
+    """The furthest position a prefill chunk may end at and still run the family step and the
+    decode kernel (chunks of at most SHORT_PREFILL tokens run it wherever they end)."""
     setting = os.environ.get(KERNEL_PREFILL_ENV, "")
     if not setting:
-        return SHORT_PREFILL
+        return KERNEL_PREFILL
     if setting == "all":
         return float("inf")
     if not setting.isdigit():
@@ -151,14 +154,15 @@ class Decoder:
     def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         """ids: [T] int64 at positions start..start+T-1 -> logits of the last one, [V].
 
-        A short chunk (a chat's next message after its cached history; any chunk up to
-        kernel_prefill()'s tokens) runs the family step,
+        A short chunk (a chat's next message after its cached history) or one that ends within
+        kernel_prefill() tokens (a prompt, a draft's catch-up on it) runs the family step,
         whose attention is the decode kernel reading the blocks in place, where that kernel
         runs: one pass of the engine's own layer instead of transformers' modules (about 26 ms
         of host work a pass on the H200, whatever its length) over a gathered copy of the whole
         history. Not when compiled: each new length would compile again."""
         T = ids.numel()
-        if (self.family is not None and not self.family.compiled and T <= kernel_prefill()
+        if (self.family is not None and not self.family.compiled
+                and (T <= SHORT_PREFILL or start + T <= kernel_prefill())
                 and decode_attention.backend(self.cache) == "triton"):
             kv_len = next(b for b in self.buckets if b >= start + T)
             self.cache.reserve(start + T)

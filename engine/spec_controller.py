@@ -9,6 +9,7 @@ model: it compares the measured time per token of speculation with a measured pl
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from dataclasses import dataclass
@@ -22,16 +23,22 @@ WINDOW_TOKENS = 16  # tokens emitted by rounds before speculation is judged: whe
 # (0.71x at alpha 0.5 on the H200) each window costs about 0.4 of its tokens' time, so a short one
 # keeps the loss within 5% over a chat's answers; the round time judged is a median, so a short
 # window is not a noisy one
-EARLY_ROUNDS, EARLY_LOSS = 3, 1.5  # judged before the window ends: after this many rounds, if
+EARLY_ROUNDS, EARLY_LOSS = 2, 1.5  # judged before the window ends: after this many rounds, if
 # the rounds alone (no one-off costs) cost more than EARLY_LOSS plain steps a token. Where almost
 # nothing is accepted, a window of 16 tokens is 15 rounds of K draft steps and a verify pass: the
-# H200's second run lost 4-11% over 128-token answers that way; three rounds cost a fifth of it
+# H200's second run lost 4-11% over 128-token answers that way; two rounds cost an eighth of it
 BACKOFF_TOKENS = 64  # plain tokens after a switch-off; doubles while speculation keeps losing
 MAX_BACKOFF_TOKENS = 4096
 ENTRY_SHARE = 0.025  # and at least so many that starting speculation again (a draft's prefill,
 # its catch-up over the plain stretch: about six 7B steps each on the H200's host) costs at most
 # this share of the stretch: re-entries every 64 tokens cost 5-15% where nothing pays
 DECAY = 0.9  # exponential forgetting of old rounds in the acceptance estimate
+JUDGE_Z = 0.5  # speculation is switched off only if it loses even at the estimate plus this
+# many standard errors: judged at the estimate itself, a draft accepted at 0.7 dipped below
+# break-even (about 0.57 at K = 4 on the H200's 7B/0.5B costs) often enough to switch off rounds
+# that won 1.36x. On a model of those costs (packaging/bench/switch_off_sim.py) 0.5 kept the
+# median of three 128-token answers within 4% of plain decoding at alpha 0-0.5 and within 1% of
+# speculation alone at 0.7; 1.0 lost 5% at alpha 0.5
 PRIOR_ALPHA, PRIOR_TESTS = 0.6, 2.0
 SAMPLES = 15  # timings are medians of the last few: one slow step (a first use, another
 # process on the CPU) must not decide
@@ -181,12 +188,21 @@ class Controller:
         if self.adaptive:
             self.k = self.best_k()
 
-    def predicted_per_token(self) -> float:
+    @property
+    def judged_alpha(self) -> float:
+        """The acceptance the switch-off judges by: the estimate plus JUDGE_Z standard errors
+        (a binomial's, over the decayed count of tests)."""
+        a = self.alpha
+        return min(1.0, a + JUDGE_Z * math.sqrt(a * (1.0 - a) / self.tests))
+
+    def predicted_per_token(self, alpha: float | None = None) -> float:
         """Seconds a token of speculation costs at this K: a typical round over the tokens a
-        round yields at the acceptance estimated so far. Judged instead of the window's own
-        yield, which swings with the lengths of a few accepted runs: on the H200's costs, the
-        yield of 16-token windows switched off rounds that won 1.4x at alpha 0.7."""
-        return self.round.value / expected_tokens(self.alpha, self.k)
+        round yields at an acceptance (default: the one estimated for K). Judged instead of
+        the window's own yield, which swings with the lengths of a few accepted runs: on the
+        H200's costs, the yield of 16-token windows switched off rounds that won 1.4x at alpha
+        0.7."""
+        return self.round.value / expected_tokens(self.alpha if alpha is None else alpha,
+                                                  self.k)
 
     def _clearly_losing(self) -> bool:
         """A few rounds of the window already lose by far, whatever the rest would do."""
@@ -195,7 +211,7 @@ class Controller:
                 and self.predicted_per_token() > EARLY_LOSS * self.plain_step_s)
 
     def _judge(self) -> None:
-        per_token = self.predicted_per_token()
+        per_token = self.predicted_per_token(self.judged_alpha)
         self.window_rounds, self.window_tokens = 0, 0
         if self.switch_off and self.plain_step_s and per_token > self.plain_step_s:
             self.switched_off = True

@@ -2,8 +2,8 @@
 # Speculative decoding on the H200 (issue 7) in one call of the device tool; written without a
 # GPU; its first run found the padded-vocabulary crash (ids past the draft's embedding). First the GPU-only tests (verify blocks captured as CUDA graphs, the bf16
 # teacher-forced check), then `hearth bench`: the 7B target with the 0.5B draft (random weights,
-# synthetic acceptance 0.3/0.5/0.7/0.8/0.9 at K = 4, 0.5/0.8 with the draft's prefill through the
-# decode kernel, and with SPEC_MORE K = 2/6 at 0.8), the demo pair, and prompt
+# synthetic acceptance 0.3/0.5/0.7/0.8/0.9 at K = 4; with SPEC_MORE also K = 2/6 at 0.8, and
+# 0.5/0.8 with the draft's prompt prefill through transformers' modules), the demo pair, and prompt
 # lookup on copy tasks. Results: $OUT/pytest.txt, $OUT/spec.jsonl, $OUT/log.txt.
 # Usage (repo root, bitsandbytes wheel in .whl as for h200.sh): bash packaging/bench/speculative.sh
 set -u
@@ -24,7 +24,7 @@ bench() {  # label, then hearth bench arguments
 # acceptance depends on them agreeing (BENCHMARKS.md, the second H200 run)
 echo "== verify_consistency.py" | tee -a "$LOG"
 timeout 150 python3 $B/verify_consistency.py --model $B/qwen2.5-7b \
-    --backends sdpa triton triton-consistent \
+    --backends sdpa triton \
     >"$OUT/consistency.jsonl" 2>>"$LOG"; cat "$OUT/consistency.jsonl" | tee -a "$LOG"
 PAIR="--model $B/qwen2.5-7b --random-weights --quant bf16 --draft $B/qwen2.5-0.5b --new-tokens 128"
 # the kernel's "consistent" setting first (see verify_consistency.py), then the default
@@ -33,9 +33,10 @@ PAIR="--model $B/qwen2.5-7b --random-weights --quant bf16 --draft $B/qwen2.5-0.5
 for A in 0.3 0.5 0.7 0.8 0.9; do
     bench "7b-05b-alpha$A-k4" $PAIR --synthetic-acceptance $A --num-speculative-tokens 4
 done
-for A in 0.5 0.8; do  # the draft's prompt prefill (an eager pass of about six 7B steps on this
-    # host: 5% of a 128-token answer) through the engine's layer step and the kernel
-    HEARTH_KERNEL_PREFILL=all bench "7b-05b-alpha$A-k4-kernel-prefill" $PAIR \
+[ -n "${SPEC_MORE:-}" ] && for A in 0.5 0.8; do  # the draft's prompt prefill through
+    # transformers' modules, as before 2026-11-29's second session (an eager pass of about six
+    # 7B steps on this host: 5% of a 128-token answer)
+    HEARTH_KERNEL_PREFILL=0 bench "7b-05b-alpha$A-k4-modules-prefill" $PAIR \
         --synthetic-acceptance $A --num-speculative-tokens 4
 done
 # both models compiled (the fused Triton pieces are the default and were faster on 2026-11-29)

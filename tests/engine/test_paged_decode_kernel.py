@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.decode import KERNEL_PREFILL_ENV, SHORT_PREFILL, kernel_prefill
+from engine.decode import KERNEL_PREFILL, KERNEL_PREFILL_ENV, kernel_prefill
 from tests.engine.helpers import INTERPRETER, interpreted
 
 INTERPRETED = """
@@ -108,9 +108,8 @@ def test_generations_through_the_kernel_equal_the_reference_paths(tiny_model):
 
 
 LONG_PREFILL = """
-import os, sys
+import sys
 import torch
-from engine.decode import KERNEL_PREFILL_ENV
 from engine.events import GenerateRequest, LoadRequest, SamplingParams
 from engine.session import Session
 from tests.engine.helpers import through_the_kernel
@@ -123,12 +122,8 @@ tokens = lambda s: [i for e in s.generate(req) if hasattr(e, "token_ids") for i 
 for kv in ("fp32", "int8"):
     want = tokens(Session.load(LoadRequest(path, device="cpu", kv_dtype=kv)))  # the modules
     s = Session.load(LoadRequest(path, device="cpu", kv_dtype=kv))
-    os.environ[KERNEL_PREFILL_ENV] = "all"  # read at each prefill chunk
-    try:
-        with through_the_kernel() as calls:
-            got = tokens(s)
-    finally:
-        del os.environ[KERNEL_PREFILL_ENV]
+    with through_the_kernel() as calls:  # the default: a prompt within KERNEL_PREFILL tokens
+        got = tokens(s)
     assert got == want, (kv, got, want)
     assert ("triton", 150) in calls, calls[:3]  # the whole prompt: one chunk through the kernel
 print("ok")
@@ -137,17 +132,17 @@ print("ok")
 
 @INTERPRETER
 def test_a_long_prefill_chunk_through_the_kernel_equals_the_modules(tiny_model):
-    """With HEARTH_KERNEL_PREFILL=all a 150-token prompt is one chunk of the family step, its
+    """By default a 150-token prompt is one chunk of the family step, its
     attention the kernel over fewer splits (a prefill's row tiles fill the GPU): greedy tokens
     equal those of transformers' modules, fp32 and int8."""
     interpreted(LONG_PREFILL, str(tiny_model))
 
 
 def test_the_kernel_prefill_setting(monkeypatch):
-    """HEARTH_KERNEL_PREFILL: unset is SHORT_PREFILL, a number is that many tokens, all is any
+    """HEARTH_KERNEL_PREFILL: unset is KERNEL_PREFILL, a number is that many tokens, all is any
     chunk; anything else is refused with the setting's name."""
     monkeypatch.delenv(KERNEL_PREFILL_ENV, raising=False)
-    assert kernel_prefill() == SHORT_PREFILL
+    assert kernel_prefill() == KERNEL_PREFILL
     monkeypatch.setenv(KERNEL_PREFILL_ENV, "512")
     assert kernel_prefill() == 512
     monkeypatch.setenv(KERNEL_PREFILL_ENV, "all")

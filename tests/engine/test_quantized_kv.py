@@ -545,7 +545,7 @@ def test_a_short_prefill_through_the_kernel_equals_the_modules(kv, tiny_model):
                                  kv_dtype=kv))
     assert s.decoder.family is not None and decode_attention.backend(s.cache) == "triton"
     ids = torch.randint(3, 2048, (300,), generator=torch.Generator().manual_seed(8)).cuda()
-    s.decoder.forward(ids[:250], 0)  # longer than SHORT_PREFILL: the modules
+    s.decoder.forward(ids[:250], 0)  # the cached prefix (either path)
     T = SHORT_PREFILL - 14
     short = s.decoder.forward(ids[250:250 + T], 250).float().clone()
     modules = s.decoder._model(ids[250:250 + T], 250, keep=1)[-1].float()

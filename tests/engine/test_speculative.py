@@ -5,6 +5,8 @@ and rejected proposals leave no trace in either cache."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -294,17 +296,39 @@ def test_long_catch_up_goes_through_steps_when_they_were_measured_cheaper(tiny_m
             calls[_name] += 1
             return _real(*a)
         setattr(draft.decoder, name, counted)
-    proposer.start(list(range(10, 40)))  # nothing measured yet: one pass
-    assert calls == {"step": 0, "forward": 1} and proposer.forward_s is not None
+    proposer.start(list(range(10, 40)))  # nothing measured yet: one pass, a first use
+    assert calls == {"step": 0, "forward": 1} and proposer.forward_s is None
     proposer._catch_up(list(range(10, 41)))  # one token: a step, and timed
     assert calls["step"] == 1 and len(proposer.step_s) == 1
+    proposer._catch_up(list(range(10, 51)))  # no pass timed yet: a pass, timed
+    assert calls == {"step": 1, "forward": 2} and proposer.forward_s is not None
     proposer.step_s = [proposer.forward_s / 100]  # steps measured 100x cheaper than a pass
-    proposer._catch_up(list(range(10, 61)))
-    assert calls == {"step": 21, "forward": 1}
-    proposer.step_s = [proposer.forward_s]  # steps as dear as a pass: a long catch-up passes
     proposer._catch_up(list(range(10, 71)))
     assert calls == {"step": 21, "forward": 2}
-    assert draft.cache.token_ids == list(range(10, 71))
+    proposer.step_s = [proposer.forward_s]  # steps as dear as a pass: a long catch-up passes
+    proposer._catch_up(list(range(10, 81)))
+    assert calls == {"step": 21, "forward": 3}
+    assert draft.cache.token_ids == list(range(10, 81))
+
+
+def test_a_slow_first_pass_does_not_send_later_prompts_through_steps(tiny_models):
+    """The first catch-up pass pays first uses (on a GPU, kernels compiled for its shape): a
+    draft that timed it sent every later prompt through one decode step a token. Later passes
+    are timed, and the cheapest counts."""
+    draft = Session.load(LoadRequest(str(tiny_models["qwen2"]), device="cpu"))
+    proposer = DraftModel(draft, vocab=2048)
+    real, passes = draft.decoder.forward, []
+
+    def first_use_dear(ids, start):
+        passes.append(ids.numel())
+        if len(passes) == 1:
+            time.sleep(1.0)  # a first use: hundreds of this model's steps
+        return real(ids, start)
+    draft.decoder.forward = first_use_dear
+    proposer.step_s = [0.001] * 8  # steps measured: 1 ms a token
+    for prompt in range(3):  # new prompts of 100 tokens: a pass each, however dear the first
+        proposer.start([50 + prompt] + list(range(100, 199)))
+    assert passes == [100, 100, 100] and proposer.forward_s < 0.5
 
 
 def test_two_new_tokens_reach_the_draft_in_one_block_with_the_steps_logits(tiny_models):
