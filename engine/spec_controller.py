@@ -109,7 +109,9 @@ class Controller:
         self.round = Median()  # seconds per round, all sizes
         self.window_rounds, self.window_tokens = 0, 0
         self.overhead_s = 0.0  # one-off costs of speculating (a draft's prefill), not judged
-        self.entry_s = 0.0  # the dearest of them: what starting again may cost
+        self.first_entry_s: float | None = None  # the first of them pays first uses (kernels
+        # compiled for the prompt's shape: seconds where a start costs milliseconds)
+        self.entries = Median()  # the later ones
         self.totals = Totals()
 
     def new_generation(self) -> None:
@@ -148,7 +150,15 @@ class Controller:
         Charging it to the first window switched off a draft that won 1.59x on the H200 (7B
         with a 0.5B draft at alpha 0.8: its eager prompt prefill is about six target steps)."""
         self.overhead_s += seconds
-        self.entry_s = max(self.entry_s, seconds)
+        if self.first_entry_s is None:
+            self.first_entry_s = seconds
+        else:
+            self.entries.add(seconds)
+
+    @property
+    def entry_s(self) -> float:
+        """What starting speculation again costs: the typical later start, else the first."""
+        return self.entries.value or self.first_entry_s or 0.0
 
     def plain_done(self, seconds: float) -> None:
         if not self.first_plain:
@@ -216,7 +226,7 @@ class Controller:
         if self.switch_off and self.plain_step_s and per_token > self.plain_step_s:
             self.switched_off = True
             least = self.entry_s / (ENTRY_SHARE * self.plain_step_s)
-            self.plain_left = max(self.backoff, int(least) + 1)
+            self.plain_left = min(max(self.backoff, int(least) + 1), MAX_BACKOFF_TOKENS)
             self.backoff = min(2 * self.backoff, MAX_BACKOFF_TOKENS)
         else:
             self.backoff = BACKOFF_TOKENS

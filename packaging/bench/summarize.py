@@ -1,5 +1,6 @@
 """Print the bench JSON lines of one device run as a markdown table (for BENCHMARKS.md):
-`summarize.py FILE` for plain decode rows, `summarize.py --speculative FILE` for speculative ones."""
+`summarize.py FILE` for plain decode rows, `summarize.py --speculative FILE` for speculative
+ones."""
 
 import json
 import sys

@@ -5,12 +5,12 @@ per step, the logits' relative error and argmax agreement where the one-GPU top-
 bf16 rounding (graph_check.Tally); beside it the same against transformers' own modules on one
 GPU, a yardstick for what bf16 rounding moves on a random-weight model ("within_yardstick";
 --dtype fp32 checks the cut's math exactly). Then tokens/s of each, decoding greedily with a host
-sync per token as a session does. With --no-reference (a model over one card's --memory-limit, e.g. the
-Qwen2.5-14B shape under 24 GiB) the weights are built on the host and only tp runs; NVML's peak
-per GPU (sampled every 50 ms from the start of the ranks to the end) is reported beside the
-planner's prediction (plan_multi), whose safety margin is an allowance, not an allocation: the
-error is taken against the prediction less its margin. Set CUDA_DEVICE_ORDER=PCI_BUS_ID so NVML's
-and CUDA's indices agree.
+sync per token as a session does. With --no-reference (a model over one card's --memory-limit,
+e.g. the Qwen2.5-14B shape under 24 GiB) the weights are built on the host and only tp runs;
+NVML's peak per GPU (sampled every 50 ms from the start of the ranks to the end) is reported
+beside the planner's prediction (plan_multi), whose safety margin is an allowance, not an
+allocation: the error is taken against the prediction less its margin. Set
+CUDA_DEVICE_ORDER=PCI_BUS_ID so NVML's and CUDA's indices agree.
 Usage: python packaging/bench/tp_check.py SHAPE_DIR [--tp 2] [--steps 256] [--new-tokens 256]
        [--memory-limit GIB] [--no-reference] [--compile] [--dtype fp32] [--json OUT]
 """

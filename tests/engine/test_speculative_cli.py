@@ -26,6 +26,7 @@ from engine.spec_controller import (
     BACKOFF_TOKENS,
     EARLY_ROUNDS,
     ENTRY_SHARE,
+    MAX_BACKOFF_TOKENS,
     PROBE_STEPS,
     SAMPLES,
     WINDOW_TOKENS,
@@ -250,14 +251,22 @@ def test_a_draft_prefill_once_paid_does_not_switch_winning_rounds_off():
 def test_a_dear_start_rests_long_enough_to_pay_for_the_next():
     """After a switch-off the plain stretch is long enough that starting again (a draft's
     prefill, as dear as measured) costs at most ENTRY_SHARE of it: restarting every 64 tokens
-    over a 30 ms prefill cost the H200's 7B 5-15% where nothing paid."""
+    over a 30 ms prefill cost the H200's 7B 5-15% where nothing paid. The first start pays first
+    uses: it counts only until a later one is measured, and never rests speculation for more
+    than MAX_BACKOFF_TOKENS."""
     c = Controller(max_k=4, adaptive=False, switch_off=True, plain_step_s=0.005)
+    c.overhead(2.0)  # the first start: kernels compiled for the prompt's shape
     c.overhead(0.030)  # six plain steps
     while not c.switched_off:  # nothing accepted
         c.round_done(4, 0, 0.005, 0.005, 0.010)
     least = 0.030 / (ENTRY_SHARE * 0.005)  # 240 tokens
-    assert c.plain_left == int(least) + 1 > BACKOFF_TOKENS
+    assert c.entry_s == 0.030 and c.plain_left == int(least) + 1 > BACKOFF_TOKENS
     assert c.entry_s <= ENTRY_SHARE * c.plain_left * c.plain_step_s
+    first_only = Controller(max_k=4, adaptive=False, switch_off=True, plain_step_s=0.005)
+    first_only.overhead(2.0)  # 16,000 tokens' worth at 2.5%: capped
+    while not first_only.switched_off:
+        first_only.round_done(4, 0, 0.005, 0.005, 0.010)
+    assert first_only.plain_left == MAX_BACKOFF_TOKENS
 
 
 def test_the_judgement_reads_the_acceptance_estimate_not_the_windows_luck():
