@@ -82,15 +82,16 @@ class Rank:
         """As Decoder.setup_fast_path, on every rank at once: the warm-up and the captured steps
         run their collectives in the same order everywhere. A capture that fails fails the rank
         (the others would wait on its collectives), unlike on one GPU."""
+        fused = None
         if compile_layers:
             self.step_fn.compile()
-        elif fused_ops.wanted(self.device):
-            fused_ops.enable(self.step_fn)  # no collectives inside: ranks may differ here
+        elif fused_ops.wanted(self.device):  # no collectives inside: ranks may differ here (the
+            fused = fused_ops.enable(self.step_fn) or fused_ops.NOTE  # load event says rank 0's)
         step = self.step_fn  # the sum after each row-parallel linear, agreed by every rank;
         # compiled layers keep NCCL (the symmetric buffers' turns are Python state)
         note = None if compile_layers else step.all_reduce.setup(
             step.embed.shape[1], step.embed.dtype, self.device)  # embed: [vocab, hidden]
-        self.notes = [note] if note else []
+        self.notes = [n for n in (fused, note) if n]
         if self.device.type != "cuda" or not allow_graph:
             return
         # the warm-up off the capture stream also does NCCL's lazy setup

@@ -114,6 +114,23 @@ def _ids(events: list[dict]) -> list[int]:
     return [i for e in events if e["event"] == "token" for i in e["token_ids"]]
 
 
+def test_rank_0_reports_what_the_fused_pieces_did(tiny_model, one_thread, monkeypatch):
+    """The load event says whether the fused step pieces run, as on one GPU (rank 0's verdict;
+    here its check is made to fail, so the step keeps PyTorch's pieces and says so)."""
+    from engine import tp_worker
+    from engine.tp_session import TPSession
+
+    verdict = "the fused decode-step kernels failed here (a test); the step keeps PyTorch's pieces"
+    monkeypatch.setattr(tp_worker.fused_ops, "wanted", lambda device: True)
+    monkeypatch.setattr(tp_worker.fused_ops, "enable", lambda step: verdict)
+    two = TPSession.load(LoadRequest(str(tiny_model), device="cpu", context=256,
+                                     tensor_parallel=2))
+    try:
+        assert verdict in two.loaded_event().notes
+    finally:
+        two.close()
+
+
 @pytest.mark.parametrize("sampling", [["--temperature", "0"],
                                       ["--temperature", "0.9", "--top-k", "50", "--seed", "5"]])
 def test_run_prints_what_one_device_prints(sampling, tiny_model, capsys, one_thread):
