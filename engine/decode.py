@@ -39,6 +39,11 @@ def kv_buckets(context: int) -> list[int]:
     return [*sizes, context]
 
 
+def bucket(buckets: list[int], end: int) -> int:
+    """The smallest KV bucket that holds positions below `end` (a pass ending there)."""
+    return next(b for b in buckets if b >= end)
+
+
 def kernel_prefill() -> int | float:
     """The furthest position a prefill chunk may end at and still run the family step and the
     decode kernel (chunks of at most SHORT_PREFILL tokens run it wherever they end)."""
@@ -80,11 +85,9 @@ class Decoder:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # the unfused weights' blocks, freed by fusing, go back
         self.mode = "static"
-        if compile_layers:
-            self.family.compile()
-        elif fused_ops.wanted(self.device):
-            note = fused_ops.enable(self.family)
-            self.notes.append(note or fused_ops.NOTE)
+        note = fused_ops.prepare(self.family, self.device, compile_layers)
+        if note:
+            self.notes.append(note)
         if self.device.type != "cuda":
             self.notes.append("CPU: the decode step runs eagerly (CUDA graphs need a GPU)")
             return
@@ -164,7 +167,7 @@ class Decoder:
         if (self.family is not None and not self.family.compiled
                 and (T <= SHORT_PREFILL or start + T <= kernel_prefill())
                 and decode_attention.backend(self.cache) == "triton"):
-            kv_len = next(b for b in self.buckets if b >= start + T)
+            kv_len = bucket(self.buckets, start + T)
             self.cache.reserve(start + T)
             positions = torch.arange(start, start + T, device=self.device)
             return self.family.block(ids, positions, kv_len, last_only=True)[-1]
@@ -180,7 +183,7 @@ class Decoder:
         if self.mode == "generic":
             return self._model(ids, start, keep=0)
         T = ids.numel()
-        kv_len = next(b for b in self.buckets if b >= start + T)
+        kv_len = bucket(self.buckets, start + T)
         self.cache.reserve(start + T)
         captured = self.block_graphs.get((T, kv_len))
         if captured is None:
@@ -200,7 +203,7 @@ class Decoder:
         """
         if self.mode == "generic":
             return self.forward(token, position)
-        kv_len = next(b for b in self.buckets if b > position)
+        kv_len = bucket(self.buckets, position + 1)
         self.cache.reserve(position + 1)  # a new block every block_size steps: no host sync
         if self.mode == "static":
             return self.family(token, torch.tensor([position], device=self.device), kv_len)

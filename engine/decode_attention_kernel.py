@@ -160,9 +160,9 @@ def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: in
     sync, and shapes depend on (T, kv_len) alone, so a CUDA graph captures it per bucket.
     `config` overrides CONFIGS (benchmark sweeps)."""
     T = q.shape[2]
-    if padded_tokens(T) != T:  # padding rows ask at the chunk's last position: what they read
-        # is written, and their output is dropped
-        pad = padded_tokens(T) - T
+    pad = padded_tokens(T) - T
+    if pad:  # padding rows ask at the chunk's last position: what they read is written, and
+        # their output is dropped
         q = torch.cat([q, q.new_zeros(*q.shape[:2], pad, q.shape[3])], dim=2)
         pos = torch.cat([pos, pos[-1:].expand(pad)])
         return decode_attention(q, kv, pos, kv_len, scaling, config)[:, :, :T].contiguous()

@@ -33,6 +33,18 @@ def wanted(device: torch.device) -> bool:
     return setting == "auto" and device.type == "cuda" and attention_backend.triton_available()
 
 
+def prepare(step, device: torch.device, compile_layers: bool) -> str | None:
+    """The step's small pieces at load, for a Decoder and a tensor-parallel rank alike:
+    torch.compile's fusion when asked, else the Triton pieces where wanted -> the load event's
+    note on them (None where neither runs)."""
+    if compile_layers:
+        step.compile()
+        return None
+    if wanted(device):
+        return enable(step) or NOTE
+    return None
+
+
 def enable(step) -> str | None:
     """Swap a FamilyStep's (or TPStep's) rms, add_rms, silu_mul and qkv_rope for the Triton ones
     after comparing the two over one token and five: rows of its hidden size with its first

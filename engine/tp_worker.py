@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from engine import fused_ops
-from engine.decode import capture_graphs
+from engine.decode import bucket, capture_graphs
 from engine.kv_cache import KVCache
 from engine.tensor_parallel import DTYPES, TPSpec, TPStep, layout
 
@@ -59,7 +59,7 @@ class Rank:
     @torch.inference_mode()
     def step(self, token: torch.Tensor, position: int) -> torch.Tensor:
         self.num_steps += 1
-        kv_len = next(b for b in self.buckets if b > position)
+        kv_len = bucket(self.buckets, position + 1)
         self.cache.reserve(position + 1)
         if not self.graphs:
             return self.step_fn(token, torch.tensor([position], device=self.device), kv_len)
@@ -73,7 +73,7 @@ class Rank:
     def verify(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         """ids: [T] at start.. -> every position's logits [T, V] (speculative verification)."""
         T = ids.numel()
-        kv_len = next(b for b in self.buckets if b >= start + T)
+        kv_len = bucket(self.buckets, start + T)
         self.cache.reserve(start + T)
         return self.step_fn.block(ids, torch.arange(start, start + T, device=self.device), kv_len)
 
@@ -82,11 +82,8 @@ class Rank:
         """As Decoder.setup_fast_path, on every rank at once: the warm-up and the captured steps
         run their collectives in the same order everywhere. A capture that fails fails the rank
         (the others would wait on its collectives), unlike on one GPU."""
-        fused = None
-        if compile_layers:
-            self.step_fn.compile()
-        elif fused_ops.wanted(self.device):  # no collectives inside: ranks may differ here (the
-            fused = fused_ops.enable(self.step_fn) or fused_ops.NOTE  # load event says rank 0's)
+        # no collectives inside: ranks may differ here (the load event says rank 0's)
+        fused = fused_ops.prepare(self.step_fn, self.device, compile_layers)
         step = self.step_fn  # the sum after each row-parallel linear, agreed by every rank;
         # compiled layers keep NCCL (the symmetric buffers' turns are Python state)
         note = None if compile_layers else step.all_reduce.setup(
