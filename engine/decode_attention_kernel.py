@@ -40,12 +40,15 @@ def _env_config(text: str | None) -> dict:
     return json.loads(text) if text else {}
 
 
-@triton.jit
+# ROWS and T are plain arguments, not compile-time constants, and not specialized on: a chat's
+# every new prefill length compiled the kernel again (0.6-0.7 s each on the H200: a draft catching
+# up over 98 plain tokens took a 688 ms round, and speculation with the switch-off ran at 0.50x
+# plain decoding that way); one compiled kernel serves steps, verify blocks and prefill chunks
+@triton.jit(do_not_specialize=["kv_len", "n_splits", "ROWS", "T"])
 def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling, stride_kb,
-             stride_kh, stride_sb, stride_sh, ROWS: tl.constexpr, T: tl.constexpr,
-             D: tl.constexpr, B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_D: tl.constexpr, QUANTIZED: tl.constexpr, IEEE: tl.constexpr,
-             GRANULE: tl.constexpr):
+             stride_kh, stride_sb, stride_sh, ROWS, T, D: tl.constexpr, B: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+             QUANTIZED: tl.constexpr, IEEE: tl.constexpr, GRANULE: tl.constexpr):
     """Q: [H_kv, ROWS, D] (row g T + t); K, V: [num_blocks, H_kv, B, D] int8/fp8/16-bit; KS, VS:
     [num_blocks, H_kv, B] fp16 (QUANTIZED); TABLE: [max_blocks] int32, key n at block
     TABLE[n // B], slot n % B; POS: [T] int64 -> PM, PL: [H_kv, S, ROWS] fp32,
@@ -110,8 +113,8 @@ def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling,
     tl.store(PO + at[:, None] * D + d[None, :], acc, mask=row_ok[:, None] & d_ok[None, :])
 
 
-@triton.jit
-def _combine(PM, PL, PO, OUT, n_splits, ROWS: tl.constexpr, D: tl.constexpr,
+@triton.jit(do_not_specialize=["ROWS"])
+def _combine(PM, PL, PO, OUT, n_splits, ROWS, D: tl.constexpr,
              BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
     """Merge one row's splits: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s, M = max m_s.
     OUT: [H_kv, ROWS, D]; a split past the row's position has l = 0 and weighs nothing."""
@@ -138,20 +141,6 @@ def _num_sms(index: int) -> int:
 INTERPRETER_SMS = 4  # Triton's CPU interpreter (tests): a few splits, as on a small GPU
 MAX_BLOCK_TOKENS = MAX_SPECULATIVE_TOKENS + 1  # a pass of more query tokens is a prefill chunk,
 # not a step or a verify block, and needs no split to agree with a step's
-PREFILL_GRAIN = 512  # a prefill chunk's query is padded to a power of two up to this, then to a
-# multiple of it: T is a compile-time constant of the kernel, and a chat's every new length
-# compiled it again (about a second each on the H200; a draft catching up over 64-240 plain
-# tokens ran at 0.50x plain decoding that way). A dozen sizes up to 4,096 tokens compile once
-
-
-def padded_tokens(T: int) -> int:
-    """The query length a prefill chunk of T tokens runs the kernel at (T itself for a step or
-    a verify block, which CUDA graphs capture per size)."""
-    if T <= MAX_BLOCK_TOKENS:
-        return T
-    if T <= PREFILL_GRAIN:
-        return triton.next_power_of_2(T)
-    return triton.cdiv(T, PREFILL_GRAIN) * PREFILL_GRAIN
 
 
 def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int,
@@ -159,13 +148,6 @@ def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: in
     """q: [1, H, T, D], pos: [T] int64 -> [1, H, T, D] in q's dtype. Launches only: no host
     sync, and shapes depend on (T, kv_len) alone, so a CUDA graph captures it per bucket.
     `config` overrides CONFIGS (benchmark sweeps)."""
-    T = q.shape[2]
-    pad = padded_tokens(T) - T
-    if pad:  # padding rows ask at the chunk's last position: what they read is written, and
-        # their output is dropped
-        q = torch.cat([q, q.new_zeros(*q.shape[:2], pad, q.shape[3])], dim=2)
-        pos = torch.cat([pos, pos[-1:].expand(pad)])
-        return decode_attention(q, kv, pos, kv_len, scaling, config)[:, :, :T].contiguous()
     _, H, T, D = q.shape
     Hkv, B = kv.k.shape[1], kv.k.shape[2]
     rows = H // Hkv * T

@@ -19,26 +19,35 @@ MAX_ADAPTIVE_K = 8
 PROBE_STEPS = 4  # plain steps timed before the first round when no plain step time is known
 REPROBE_TOKENS = 256  # and again after this many tokens of speculation: the context grows,
 # the machine's load changes; a plain step is never a loss against plain decoding
-WINDOW_TOKENS = 16  # tokens emitted by rounds before speculation is judged: where it loses
-# (0.71x at alpha 0.5 on the H200) each window costs about 0.4 of its tokens' time, so a short one
-# keeps the loss within 5% over a chat's answers; the round time judged is a median, so a short
-# window is not a noisy one
-EARLY_ROUNDS, EARLY_LOSS = 2, 1.5  # judged before the window ends: after this many rounds, if
-# the rounds alone (no one-off costs) cost more than EARLY_LOSS plain steps a token. Where almost
-# nothing is accepted, a window of 16 tokens is 15 rounds of K draft steps and a verify pass: the
-# H200's second run lost 4-11% over 128-token answers that way; two rounds cost an eighth of it
+EARLY_ROUNDS = 2  # rounds since speculation (re)started before it is judged; then after every
+# round, as evidence comes in. Judging only at the end of 16-token windows let a draft accepted at
+# 0.3-0.5 lose 20 ms a window on the H200 (7B/0.5B: rounds of 9.5 ms, plain steps of 4.7 ms): a
+# third of the 5% a 128-token answer may lose. The test is one-sided and the acceptance estimate's
+# standard error shrinks as rounds come in, so judging often does not switch off winners
+MARGIN = 0.05  # speculation must win by this much at the judged acceptance: near break-even
+# (alpha about 0.52 at K = 4 on the H200's costs) the two choices cost the same, and an answer
+# that keeps a draft losing 4% pays its start too
 BACKOFF_TOKENS = 64  # plain tokens after a switch-off; doubles while speculation keeps losing
 MAX_BACKOFF_TOKENS = 4096
+FIRST_ENTRY_STEPS = 8  # what the first start may count for until a later one is timed
+WON_TOKENS = 16  # speculation that kept winning this long rests BACKOFF_TOKENS again at a loss
 ENTRY_SHARE = 0.025  # and at least so many that starting speculation again (a draft's prefill,
-# its catch-up over the plain stretch: about six 7B steps each on the H200's host) costs at most
-# this share of the stretch: re-entries every 64 tokens cost 5-15% where nothing pays
-DECAY = 0.9  # exponential forgetting of old rounds in the acceptance estimate
-JUDGE_Z = 0.5  # speculation is switched off only if it loses even at the estimate plus this
-# many standard errors: judged at the estimate itself, a draft accepted at 0.7 dipped below
-# break-even (about 0.57 at K = 4 on the H200's 7B/0.5B costs) often enough to switch off rounds
-# that won 1.36x. On a model of those costs (packaging/bench/switch_off_sim.py) 0.5 kept the
-# median of three 128-token answers within 4% of plain decoding at alpha 0-0.5 and within 1% of
-# speculation alone at 0.7; 1.0 lost 5% at alpha 0.5
+# its catch-up over the plain stretch: 2-10 7B steps on the H200's host, and the rounds until it
+# is judged again, as the last ones lost) costs at most this share of the stretch: re-entries
+# every 64 tokens cost 5-15% where nothing pays
+DECAY = 0.9  # exponential forgetting of old rounds in the acceptance estimate (about 10 rounds
+# remembered): K follows it, and the switch-off judges by it and by a slower one
+SLOW_DECAY = 0.97  # about 33 rounds: the fast estimate's standard error never falls below 0.11
+# at alpha 0.5, and a draft accepting 1 of every 2 tested, losing 20%, was never judged to lose
+# at JUDGE_Z by it alone; the slow one alone took 108 rounds to see a draft accepting everything
+# start to accept nothing
+JUDGE_Z = 1.5  # speculation is switched off only if it loses even at the estimate plus this
+# many standard errors: judged after every round, a lower bar switches off winners on a few bad
+# rounds (judged at the estimate itself, a draft accepted at 0.7 switched off rounds that won
+# 1.36x on the H200). On a model of the H200's 7B/0.5B costs (packaging/bench/switch_off_sim.py,
+# a tuning aid: medians of three 128-token answers) 1.5 with MARGIN 0.05 kept the 10th percentile
+# at 0.95x plain decoding or above at alpha 0-0.5 and the mean within 4% of speculation alone at
+# alpha 0.6-0.8; 0.5 and 1.0 switched off 5-9% of alpha 0.7's gain, 2.0 lost 10% at alpha 0.5
 PRIOR_ALPHA, PRIOR_TESTS = 0.6, 2.0
 SAMPLES = 15  # timings are medians of the last few: one slow step (a first use, another
 # process on the CPU) must not decide
@@ -103,11 +112,12 @@ class Controller:
         self.since_probe = 0  # tokens of speculation since plain steps were last timed
         self.backoff = BACKOFF_TOKENS
         self.switched_off = False
-        self.hits, self.tests = PRIOR_ALPHA * PRIOR_TESTS, PRIOR_TESTS  # decayed counts
+        self.counts = {d: [PRIOR_ALPHA * PRIOR_TESTS, PRIOR_TESTS]  # decayed hits and tests
+                       for d in (DECAY, SLOW_DECAY)}
         self.draft = Median()  # seconds per proposed token
         self.verify: dict[int, Median] = {}  # block size T -> seconds
         self.round = Median()  # seconds per round, all sizes
-        self.window_rounds, self.window_tokens = 0, 0
+        self.window_rounds, self.window_tokens = 0, 0  # since speculation (re)started
         self.overhead_s = 0.0  # one-off costs of speculating (a draft's prefill), not judged
         self.first_entry_s: float | None = None  # the first of them pays first uses (kernels
         # compiled for the prompt's shape: seconds where a start costs milliseconds)
@@ -129,7 +139,8 @@ class Controller:
 
     @property
     def alpha(self) -> float:
-        return self.hits / self.tests
+        hits, tests = self.counts[DECAY]
+        return hits / tests
 
     @property
     def speedup(self) -> float:
@@ -157,8 +168,12 @@ class Controller:
 
     @property
     def entry_s(self) -> float:
-        """What starting speculation again costs: the typical later start, else the first."""
-        return self.entries.value or self.first_entry_s or 0.0
+        """What starting speculation again costs: the typical later start, else the first, at
+        most FIRST_ENTRY_STEPS plain steps (it pays first uses: 0.64 s on the H200 once, where
+        later starts took 11-16 ms)."""
+        if self.entries.value is not None:
+            return self.entries.value
+        return min(self.first_entry_s or 0.0, FIRST_ENTRY_STEPS * (self.plain_step_s or 0.0))
 
     def plain_done(self, seconds: float) -> None:
         if not self.first_plain:
@@ -180,8 +195,9 @@ class Controller:
         t.tested += accepted + (accepted < proposed)
         t.spec_tokens += accepted + 1
         # alpha: each proposal is tested only if the ones before it were accepted
-        self.hits = DECAY * self.hits + accepted
-        self.tests = DECAY * self.tests + accepted + (accepted < proposed)
+        for decay, c in self.counts.items():
+            c[0] = decay * c[0] + accepted
+            c[1] = decay * c[1] + accepted + (accepted < proposed)
         self.draft.add(draft_s / proposed)
         if proposed + 1 in self.verify:
             self.verify[proposed + 1].add(verify_s)
@@ -191,7 +207,7 @@ class Controller:
         self.window_rounds += 1
         self.window_tokens += accepted + 1
         self.since_probe += accepted + 1
-        if self.window_tokens >= WINDOW_TOKENS or self._clearly_losing():
+        if self.switch_off and self.window_rounds >= EARLY_ROUNDS and self.plain_step_s:
             self._judge()
         if self.switch_off and self.plain_left == 0 and self.since_probe >= REPROBE_TOKENS:
             self.plain_left = PROBE_STEPS
@@ -200,10 +216,13 @@ class Controller:
 
     @property
     def judged_alpha(self) -> float:
-        """The acceptance the switch-off judges by: the estimate plus JUDGE_Z standard errors
-        (a binomial's, over the decayed count of tests)."""
-        a = self.alpha
-        return min(1.0, a + JUDGE_Z * math.sqrt(a * (1.0 - a) / self.tests))
+        """The acceptance the switch-off judges by: each estimate (fast and slow) plus JUDGE_Z
+        standard errors (a binomial's, over its decayed count of tests); the lower of the two."""
+        bounds = []
+        for hits, tests in self.counts.values():
+            a = hits / tests
+            bounds.append(a + JUDGE_Z * math.sqrt(a * (1.0 - a) / tests))
+        return min(1.0, *bounds)
 
     def predicted_per_token(self, alpha: float | None = None) -> float:
         """Seconds a token of speculation costs at this K: a typical round over the tokens a
@@ -214,22 +233,21 @@ class Controller:
         return self.round.value / expected_tokens(self.alpha if alpha is None else alpha,
                                                   self.k)
 
-    def _clearly_losing(self) -> bool:
-        """A few rounds of the window already lose by far, whatever the rest would do."""
-        return (self.switch_off and self.window_rounds >= EARLY_ROUNDS
-                and bool(self.plain_step_s)
-                and self.predicted_per_token() > EARLY_LOSS * self.plain_step_s)
-
     def _judge(self) -> None:
-        per_token = self.predicted_per_token(self.judged_alpha)
+        if self.predicted_per_token(self.judged_alpha) * (1.0 + MARGIN) <= self.plain_step_s:
+            if self.window_tokens >= WON_TOKENS:  # a loss after this is a new one
+                self.backoff = BACKOFF_TOKENS
+            return
+        # the rest's length: doubling while speculation keeps losing, and long enough that
+        # starting again (the draft's catch-up, and rounds that lose as these did until judged)
+        # costs at most ENTRY_SHARE of it
+        lost = max(0.0, self.window_rounds * self.round.value
+                   - self.window_tokens * self.plain_step_s)  # typical rounds: not a first use
+        least = (self.entry_s + lost) / (ENTRY_SHARE * self.plain_step_s)
+        self.switched_off = True
+        self.plain_left = min(max(self.backoff, int(least) + 1), MAX_BACKOFF_TOKENS)
+        self.backoff = min(2 * self.backoff, MAX_BACKOFF_TOKENS)
         self.window_rounds, self.window_tokens = 0, 0
-        if self.switch_off and self.plain_step_s and per_token > self.plain_step_s:
-            self.switched_off = True
-            least = self.entry_s / (ENTRY_SHARE * self.plain_step_s)
-            self.plain_left = min(max(self.backoff, int(least) + 1), MAX_BACKOFF_TOKENS)
-            self.backoff = min(2 * self.backoff, MAX_BACKOFF_TOKENS)
-        else:
-            self.backoff = BACKOFF_TOKENS
 
     def verify_time(self, size: int, measured: list[tuple[int, float]] | None = None) -> float:
         """Predicted seconds of a verify pass (and its accept rule) over `size` tokens: measured

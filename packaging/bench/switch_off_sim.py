@@ -27,6 +27,7 @@ def generation(ctrl: Controller, alpha: float, rng: random.Random, entry: float,
                new: int = 128) -> float:
     """One answer, as SpeculativeDecoding.next runs it -> its speed over plain decoding."""
     t, made, started = 0.0, 1, False  # the first token comes from the prefill
+    resting = False  # plain steps since the last round: the next round's draft catches up
 
     def noise() -> float:
         return rng.lognormvariate(0, 0.03)
@@ -42,19 +43,23 @@ def generation(ctrl: Controller, alpha: float, rng: random.Random, entry: float,
             t += s
             ctrl.plain_done(s)
             made += 1
+            resting = started
             continue
         accepted = 0
         while accepted < k and rng.random() < alpha:
             accepted += 1
         d, v = k * C * T * noise(), verify_s(k + 1) * noise()
+        if resting:  # one pass over the plain stretch: about as dear as the prompt's
+            d += entry
+            resting = False
         t += d + v
         ctrl.round_done(k, accepted, d, v, d + v)
         made += accepted + 1
     return (new - 1) * T / t
 
 
-def run(alpha: float, entry: float, switch_off: bool, seeds: int = 300) -> tuple[float, float]:
-    """-> (mean, worst) over seeds of the median of three answers' speedups."""
+def run(alpha: float, entry: float, switch_off: bool, seeds: int = 300) -> list[float]:
+    """-> the median of three answers' speedups, for each seed, sorted."""
     medians = []
     for seed in range(seeds):
         rng = random.Random(seed)
@@ -67,14 +72,17 @@ def run(alpha: float, entry: float, switch_off: bool, seeds: int = 300) -> tuple
             speeds.append(generation(ctrl, alpha, rng, entry))
             ctrl.new_generation()
         medians.append(statistics.median(speeds))
-    return statistics.mean(medians), min(medians)
+    return sorted(medians)
 
 
 if __name__ == "__main__":
-    for steps in (6.0, 1.5):  # the draft's prefill of a 512-token prompt, in plain steps
+    # the draft's prefill of a 512-token prompt, in plain steps: 2.5-3.5 measured on the H200
+    # (2026-12-01), 10 once (a prompt and a plain stretch of 100 tokens)
+    for steps in (3.0, 10.0):
         print(f"draft prefill {steps} plain steps")
-        for alpha in (0.0, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9):
-            alone, _ = run(alpha, steps * T, switch_off=False, seeds=100)
-            mean, worst = run(alpha, steps * T, switch_off=True)
+        for alpha in (0.0, 0.3, 0.4, 0.5, 0.55, 0.6, 0.7, 0.8, 0.9):
+            alone = statistics.mean(run(alpha, steps * T, switch_off=False, seeds=100))
+            m = run(alpha, steps * T, switch_off=True)
             print(f"  alpha {alpha}: speculation alone {alone:.3f}x, with the switch-off "
-                  f"{mean:.3f}x (worst of 300: {worst:.3f}x)")
+                  f"{statistics.mean(m):.3f}x (10th percentile {m[len(m) // 10]:.3f}x, "
+                  f"below 0.95x: {sum(x < 0.95 for x in m) / len(m):.0%})")

@@ -149,9 +149,16 @@ def test_fused_quantizing_stores_match_pytorchs(kv, tiny_model, monkeypatch):
         assert (fused_ops.NOTE in s.loaded_event().notes) == (setting == "auto")
         runs.append((s, _teacher_forced_logits(s, ids, 240)))
     (a, la), (b, lb) = runs
-    assert _relative(la, lb).max() < 1e-4
+    flipped = 0
     for layer in range(len(a.decoder.family.layers)):
         for x, y in zip(a.cache.stored(layer, 300)[:2], b.cache.stored(layer, 300)[:2],
                         strict=True):  # K, V codes [1, H_kv, 300, D]
             codes = (x.view(torch.int8).int() - y.view(torch.int8).int()).abs()
             assert codes.max() <= 1 and (codes > 0).float().mean() <= 1e-4, (layer, codes.sum())
+            flipped += int((codes > 0).sum())
+    err = _relative(la, lb)
+    assert err.median() < 1e-4, err
+    # a value on a rounding tie takes one code in one order and the next in the other (the
+    # measure above allows it); one int8 step of one key moved a position's logits by 6e-4 on the
+    # H200 (2026-12-01), everything else agreeing within 1e-5. Where no code differs, 1e-4 holds
+    assert err.max() < (1e-3 if flipped else 1e-4), (flipped, err)
