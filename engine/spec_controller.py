@@ -31,10 +31,12 @@ BACKOFF_TOKENS = 64  # plain tokens after a switch-off; doubles while speculatio
 MAX_BACKOFF_TOKENS = 4096
 FIRST_ENTRY_STEPS = 8  # what the first start may count for until a later one is timed
 WON_TOKENS = 16  # speculation that kept winning this long rests BACKOFF_TOKENS again at a loss
-ENTRY_SHARE = 0.025  # and at least so many that starting speculation again (a draft's prefill,
-# its catch-up over the plain stretch: 2-10 7B steps on the H200's host, and the rounds until it
-# is judged again, as the last ones lost) costs at most this share of the stretch: re-entries
-# every 64 tokens cost 5-15% where nothing pays
+ENTRY_SHARE = 0.0125  # and at least so many that starting speculation again (a draft's
+# prefill, its catch-up over the plain stretch: 2-10 7B steps on the H200's host, and the rounds
+# until it is judged again, as the last ones lost) costs at most this share of the stretch:
+# re-entries every 64 tokens cost 5-15% where nothing paid. At 0.025 the rest after a first
+# answer's loss (240-440 tokens on the H200) ended inside the next answer or the one after, and
+# two of three 128-token answers paid a start: 0.936x plain decoding at alpha 0.5
 DECAY = 0.9  # exponential forgetting of old rounds in the acceptance estimate (about 10 rounds
 # remembered): K follows it, and the switch-off judges by it and by a slower one
 SLOW_DECAY = 0.97  # about 33 rounds: the fast estimate's standard error never falls below 0.11
