@@ -30,9 +30,27 @@ from engine.kv_cache import LayerKV
 # (all measured on the flat cache, before the block table: not yet timed through it).
 # Both: "consistent" steps and verify blocks (see decode_attention), splits placed by granules
 # of 1,024 keys.
+# "fp16_dots" (quantized caches only, off by default, not yet timed): int8 codes widened to fp16
+# by bit operations instead of a conversion per value, e4m3 by the packed fp16 conversion, and
+# the dots in fp16 (exact for the codes; the query and probabilities round to fp16, finer than
+# bf16 but with less range). Where the int8 kernel's time goes on the H200 (1.9 TB/s against
+# bf16's 3.6 at 32K) points at the conversions: an int-to-float conversion issues at a quarter
+# of the rate of integer operations
 _SHARED = dict(consistent=True, granule=1024)
 CONFIGS = {False: dict(block_n=64, waves=2, num_warps=4, num_stages=2, **_SHARED),
-           True: dict(block_n=128, waves=2, num_warps=4, num_stages=3, **_SHARED)}
+           True: dict(block_n=128, waves=2, num_warps=4, num_stages=3, fp16_dots=False,
+                      **_SHARED)}
+
+
+@triton.jit
+def _widen(x, dtype, F16: tl.constexpr, INT8: tl.constexpr):
+    """Stored values -> the dot's dtype. int8 under F16: the bits of 1024 + (x + 128) as fp16
+    (exponent 10: steps of 1 up to 2048), minus 1152, exact, with no conversion instruction."""
+    if F16 and INT8:
+        u = (x.to(tl.uint8, bitcast=True) ^ 0x80).to(tl.uint16)
+        return (u | 0x6400).to(tl.uint16).to(tl.float16, bitcast=True) - 1152.0
+    else:
+        return x.to(dtype)
 
 
 @functools.cache
@@ -48,7 +66,8 @@ def _env_config(text: str | None) -> dict:
 def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling, stride_kb,
              stride_kh, stride_sb, stride_sh, ROWS, T, D: tl.constexpr, B: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-             QUANTIZED: tl.constexpr, IEEE: tl.constexpr, GRANULE: tl.constexpr):
+             QUANTIZED: tl.constexpr, IEEE: tl.constexpr, GRANULE: tl.constexpr,
+             F16: tl.constexpr, INT8: tl.constexpr):
     """Q: [H_kv, ROWS, D] (row g T + t); K, V: [num_blocks, H_kv, B, D] int8/fp8/16-bit; KS, VS:
     [num_blocks, H_kv, B] fp16 (QUANTIZED); TABLE: [max_blocks] int32, key n at block
     TABLE[n // B], slot n % B; POS: [T] int64 -> PM, PL: [H_kv, S, ROWS] fp32,
@@ -62,6 +81,8 @@ def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling,
     d_ok = d < D
     q = tl.load(Q + (head * ROWS + rows[:, None]) * D + d[None, :],
                 mask=row_ok[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_M, BLOCK_D]
+    if F16:
+        q = q.to(tl.float16)
     # the keys these rows see end at their latest position (a device value: the graph of a
     # bucket serves every position below it); the splits share them evenly
     end = tl.minimum(kv_len, tl.max(pos, 0) + 1)
@@ -86,7 +107,8 @@ def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling,
         row = block * stride_kb + head * stride_kh + (n % B) * D  # [BLOCK_N]: K and V alike
         srow = block * stride_sb + head * stride_sh + n % B
         # int8 and e4m3 values are exact in bf16/fp16: upcast, multiply on tensor cores
-        k = tl.load(K + row[:, None] + d[None, :], mask=tile_ok, other=0.0).to(q.dtype)
+        k = _widen(tl.load(K + row[:, None] + d[None, :], mask=tile_ok, other=0.0), q.dtype, F16,
+                   INT8)
         if IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")  # [BLOCK_M, BLOCK_N]
         else:
@@ -99,7 +121,8 @@ def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling,
         alpha = tl.exp(m_i - m_safe)
         p = tl.exp(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(V + row[:, None] + d[None, :], mask=tile_ok, other=0.0).to(q.dtype)
+        v = _widen(tl.load(V + row[:, None] + d[None, :], mask=tile_ok, other=0.0), q.dtype, F16,
+                   INT8)
         if QUANTIZED:  # sum_n p_n s_n v_q,n: the V scale folds into the probabilities
             p = p * tl.load(VS + srow, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         if IEEE:
@@ -180,6 +203,8 @@ def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: in
         ROWS=rows, T=T, D=D, B=B, BLOCK_M=block_m, BLOCK_N=cfg["block_n"], BLOCK_D=block_d,
         QUANTIZED=quantized, IEEE=qg.dtype == torch.float32,
         GRANULE=int(cfg["granule"]) if consistent else 0,
+        F16=bool(quantized and cfg.get("fp16_dots") and qg.dtype != torch.float32),
+        INT8=kv.k.dtype == torch.int8,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     _combine[(Hkv, rows)](part_m, part_l, part_o, out, S, ROWS=rows, D=D,
                           BLOCK_S=max(2, triton.next_power_of_2(S)), BLOCK_D=block_d,

@@ -19,7 +19,7 @@ from engine import decode_attention, decode_attention_kernel
 from engine.kv_arena import KVArena
 from engine.kv_cache import LayerKV
 
-def case(kv, H, Hkv, D, T, kv_len, positions, B, seed):
+def case(kv, H, Hkv, D, T, kv_len, positions, B, seed, cfg=None):
     g = torch.Generator().manual_seed(seed)
     n = -(-kv_len // B)
     arena = KVArena(1, Hkv, D, n + 5, B, kv, "cpu")
@@ -33,7 +33,7 @@ def case(kv, H, Hkv, D, T, kv_len, positions, B, seed):
     dtype = torch.float32 if kv == "fp32" else torch.float16
     q = torch.randn(1, H, T, D, generator=g).to(dtype)
     pos = torch.tensor(positions)
-    out = decode_attention_kernel.decode_attention(q, layer, pos, kv_len, D ** -0.5)
+    out = decode_attention_kernel.decode_attention(q, layer, pos, kv_len, D ** -0.5, cfg)
     ref = decode_attention.reference(q.float(), layer, pos, kv_len, D ** -0.5)
     assert out.shape == (1, H, T, D) and out.dtype == dtype
     # fp32: IEEE dots, summation order only; 16-bit queries: P rounds to 16 bits for P V
@@ -52,6 +52,9 @@ CASES = [  # H, Hkv, D, T, kv_len, positions, B
 for kv in ("fp32", "fp16", "int8", "fp8"):
     for i, c in enumerate(CASES):
         case(kv, *c, seed=i)
+for kv in ("int8", "fp8"):  # the codes widened to fp16 (int8 by bit operations), fp16 dots
+    for i, c in enumerate(CASES):
+        case(kv, *c, seed=i, cfg={"fp16_dots": True})
 print("ok")
 """
 

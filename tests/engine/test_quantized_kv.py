@@ -501,6 +501,27 @@ def test_triton_kernel_equals_the_reference(kv, H, Hkv, D, T, kv_len, positions)
 
 
 @TRITON
+@pytest.mark.parametrize("kv", QUANTIZED)
+@pytest.mark.parametrize("T, kv_len, positions", [(1, 32768, [32767]), (5, 600, [500, 501, 502,
+                                                                                503, 504])])
+def test_fp16_dots_over_a_quantized_cache_equal_the_reference(kv, T, kv_len, positions):
+    """The kernel's fp16_dots setting (codes widened to fp16, int8 by bit operations): the
+    reference's result within the same 1e-2 as the default setting, at the Llama-3.1-8B shape."""
+    from engine import decode_attention_kernel
+
+    if kv == "fp8" and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 e4m3 in Triton needs compute capability 8.9")
+    cache = filled_cache(kv, 8, 128, kv_len + 64, seed=8, device="cuda")
+    q = torch.randn(1, 32, T, 128, generator=torch.Generator().manual_seed(9)).to("cuda",
+                                                                                torch.bfloat16)
+    pos = torch.tensor(positions, device="cuda")
+    out = decode_attention_kernel.decode_attention(q, cache.layer(0), pos, kv_len, 128 ** -0.5,
+                                                   {"fp16_dots": True})
+    ref = decode_attention.reference(q.float(), cache.layer(0), pos, kv_len, 128 ** -0.5)
+    assert ((out.float() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@TRITON
 def test_one_compiled_kernel_serves_every_query_length():
     """Steps, verify blocks and prefill chunks of any length and context share one compiled
     kernel: each new length compiled it again before (0.6-0.7 s on the H200, paid by a draft
