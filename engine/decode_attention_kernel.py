@@ -31,7 +31,7 @@ from engine.kv_cache import LayerKV
 # Both: "consistent" steps and verify blocks (see decode_attention), splits placed by granules
 # of 1,024 keys.
 # "fp16_dots" (quantized caches only, off by default, not yet timed): int8 codes widened to fp16
-# by bit operations instead of a conversion per value, e4m3 by the packed fp16 conversion, and
+# by bit operations instead of a conversion per value, e4m3 by its conversion to fp16, and
 # the dots in fp16 (exact for the codes; the query and probabilities round to fp16, finer than
 # bf16 but with less range). Where the int8 kernel's time goes on the H200 (1.9 TB/s against
 # bf16's 3.6 at 32K) points at the conversions: an int-to-float conversion issues at a quarter
