@@ -36,17 +36,25 @@ from engine.kv_cache import LayerKV
 # bf16 but with less range). Where the int8 kernel's time goes on the H200 (1.9 TB/s against
 # bf16's 3.6 at 32K) points at the conversions: an int-to-float conversion issues at a quarter
 # of the rate of integer operations
-_SHARED = dict(consistent=True, granule=1024)
+_SHARED = dict(consistent=True, granule=1024, block_m=64)
 CONFIGS = {False: dict(block_n=64, waves=2, num_warps=4, num_stages=2, **_SHARED),
            True: dict(block_n=128, waves=2, num_warps=4, num_stages=3, fp16_dots=False,
-                      **_SHARED)}
+                      asm=False, **_SHARED)}
 
 
 @triton.jit
-def _widen(x, dtype, F16: tl.constexpr, INT8: tl.constexpr):
+def _widen(x, dtype, F16: tl.constexpr, INT8: tl.constexpr, ASM: tl.constexpr):
     """Stored values -> the dot's dtype. int8 under F16: the bits of 1024 + (x + 128) as fp16
-    (exponent 10: steps of 1 up to 2048), minus 1152, exact, with no conversion instruction."""
-    if F16 and INT8:
+    (exponent 10: steps of 1 up to 2048), minus 1152, exact, with no conversion instruction;
+    under ASM the same in PTX, four codes a register (a xor, two byte permutes, two paired fp16
+    subtractions), where the compiler might otherwise widen one code at a time."""
+    if F16 and INT8 and ASM:
+        return tl.inline_asm_elementwise(
+            asm="{ .reg .b32 u, h, c; xor.b32 u, $2, 0x80808080; mov.b32 h, 0x64646464; "
+                "prmt.b32 $0, u, h, 0x4140; prmt.b32 $1, u, h, 0x4342; mov.b32 c, 0x64806480; "
+                "sub.f16x2 $0, $0, c; sub.f16x2 $1, $1, c; }",
+            constraints="=r,=r,r", args=[x], dtype=tl.float16, is_pure=True, pack=4)
+    elif F16 and INT8:
         u = (x.to(tl.uint8, bitcast=True) ^ 0x80).to(tl.uint16)
         return (u | 0x6400).to(tl.uint16).to(tl.float16, bitcast=True) - 1152.0
     else:
@@ -69,7 +77,7 @@ def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling,
              stride_kh, stride_sb, stride_sh, ROWS, T, D: tl.constexpr, B: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
              QUANTIZED: tl.constexpr, IEEE: tl.constexpr, GRANULE: tl.constexpr,
-             F16: tl.constexpr, INT8: tl.constexpr):
+             F16: tl.constexpr, INT8: tl.constexpr, ASM: tl.constexpr):
     """Q: [H_kv, ROWS, D] (row g T + t); K, V: [num_blocks, H_kv, B, D] int8/fp8/16-bit; KS, VS:
     [num_blocks, H_kv, B] fp16 (QUANTIZED); TABLE: [max_blocks] int32, key n at block
     TABLE[n // B], slot n % B; POS: [T] int64 -> PM, PL: [H_kv, S, ROWS] fp32,
@@ -110,7 +118,7 @@ def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling,
         srow = block * stride_sb + head * stride_sh + n % B
         # int8 and e4m3 values are exact in bf16/fp16: upcast, multiply on tensor cores
         k = _widen(tl.load(K + row[:, None] + d[None, :], mask=tile_ok, other=0.0), q.dtype, F16,
-                   INT8)
+                   INT8, ASM)
         if IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")  # [BLOCK_M, BLOCK_N]
         else:
@@ -124,7 +132,7 @@ def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling,
         p = tl.exp(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         v = _widen(tl.load(V + row[:, None] + d[None, :], mask=tile_ok, other=0.0), q.dtype, F16,
-                   INT8)
+                   INT8, ASM)
         if QUANTIZED:  # sum_n p_n s_n v_q,n: the V scale folds into the probabilities
             p = p * tl.load(VS + srow, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         if IEEE:
@@ -189,7 +197,13 @@ def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: in
     # steps by up to 4.4% and flipped 11 of 125 argmaxes, which speculation pays for in
     # rejected tokens (verify_consistency.py, BENCHMARKS.md); with it, bit for bit the same
     consistent = bool(cfg["consistent"])
-    block_m = 64 if consistent else max(16, min(64, triton.next_power_of_2(rows)))
+    if not consistent:
+        block_m = max(16, min(64, triton.next_power_of_2(rows)))
+    elif T > MAX_BLOCK_TOKENS:  # a prefill chunk, whose rows fill 64-row tiles
+        block_m = 64
+    else:  # steps and verify blocks: one tile size (16 or 32: the tensor cores' mma.sync, whose
+        # rows do not depend on one another; 64 on Hopper: wgmma, a whole warp group's rows)
+        block_m = int(cfg["block_m"])
     if T > MAX_BLOCK_TOKENS:  # a prefill chunk: its row tiles fill the GPU, splits would only
         S = max(1, S // triton.cdiv(rows, block_m))  # add partial results ([H_kv, S, rows, D])
     part_m = torch.empty((Hkv, S, rows), dtype=torch.float32, device=q.device)
@@ -207,6 +221,7 @@ def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: in
         GRANULE=int(cfg["granule"]) if consistent else 0,
         F16=bool(quantized and cfg.get("fp16_dots") and qg.dtype != torch.float32),
         INT8=kv.k.dtype == torch.int8,
+        ASM=bool(cfg.get("asm")) and q.device.type == "cuda",  # PTX: not in the interpreter
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     _combine[(Hkv, rows)](part_m, part_l, part_o, out, S, ROWS=rows, D=D,
                           BLOCK_S=max(2, triton.next_power_of_2(S)), BLOCK_D=block_d,

@@ -14,7 +14,6 @@ Prints markdown tables, and one JSON object a line to --json. Usage (repository 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
 from pathlib import Path
@@ -32,10 +31,24 @@ from engine.kv_cache import KVCache  # noqa: E402
 H, HKV, D = 32, 8, 128
 CALLS = 50
 VARIANTS = (("bf16", "sdpa"), ("bf16", "triton"), ("int8", "triton"), ("fp8", "triton"))
-SWEEP = dict(block_n=(64, 128, 256), waves=(2, 4), num_stages=(2, 3, 4), num_warps=(4, 8))
-F16_SWEEP = dict(block_n=(128, 256), waves=(2,), num_stages=(3, 4), num_warps=(4, 8),
-                 fp16_dots=(True,))  # the codes widened to fp16 (decode_attention_kernel.py),
-# near the default setting, for int8 and fp8
+# 16-row tiles (mma.sync) need far fewer registers than the 64-row default (wgmma: 251 a thread
+# for int8, two programs an SM; 80-150 with 16 rows, three or four): (block_n, warps, stages)
+LAUNCH16 = ((32, 8, 3), (32, 4, 3), (64, 4, 3), (64, 8, 3), (64, 8, 2), (128, 8, 2), (128, 8, 3))
+# how the codes reach the tensor cores (decode_attention_kernel.py): widened to bf16 by
+# conversion (the default), to fp16 (int8 by bit operations in PTX; fp8 by its conversion)
+WIDEN = {"int8": ({}, {"fp16_dots": True, "asm": True}), "fp8": ({}, {"fp16_dots": True}),
+         "bf16": ({},)}
+
+
+def sweep_configs(kv_dtype: str) -> list[dict]:
+    """The default launch with each way of widening (int8 also by bit operations in Triton),
+    then 16-row tiles under each launch setting, 2 and 4 programs an SM, each way of widening."""
+    first = [dict(w) for w in WIDEN[kv_dtype]]
+    if kv_dtype == "int8":
+        first.append({"fp16_dots": True})
+    launches = LAUNCH16 if kv_dtype != "fp8" else LAUNCH16[::2]
+    return first + [dict(block_m=16, block_n=n, num_warps=w, num_stages=st, waves=waves, **widen)
+                    for widen in WIDEN[kv_dtype] for n, w, st in launches for waves in (2, 4)]
 
 
 def sdpa(q, kv, pos, kv_len, scaling, config=None):
@@ -105,15 +118,15 @@ def main(argv=None) -> int:
     print(f"Decode attention, one layer, T = 1, {H} query / {HKV} KV heads, head_dim {D}, "
           f"{torch.cuda.get_device_name()}; CUDA graph of {CALLS} calls, best of 5\n", flush=True)
     print(table(rows, False), flush=True)
-    if args.sweep:
+    if args.sweep:  # the quantized caches, then bf16 under 16-row tiles; each row printed
+        # as it comes, so a run cut short by a timeout still reports what it timed
         sweep = []
-        for kv, grid in (("int8", SWEEP), ("int8", F16_SWEEP), ("fp8", F16_SWEEP)):
-            # the quantized rows (bf16 reads at 3 TB/s already)
-            for values in itertools.product(*grid.values()):
-                sweep.append(one(max(args.lengths), kv, "triton", dict(zip(grid, values,
-                                                                           strict=True))))
+        for kv in ("int8", "fp8", "bf16"):
+            for cfg in sweep_configs(kv):
+                sweep.append(one(max(args.lengths), kv, "triton", cfg))
+                print(table(sweep[-1:], True).splitlines()[-1], flush=True)
         sweep.sort(key=lambda r: (r["kv_dtype"], r.get("us", float("inf"))))
-        print(table(sweep, True), flush=True)
+        print("\nsorted:\n" + table(sweep, True), flush=True)
         rows += sweep
     if args.json:
         with open(args.json, "w") as f:

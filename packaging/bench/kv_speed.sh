@@ -28,13 +28,14 @@ want() { [[ " $STEPS " == *" $1 "* ]]; }
 step() { echo "== $1 ($(date +%T))" | tee -a "$LOG"; }
 
 if want 1; then step "1. GPU tests"
-timeout 200 python3 -m pytest -q -p no:cacheprovider -rs tests/engine/test_quantized_kv.py \
-    tests/engine/test_kv_write_kernel.py tests/engine/test_speculative.py tests/engine/test_engine_env.py \
+timeout ${T1:-240} python3 -m pytest -q -p no:cacheprovider -rfs --tb=short tests/engine/test_quantized_kv.py \
+    tests/engine/test_kv_write_kernel.py tests/engine/test_fused_ops.py tests/engine/test_speculative.py \
+    tests/engine/test_engine_env.py \
     >"$OUT/pytest.txt" 2>&1
 echo "pytest exit $?: $(tail -1 "$OUT/pytest.txt")" | tee -a "$LOG"; fi
 
 if want 2; then step "2. decode attention, one layer"
-timeout 150 python3 $B/kv_attention_speed.py --sweep --json "$OUT/attention.jsonl" \
+timeout ${T2:-300} python3 $B/kv_attention_speed.py --sweep --json "$OUT/attention.jsonl" \
     >"$OUT/attention.md" 2>>"$LOG" || echo "FAILED or cut short: attention" | tee -a "$LOG"
 cat "$OUT/attention.md"; fi
 

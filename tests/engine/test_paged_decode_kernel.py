@@ -55,6 +55,10 @@ for kv in ("fp32", "fp16", "int8", "fp8"):
 for kv in ("int8", "fp8"):  # the codes widened to fp16 (int8 by bit operations), fp16 dots
     for i, c in enumerate(CASES):
         case(kv, *c, seed=i, cfg={"fp16_dots": True})
+for kv, cfg in (("fp16", {"block_m": 16}), ("int8", {"block_m": 16}),
+                ("int8", {"block_m": 16, "fp16_dots": True}), ("fp8", {"block_m": 16})):
+    for i, c in enumerate(CASES):  # 16-row tiles: a verify block's rows over several programs
+        case(kv, *c, seed=i, cfg=cfg)
 print("ok")
 """
 

@@ -500,13 +500,20 @@ def test_triton_kernel_equals_the_reference(kv, H, Hkv, D, T, kv_len, positions)
     assert ((out.float() - ref).norm() / ref.norm()).item() < tol
 
 
+SETTINGS = [{"fp16_dots": True}, {"fp16_dots": True, "asm": True}, {"block_m": 16},
+            {"block_m": 16, "fp16_dots": True, "asm": True}]
+
+
 @TRITON
 @pytest.mark.parametrize("kv", QUANTIZED)
+@pytest.mark.parametrize("cfg", SETTINGS, ids=lambda c: "+".join(c))
 @pytest.mark.parametrize("T, kv_len, positions", [(1, 32768, [32767]), (5, 600, [500, 501, 502,
                                                                                 503, 504])])
-def test_fp16_dots_over_a_quantized_cache_equal_the_reference(kv, T, kv_len, positions):
-    """The kernel's fp16_dots setting (codes widened to fp16, int8 by bit operations): the
-    reference's result within the same 1e-2 as the default setting, at the Llama-3.1-8B shape."""
+def test_kernel_settings_over_a_quantized_cache_equal_the_reference(kv, cfg, T, kv_len,
+                                                                     positions):
+    """The kernel's other settings (codes widened to fp16, int8 by bit operations in Triton or
+    in PTX; 16-row tiles): the reference's result within the same 1e-2 as the
+    default setting, at the Llama-3.1-8B shape."""
     from engine import decode_attention_kernel
 
     if kv == "fp8" and torch.cuda.get_device_capability() < (8, 9):
@@ -516,16 +523,40 @@ def test_fp16_dots_over_a_quantized_cache_equal_the_reference(kv, T, kv_len, pos
                                                                                 torch.bfloat16)
     pos = torch.tensor(positions, device="cuda")
     out = decode_attention_kernel.decode_attention(q, cache.layer(0), pos, kv_len, 128 ** -0.5,
-                                                   {"fp16_dots": True})
+                                                   cfg)
     ref = decode_attention.reference(q.float(), cache.layer(0), pos, kv_len, 128 ** -0.5)
     assert ((out.float() - ref).norm() / ref.norm()).item() < 1e-2
 
 
 @TRITON
+@pytest.mark.parametrize("kv", ["bf16", *QUANTIZED])
+@pytest.mark.parametrize("cfg", [{}, {"block_m": 16}, {"block_m": 16, "fp16_dots": True,
+                                                       "asm": True}], ids=str)
+def test_a_verify_blocks_rows_are_the_bits_of_single_steps(kv, cfg):
+    """On the tensor cores, under the default "consistent" setting: each row of a five-token
+    verify block (20 rows: two 16-row tiles or one 64-row tile) gives the very bits of a
+    one-token step at its position, so a draft that agrees with plain decoding is accepted."""
+    from engine import decode_attention_kernel
+
+    if kv == "fp8" and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 e4m3 in Triton needs compute capability 8.9")
+    cache = filled_cache(kv, 8, 128, 5000, seed=10, device="cuda")
+    q = torch.randn(1, 32, 5, 128, generator=torch.Generator().manual_seed(11)).to(
+        "cuda", torch.bfloat16)
+    pos = torch.arange(4090, 4095, device="cuda")
+    block = decode_attention_kernel.decode_attention(q, cache.layer(0), pos, 4096, 128 ** -0.5,
+                                                     cfg)
+    for t in range(5):
+        single = decode_attention_kernel.decode_attention(q[:, :, t:t + 1], cache.layer(0),
+                                                          pos[t:t + 1], 4096, 128 ** -0.5, cfg)
+        assert torch.equal(single[:, :, 0], block[:, :, t]), t
+
+
+@TRITON
 def test_one_compiled_kernel_serves_every_query_length():
-    """Steps, verify blocks and prefill chunks of any length and context share one compiled
-    kernel: each new length compiled it again before (0.6-0.7 s on the H200, paid by a draft
-    catching up over a plain stretch of a new length)."""
+    """Steps and verify blocks of any length and context share one compiled kernel, prefill
+    chunks one more (their own row tile): each new length compiled it again before (0.6-0.7 s
+    on the H200, paid by a draft catching up over a plain stretch of a new length)."""
     from engine import decode_attention_kernel as kernel
 
     H, Hkv, D = 8, 2, 64
@@ -543,11 +574,14 @@ def test_one_compiled_kernel_serves_every_query_length():
         assert ((out.float() - ref).norm() / ref.norm()).item() < 1e-2, (T, end, kv_len)
 
     run(1, 600, 1024)
+    run(37, 337, 337)
     first = compiled()
-    for T, end, kv_len in ((3, 600, 1024), (37, 337, 337), (98, 1000, 1024), (513, 1090, 1090),
-                           (1, 17, 64)):
+    for T, end, kv_len in ((3, 600, 1024), (98, 1000, 1024), (513, 1090, 1090), (1, 17, 64),
+                           (17, 300, 1024)):
         run(T, end, kv_len)
     assert compiled() == first
+
+
 @TRITON
 @pytest.mark.parametrize("kv", ["bf16", *QUANTIZED])
 def test_graph_decode_over_a_quantized_cache_equals_eager(kv, tiny_model, monkeypatch):
