@@ -39,7 +39,8 @@ from engine.kv_cache import LayerKV
 _SHARED = dict(consistent=True, granule=1024, block_m=64)
 CONFIGS = {False: dict(block_n=64, waves=2, num_warps=4, num_stages=2, **_SHARED),
            True: dict(block_n=128, waves=2, num_warps=4, num_stages=3, fp16_dots=False,
-                      asm=False, **_SHARED)}
+                      asm=False, prefetch=False,
+                      **_SHARED)}
 
 
 @triton.jit
@@ -66,6 +67,54 @@ def _env_config(text: str | None) -> dict:
     return json.loads(text) if text else {}
 
 
+@triton.jit
+def _load_tile(K, V, KS, VS, block, n, n_ok, head, stride_kb, stride_kh, stride_sb, stride_sh,
+               d, d_ok, D: tl.constexpr, B: tl.constexpr, QUANTIZED: tl.constexpr):
+    """The keys n ([BLOCK_N], of blocks `block`, their table entries) -> their K and V values as
+    stored, [BLOCK_N, BLOCK_D], and their scales, [BLOCK_N] fp32 (zeros when not QUANTIZED)."""
+    block = block.to(tl.int64)
+    row = block * stride_kb + head * stride_kh + (n % B) * D  # [BLOCK_N]: K and V alike; a key's
+    tile_ok = n_ok[:, None] & d_ok[None, :]  # D values stay contiguous
+    k = tl.load(K + row[:, None] + d[None, :], mask=tile_ok, other=0.0)
+    v = tl.load(V + row[:, None] + d[None, :], mask=tile_ok, other=0.0)
+    if QUANTIZED:
+        srow = block * stride_sb + head * stride_sh + n % B
+        ks = tl.load(KS + srow, mask=n_ok, other=0.0).to(tl.float32)
+        vs = tl.load(VS + srow, mask=n_ok, other=0.0).to(tl.float32)
+    else:
+        ks = tl.zeros(n.shape, tl.float32)
+        vs = tl.zeros(n.shape, tl.float32)
+    return k, v, ks, vs
+
+
+@triton.jit
+def _attend_tile(q, k, v, ks, vs, n, n_ok, pos, m_i, l_i, acc, scaling, QUANTIZED: tl.constexpr,
+                 IEEE: tl.constexpr, F16: tl.constexpr, INT8: tl.constexpr, ASM: tl.constexpr):
+    """One tile of keys into the running softmax of the rows: (m, l, acc) -> (m, l, acc)."""
+    # int8 and e4m3 values are exact in bf16/fp16: upcast, multiply on tensor cores
+    k = _widen(k, q.dtype, F16, INT8, ASM)
+    if IEEE:
+        s = tl.dot(q, tl.trans(k), input_precision="ieee")  # [BLOCK_M, BLOCK_N]
+    else:
+        s = tl.dot(q, tl.trans(k))
+    if QUANTIZED:  # q . (k_q s_k) = s_k (q . k_q): one multiply per key, not per element
+        s = s * ks[None, :]
+    s = tl.where((n[None, :] <= pos[:, None]) & n_ok[None, :], s * scaling, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key seen yet: no NaN
+    alpha = tl.exp(m_i - m_safe)
+    p = tl.exp(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = _widen(v, q.dtype, F16, INT8, ASM)
+    if QUANTIZED:  # sum_n p_n s_n v_q,n: the V scale folds into the probabilities
+        p = p * vs[None, :]
+    if IEEE:
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v)
+    return m_new, l_i, acc
+
+
 # ROWS and T are plain arguments, not compile-time constants, and not specialized on: a chat's
 # every new prefill length compiled the kernel again (0.6-0.7 s each on the H200: a draft catching
 # up over 98 plain tokens took a 688 ms round, and speculation with the switch-off ran at 0.50x
@@ -77,11 +126,15 @@ def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling,
              stride_kh, stride_sb, stride_sh, ROWS, T, D: tl.constexpr, B: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
              QUANTIZED: tl.constexpr, IEEE: tl.constexpr, GRANULE: tl.constexpr,
-             F16: tl.constexpr, INT8: tl.constexpr, ASM: tl.constexpr):
+             F16: tl.constexpr, INT8: tl.constexpr, ASM: tl.constexpr, PREFETCH: tl.constexpr):
     """Q: [H_kv, ROWS, D] (row g T + t); K, V: [num_blocks, H_kv, B, D] int8/fp8/16-bit; KS, VS:
     [num_blocks, H_kv, B] fp16 (QUANTIZED); TABLE: [max_blocks] int32, key n at block
     TABLE[n // B], slot n % B; POS: [T] int64 -> PM, PL: [H_kv, S, ROWS] fp32,
-    PO: [H_kv, S, ROWS, D]."""
+    PO: [H_kv, S, ROWS, D].
+    PREFETCH: the loop pipelined by hand (compiled with num_stages 1): a tile's K, V and scales
+    load while the tile before it is computed, its table entries two tiles ahead (Triton's own
+    pipelining issues a tile's loads after the tile before it is computed and waits on them at
+    once: the addresses come through the table)."""
     head = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     rows = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -108,38 +161,30 @@ def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling,
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    for start in range(lo, hi, BLOCK_N):
-        n = start + tl.arange(0, BLOCK_N)
-        n_ok = n < hi
-        tile_ok = n_ok[:, None] & d_ok[None, :]
-        # each key through the table: its block, then its slot; a key's D values stay contiguous
-        block = tl.load(TABLE + n // B, mask=n_ok, other=0).to(tl.int64)  # [BLOCK_N]
-        row = block * stride_kb + head * stride_kh + (n % B) * D  # [BLOCK_N]: K and V alike
-        srow = block * stride_sb + head * stride_sh + n % B
-        # int8 and e4m3 values are exact in bf16/fp16: upcast, multiply on tensor cores
-        k = _widen(tl.load(K + row[:, None] + d[None, :], mask=tile_ok, other=0.0), q.dtype, F16,
-                   INT8, ASM)
-        if IEEE:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")  # [BLOCK_M, BLOCK_N]
-        else:
-            s = tl.dot(q, tl.trans(k))
-        if QUANTIZED:  # q . (k_q s_k) = s_k (q . k_q): one multiply per key, not per element
-            s = s * tl.load(KS + srow, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-        s = tl.where((n[None, :] <= pos[:, None]) & n_ok[None, :], s * scaling, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key seen yet: no NaN
-        alpha = tl.exp(m_i - m_safe)
-        p = tl.exp(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = _widen(tl.load(V + row[:, None] + d[None, :], mask=tile_ok, other=0.0), q.dtype, F16,
-                   INT8, ASM)
-        if QUANTIZED:  # sum_n p_n s_n v_q,n: the V scale folds into the probabilities
-            p = p * tl.load(VS + srow, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-        if IEEE:
-            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v)
-        m_i = m_new
+    n = lo + tl.arange(0, BLOCK_N)
+    if PREFETCH:
+        block = tl.load(TABLE + n // B, mask=n < hi, other=0)
+        k, v, ks, vs = _load_tile(K, V, KS, VS, block, n, n < hi, head, stride_kb, stride_kh,
+                                  stride_sb, stride_sh, d, d_ok, D, B, QUANTIZED)
+        block = tl.load(TABLE + (n + BLOCK_N) // B, mask=n + BLOCK_N < hi, other=0)
+        for start in range(lo, hi, BLOCK_N):
+            n = start + tl.arange(0, BLOCK_N)
+            ahead = n + BLOCK_N
+            k2, v2, ks2, vs2 = _load_tile(K, V, KS, VS, block, ahead, ahead < hi, head,
+                                          stride_kb, stride_kh, stride_sb, stride_sh, d, d_ok, D,
+                                          B, QUANTIZED)
+            block = tl.load(TABLE + (ahead + BLOCK_N) // B, mask=ahead + BLOCK_N < hi, other=0)
+            m_i, l_i, acc = _attend_tile(q, k, v, ks, vs, n, n < hi, pos, m_i, l_i, acc,
+                                         scaling, QUANTIZED, IEEE, F16, INT8, ASM)
+            k, v, ks, vs = k2, v2, ks2, vs2
+    else:
+        for start in range(lo, hi, BLOCK_N):
+            n = start + tl.arange(0, BLOCK_N)
+            block = tl.load(TABLE + n // B, mask=n < hi, other=0)  # each key through the table
+            k, v, ks, vs = _load_tile(K, V, KS, VS, block, n, n < hi, head, stride_kb, stride_kh,
+                                      stride_sb, stride_sh, d, d_ok, D, B, QUANTIZED)
+            m_i, l_i, acc = _attend_tile(q, k, v, ks, vs, n, n < hi, pos, m_i, l_i, acc,
+                                         scaling, QUANTIZED, IEEE, F16, INT8, ASM)
     at = (head * n_splits + split) * ROWS + rows  # [BLOCK_M]
     tl.store(PM + at, m_i, mask=row_ok)
     tl.store(PL + at, l_i, mask=row_ok)
@@ -222,7 +267,8 @@ def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: in
         F16=bool(quantized and cfg.get("fp16_dots") and qg.dtype != torch.float32),
         INT8=kv.k.dtype == torch.int8,
         ASM=bool(cfg.get("asm")) and q.device.type == "cuda",  # PTX: not in the interpreter
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        PREFETCH=bool(cfg.get("prefetch")),
+        num_warps=cfg["num_warps"], num_stages=1 if cfg.get("prefetch") else cfg["num_stages"])
     _combine[(Hkv, rows)](part_m, part_l, part_o, out, S, ROWS=rows, D=D,
                           BLOCK_S=max(2, triton.next_power_of_2(S)), BLOCK_D=block_d,
                           num_warps=4)

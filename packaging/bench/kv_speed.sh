@@ -35,7 +35,7 @@ timeout ${T1:-240} python3 -m pytest -q -p no:cacheprovider -rfs --tb=short test
 echo "pytest exit $?: $(tail -1 "$OUT/pytest.txt")" | tee -a "$LOG"; fi
 
 if want 2; then step "2. decode attention, one layer"
-timeout ${T2:-300} python3 $B/kv_attention_speed.py --sweep --json "$OUT/attention.jsonl" \
+timeout ${T2:-300} python3 $B/kv_attention_speed.py --sweep ${SWEEP:-launch} --json "$OUT/attention.jsonl" \
     >"$OUT/attention.md" 2>>"$LOG" || echo "FAILED or cut short: attention" | tee -a "$LOG"
 cat "$OUT/attention.md"; fi
 
