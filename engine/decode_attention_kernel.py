@@ -39,7 +39,7 @@ from engine.kv_cache import LayerKV
 _SHARED = dict(consistent=True, granule=1024, block_m=64)
 CONFIGS = {False: dict(block_n=64, waves=2, num_warps=4, num_stages=2, **_SHARED),
            True: dict(block_n=128, waves=2, num_warps=4, num_stages=3, fp16_dots=False,
-                      asm=False, prefetch=False,
+                      asm=False, prefetch=False, chunk=0,
                       **_SHARED)}
 
 
@@ -126,7 +126,8 @@ def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling,
              stride_kh, stride_sb, stride_sh, ROWS, T, D: tl.constexpr, B: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
              QUANTIZED: tl.constexpr, IEEE: tl.constexpr, GRANULE: tl.constexpr,
-             F16: tl.constexpr, INT8: tl.constexpr, ASM: tl.constexpr, PREFETCH: tl.constexpr):
+             F16: tl.constexpr, INT8: tl.constexpr, ASM: tl.constexpr, PREFETCH: tl.constexpr,
+             CHUNK: tl.constexpr):
     """Q: [H_kv, ROWS, D] (row g T + t); K, V: [num_blocks, H_kv, B, D] int8/fp8/16-bit; KS, VS:
     [num_blocks, H_kv, B] fp16 (QUANTIZED); TABLE: [max_blocks] int32, key n at block
     TABLE[n // B], slot n % B; POS: [T] int64 -> PM, PL: [H_kv, S, ROWS] fp32,
@@ -134,7 +135,11 @@ def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling,
     PREFETCH: the loop pipelined by hand (compiled with num_stages 1): a tile's K, V and scales
     load while the tile before it is computed, its table entries two tiles ahead (Triton's own
     pipelining issues a tile's loads after the tile before it is computed and waits on them at
-    once: the addresses come through the table)."""
+    once: the addresses come through the table).
+    CHUNK > 0: the table entries of CHUNK blocks at a time loaded ahead of the tiles that use them
+    and handed to each tile by a gather in registers, so no load's address inside the tile loop
+    comes from another load of it, and Triton can pipeline the K, V and scale loads as over a
+    flat cache (CHUNK B a multiple of BLOCK_N: a tile never straddles two chunks)."""
     head = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     rows = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -177,6 +182,27 @@ def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling,
             m_i, l_i, acc = _attend_tile(q, k, v, ks, vs, n, n < hi, pos, m_i, l_i, acc,
                                          scaling, QUANTIZED, IEEE, F16, INT8, ASM)
             k, v, ks, vs = k2, v2, ks2, vs2
+    elif CHUNK > 0:
+        for first in range(lo, hi, CHUNK * B):
+            last = tl.minimum(first + CHUNK * B, hi)
+            pages = first // B + tl.arange(0, CHUNK)  # [CHUNK]
+            blocks = tl.load(TABLE + pages, mask=pages * B < last, other=0)
+            if QUANTIZED:  # the chunk's scales too: [CHUNK B]
+                keys = first + tl.arange(0, CHUNK * B)
+                kblock = tl.gather(blocks, (keys - first) // B, 0).to(tl.int64)
+                srow = kblock * stride_sb + head * stride_sh + keys % B
+                k_scales = tl.load(KS + srow, mask=keys < last, other=0.0).to(tl.float32)
+                v_scales = tl.load(VS + srow, mask=keys < last, other=0.0).to(tl.float32)
+            for start in range(first, last, BLOCK_N):
+                n = start + tl.arange(0, BLOCK_N)
+                block = tl.gather(blocks, (n - first) // B, 0)  # [BLOCK_N]: TABLE[n // B]
+                k, v, ks, vs = _load_tile(K, V, KS, VS, block, n, n < last, head, stride_kb,
+                                          stride_kh, stride_sb, stride_sh, d, d_ok, D, B, False)
+                if QUANTIZED:
+                    ks = tl.gather(k_scales, n - first, 0)
+                    vs = tl.gather(v_scales, n - first, 0)
+                m_i, l_i, acc = _attend_tile(q, k, v, ks, vs, n, n < last, pos, m_i, l_i, acc,
+                                             scaling, QUANTIZED, IEEE, F16, INT8, ASM)
     else:
         for start in range(lo, hi, BLOCK_N):
             n = start + tl.arange(0, BLOCK_N)
@@ -251,6 +277,9 @@ def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: in
         block_m = int(cfg["block_m"])
     if T > MAX_BLOCK_TOKENS:  # a prefill chunk: its row tiles fill the GPU, splits would only
         S = max(1, S // triton.cdiv(rows, block_m))  # add partial results ([H_kv, S, rows, D])
+    chunk = int(cfg.get("chunk", 0))  # table entries a gather serves; off where a tile would
+    if chunk and (chunk * B) % cfg["block_n"]:  # straddle two chunks
+        chunk = 0
     part_m = torch.empty((Hkv, S, rows), dtype=torch.float32, device=q.device)
     part_l = torch.empty_like(part_m)
     part_o = torch.empty((Hkv, S, rows, D), dtype=torch.float32, device=q.device)
@@ -267,7 +296,7 @@ def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: in
         F16=bool(quantized and cfg.get("fp16_dots") and qg.dtype != torch.float32),
         INT8=kv.k.dtype == torch.int8,
         ASM=bool(cfg.get("asm")) and q.device.type == "cuda",  # PTX: not in the interpreter
-        PREFETCH=bool(cfg.get("prefetch")),
+        PREFETCH=bool(cfg.get("prefetch")), CHUNK=chunk,
         num_warps=cfg["num_warps"], num_stages=1 if cfg.get("prefetch") else cfg["num_stages"])
     _combine[(Hkv, rows)](part_m, part_l, part_o, out, S, ROWS=rows, D=D,
                           BLOCK_S=max(2, triton.next_power_of_2(S)), BLOCK_D=block_d,

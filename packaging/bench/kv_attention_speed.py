@@ -6,10 +6,11 @@ Each variant is captured in a CUDA graph of 50 calls and replayed; reported: mic
 call, and the bytes the call must read (K and V of every position, scales included) over that
 time; also the relative error against the PyTorch reference. --sweep also times the kernel's
 settings at the longest length: "launch" (keys per iteration, programs per SM, warps, stages, row
-tiles, how the codes are widened) or "prefetch" (the loop pipelined by hand, under each).
+tiles, how the codes are widened), "prefetch" (the loop pipelined by hand, under each) or
+"chunk" (the block table read a chunk at a time, under each).
 Prints markdown tables, and one JSON object a line to --json. Usage (repository root):
     python3 packaging/bench/kv_attention_speed.py [--lengths 1024 8192 32768]
-        [--sweep launch|prefetch] [--json FILE]
+        [--sweep launch|prefetch|chunk] [--json FILE]
 """
 
 from __future__ import annotations
@@ -50,6 +51,18 @@ def prefetch_configs(kv_dtype: str) -> list[dict]:
     return [{}, dict(widen)] + [dict(prefetch=True, block_m=m, block_n=n, num_warps=w,
                                      waves=waves, **widen)
                                 for m in (16, 64) for n in keys for w in (4, 8) for waves in (2, 4)]
+
+
+def chunk_configs(kv_dtype: str) -> list[dict]:
+    """The default, then the table read a chunk of blocks at a time (decode_attention_kernel.py)
+    under 64-row tiles (4 warps, 3 stages) and 16-row tiles (4/8 warps, 2/3 stages)."""
+    widen = {"int8": {"fp16_dots": True, "asm": True}, "fp8": {"fp16_dots": True}}.get(kv_dtype,
+                                                                                      {})
+    launches = [(64, n, 4, 3) for n in (64, 128)] + [
+        (16, n, w, st) for n in (64, 128) for w in (4, 8) for st in (2, 3)]
+    return [{}, dict(widen)] + [dict(chunk=c, block_m=m, block_n=n, num_warps=w, num_stages=st,
+                                     **widen)
+                                for c in (32, 64) for m, n, w, st in launches]
 
 
 def sweep_configs(kv_dtype: str) -> list[dict]:
@@ -123,7 +136,7 @@ def table(rows: list[dict], with_config: bool) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--lengths", type=int, nargs="+", default=[1024, 8192, 32768])
-    p.add_argument("--sweep", choices=("launch", "prefetch"),
+    p.add_argument("--sweep", choices=("launch", "prefetch", "chunk"),
                    help="also time the kernel's settings")
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
@@ -135,7 +148,8 @@ def main(argv=None) -> int:
         # as it comes, so a run cut short by a timeout still reports what it timed
         sweep = []
         for kv in ("int8", "bf16", "fp8"):
-            grid = sweep_configs if args.sweep == "launch" else prefetch_configs
+            grid = {"launch": sweep_configs, "prefetch": prefetch_configs,
+                    "chunk": chunk_configs}[args.sweep]
             for cfg in grid(kv):
                 sweep.append(one(max(args.lengths), kv, "triton", cfg))
                 print(table(sweep[-1:], True).splitlines()[-1], flush=True)
