@@ -21,26 +21,26 @@ from engine.events import MAX_SPECULATIVE_TOKENS
 from engine.kv_cache import LayerKV
 
 # Launch settings, for 16-bit and for quantized caches: keys per loop iteration (block_n),
-# programs per SM (waves: more splits keep more loads in flight), warps, pipeline stages. Measured
-# on the H200 (one layer, 32K tokens, 8 KV heads; BENCHMARKS.md): a bf16 cache reads at 3.0 TB/s
-# with 64 keys an iteration. An int8 one read only 1.2 TB/s so (half the bytes in more time: a
-# cost per iteration, the int8/fp8 tiles converting in registers on their way to the tensor
-# cores); twice the keys an iteration and three stages, the fastest of 36 settings swept
-# (`kv_attention_speed.py --sweep`), read 1.8 TB/s and decoded 11% faster end to end at 32K
-# (all measured on the flat cache, before the block table: not yet timed through it).
+# programs per SM (waves), warps, pipeline stages, query rows per tile for steps and verify
+# blocks (block_m), table entries read at a time (chunk). Measured on the H200 (one layer, 32K
+# tokens, 8 KV heads, through the block table; BENCHMARKS.md, `kv_attention_speed.py --sweep`):
+# - Loading each tile's block ids from the table inside the loop left Triton's pipelining one
+#   tile deep and exposed (it issued a tile's loads after computing the tile before and waited
+#   on them at once), and the scales loaded synchronously: an int8 cache read at 1.3 TB/s,
+#   52 us, no faster than bf16 at twice the bytes. With the ids a chunk of 64 blocks at a
+#   time ("chunk", the scales with them) the loads pipeline: 39 us.
+# - 16-row tiles (mma.sync) for steps and verify blocks: a step has 4-7 query rows, and a
+#   64-row tile (wgmma) holds 251 registers a thread, two programs an SM.
+# - "fp16_dots" with "asm": int8 codes widened to fp16 by a byte permute and a paired fp16
+#   subtraction in PTX (four codes a register; exact), e4m3 by its conversion to fp16, the dots
+#   in fp16 (the query and probabilities round to fp16: finer than bf16, less range).
+# - "prefetch" (a hand-pipelined loop) measured no faster; kept as a setting for the record.
 # Both: "consistent" steps and verify blocks (see decode_attention), splits placed by granules
 # of 1,024 keys.
-# "fp16_dots" (quantized caches only, off by default, not yet timed): int8 codes widened to fp16
-# by bit operations instead of a conversion per value, e4m3 by its conversion to fp16, and
-# the dots in fp16 (exact for the codes; the query and probabilities round to fp16, finer than
-# bf16 but with less range). Where the int8 kernel's time goes on the H200 (1.9 TB/s against
-# bf16's 3.6 at 32K) points at the conversions: an int-to-float conversion issues at a quarter
-# of the rate of integer operations
 _SHARED = dict(consistent=True, granule=1024, block_m=64)
 CONFIGS = {False: dict(block_n=64, waves=2, num_warps=4, num_stages=2, **_SHARED),
-           True: dict(block_n=128, waves=2, num_warps=4, num_stages=3, fp16_dots=False,
-                      asm=False, prefetch=False, chunk=0,
-                      **_SHARED)}
+           True: dict(block_n=128, waves=2, num_warps=4, num_stages=3, fp16_dots=True,
+                      asm=True, prefetch=False, chunk=64, **{**_SHARED, "block_m": 16})}
 
 
 @triton.jit

@@ -504,7 +504,7 @@ SETTINGS = [{"fp16_dots": True}, {"fp16_dots": True, "asm": True}, {"block_m": 1
             {"block_m": 16, "fp16_dots": True, "asm": True}, {"prefetch": True},
             {"prefetch": True, "block_m": 16, "block_n": 32, "fp16_dots": True, "asm": True},
             {"chunk": 64}, {"chunk": 32, "block_m": 16, "block_n": 64, "fp16_dots": True,
-                            "asm": True}]
+                            "asm": True}, {"chunk": 0}, {"fp16_dots": False, "asm": False}]
 
 
 @TRITON
