@@ -195,12 +195,16 @@ def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling,
                 v_scales = tl.load(VS + srow, mask=keys < last, other=0.0).to(tl.float32)
             for start in range(first, last, BLOCK_N):
                 n = start + tl.arange(0, BLOCK_N)
-                block = tl.gather(blocks, (n - first) // B, 0)  # [BLOCK_N]: TABLE[n // B]
+                # [BLOCK_N]: TABLE[n // B]. The modulo is the identity for this chunk's tiles;
+                # Triton's pipelining also runs this line for the tiles past the loop's end (their
+                # loads masked off), whose indices would fall outside the chunk: a gather out of
+                # range read outside shared memory (an illegal address on the H200)
+                block = tl.gather(blocks, (n - first) // B % CHUNK, 0)
                 k, v, ks, vs = _load_tile(K, V, KS, VS, block, n, n < last, head, stride_kb,
                                           stride_kh, stride_sb, stride_sh, d, d_ok, D, B, False)
                 if QUANTIZED:
-                    ks = tl.gather(k_scales, n - first, 0)
-                    vs = tl.gather(v_scales, n - first, 0)
+                    ks = tl.gather(k_scales, (n - first) % (CHUNK * B), 0)
+                    vs = tl.gather(v_scales, (n - first) % (CHUNK * B), 0)
                 m_i, l_i, acc = _attend_tile(q, k, v, ks, vs, n, n < last, pos, m_i, l_i, acc,
                                              scaling, QUANTIZED, IEEE, F16, INT8, ASM)
     else:
