@@ -114,7 +114,7 @@ def one(n: int, kv_dtype: str, impl: str, config: dict | None = None) -> dict:
         row["us"] = round(time_us(lambda: fn(q, kv, pos, n, scaling, config), CALLS), 2)
         row["gb_per_s"] = round(row["bytes"] / row["us"] / 1e3, 1)
     except Exception as e:  # report and go on: one variant must not hide the others
-        row["error"] = f"{type(e).__name__}: {e}"[:300]
+        row["error"] = f"{type(e).__name__}: {e}"[:300].replace("\n", " ")
     return row
 
 
