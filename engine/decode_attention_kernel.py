@@ -34,11 +34,12 @@ from engine.kv_cache import LayerKV
 # - "fp16_dots" with "asm": int8 codes widened to fp16 by a byte permute and a paired fp16
 #   subtraction in PTX (four codes a register; exact), e4m3 by its conversion to fp16, the dots
 #   in fp16 (the query and probabilities round to fp16: finer than bf16, less range).
-# - "prefetch" (a hand-pipelined loop) measured no faster; kept as a setting for the record.
+# - A loop pipelined by hand (each tile's loads issued while the one before was computed, at
+#   60678b8) measured no faster, and was removed.
 # Both: "consistent" steps and verify blocks (see decode_attention), splits placed by granules
 # of 1,024 keys.
 _SHARED = dict(consistent=True, granule=1024, block_m=16, chunk=64, waves=2, num_warps=4,
-               num_stages=3, prefetch=False)
+               num_stages=3)
 CONFIGS = {False: dict(block_n=64, **_SHARED),
            True: dict(block_n=128, fp16_dots=True, asm=True, **_SHARED)}
 
@@ -126,16 +127,11 @@ def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling,
              stride_kh, stride_sb, stride_sh, ROWS, T, D: tl.constexpr, B: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
              QUANTIZED: tl.constexpr, IEEE: tl.constexpr, GRANULE: tl.constexpr,
-             F16: tl.constexpr, INT8: tl.constexpr, ASM: tl.constexpr, PREFETCH: tl.constexpr,
-             CHUNK: tl.constexpr):
+             F16: tl.constexpr, INT8: tl.constexpr, ASM: tl.constexpr, CHUNK: tl.constexpr):
     """Q: [H_kv, ROWS, D] (row g T + t); K, V: [num_blocks, H_kv, B, D] int8/fp8/16-bit; KS, VS:
     [num_blocks, H_kv, B] fp16 (QUANTIZED); TABLE: [max_blocks] int32, key n at block
     TABLE[n // B], slot n % B; POS: [T] int64 -> PM, PL: [H_kv, S, ROWS] fp32,
     PO: [H_kv, S, ROWS, D].
-    PREFETCH: the loop pipelined by hand (compiled with num_stages 1): a tile's K, V and scales
-    load while the tile before it is computed, its table entries two tiles ahead (Triton's own
-    pipelining issues a tile's loads after the tile before it is computed and waits on them at
-    once: the addresses come through the table).
     CHUNK > 0: the table entries of CHUNK blocks at a time loaded ahead of the tiles that use them
     and handed to each tile by a gather in registers, so no load's address inside the tile loop
     comes from another load of it, and Triton can pipeline the K, V and scale loads as over a
@@ -166,23 +162,7 @@ def _partial(Q, K, V, KS, VS, TABLE, POS, PM, PL, PO, kv_len, n_splits, scaling,
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    n = lo + tl.arange(0, BLOCK_N)
-    if PREFETCH:
-        block = tl.load(TABLE + n // B, mask=n < hi, other=0)
-        k, v, ks, vs = _load_tile(K, V, KS, VS, block, n, n < hi, head, stride_kb, stride_kh,
-                                  stride_sb, stride_sh, d, d_ok, D, B, QUANTIZED)
-        block = tl.load(TABLE + (n + BLOCK_N) // B, mask=n + BLOCK_N < hi, other=0)
-        for start in range(lo, hi, BLOCK_N):
-            n = start + tl.arange(0, BLOCK_N)
-            ahead = n + BLOCK_N
-            k2, v2, ks2, vs2 = _load_tile(K, V, KS, VS, block, ahead, ahead < hi, head,
-                                          stride_kb, stride_kh, stride_sb, stride_sh, d, d_ok, D,
-                                          B, QUANTIZED)
-            block = tl.load(TABLE + (ahead + BLOCK_N) // B, mask=ahead + BLOCK_N < hi, other=0)
-            m_i, l_i, acc = _attend_tile(q, k, v, ks, vs, n, n < hi, pos, m_i, l_i, acc,
-                                         scaling, QUANTIZED, IEEE, F16, INT8, ASM)
-            k, v, ks, vs = k2, v2, ks2, vs2
-    elif CHUNK > 0:
+    if CHUNK > 0:
         for first in range(lo, hi, CHUNK * B):
             last = tl.minimum(first + CHUNK * B, hi)
             pages = first // B + tl.arange(0, CHUNK)  # [CHUNK]
@@ -300,8 +280,7 @@ def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: in
         F16=bool(quantized and cfg.get("fp16_dots") and qg.dtype != torch.float32),
         INT8=kv.k.dtype == torch.int8,
         ASM=bool(cfg.get("asm")) and q.device.type == "cuda",  # PTX: not in the interpreter
-        PREFETCH=bool(cfg.get("prefetch")), CHUNK=chunk,
-        num_warps=cfg["num_warps"], num_stages=1 if cfg.get("prefetch") else cfg["num_stages"])
+        CHUNK=chunk, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     _combine[(Hkv, rows)](part_m, part_l, part_o, out, S, ROWS=rows, D=D,
                           BLOCK_S=max(2, triton.next_power_of_2(S)), BLOCK_D=block_d,
                           num_warps=4)

@@ -6,11 +6,11 @@ Each variant is captured in a CUDA graph of 50 calls and replayed; reported: mic
 call, and the bytes the call must read (K and V of every position, scales included) over that
 time; also the relative error against the PyTorch reference. --sweep also times the kernel's
 settings at the longest length: "launch" (keys per iteration, programs per SM, warps, stages, row
-tiles, how the codes are widened), "prefetch" (the loop pipelined by hand, under each) or
-"chunk" (the block table read a chunk at a time, under each).
+tiles, how the codes are widened) or "chunk" (the block table read a chunk at a time, under
+each).
 Prints markdown tables, and one JSON object a line to --json. Usage (repository root):
     python3 packaging/bench/kv_attention_speed.py [--lengths 1024 8192 32768]
-        [--sweep launch|prefetch|chunk] [--json FILE]
+        [--sweep launch|chunk] [--json FILE]
 """
 
 from __future__ import annotations
@@ -40,17 +40,6 @@ LAUNCH16 = ((32, 8, 3), (32, 4, 3), (64, 4, 3), (64, 8, 3), (64, 8, 2), (128, 8,
 # conversion (the default), to fp16 (int8 by bit operations in PTX; fp8 by its conversion)
 WIDEN = {"int8": ({}, {"fp16_dots": True, "asm": True}), "fp8": ({}, {"fp16_dots": True}),
          "bf16": ({},)}
-
-
-def prefetch_configs(kv_dtype: str) -> list[dict]:
-    """The default, then the hand-pipelined loop (decode_attention_kernel.py) under each row
-    tile, keys per iteration, warps and programs per SM (int8: widened in PTX)."""
-    widen = {"int8": {"fp16_dots": True, "asm": True}, "fp8": {"fp16_dots": True}}.get(kv_dtype,
-                                                                                      {})
-    keys = (32, 64, 128) if kv_dtype == "int8" else (32, 64)
-    return [{}, dict(widen)] + [dict(prefetch=True, block_m=m, block_n=n, num_warps=w,
-                                     waves=waves, **widen)
-                                for m in (16, 64) for n in keys for w in (4, 8) for waves in (2, 4)]
 
 
 def chunk_configs(kv_dtype: str) -> list[dict]:
@@ -137,7 +126,7 @@ def table(rows: list[dict], with_config: bool) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--lengths", type=int, nargs="+", default=[1024, 8192, 32768])
-    p.add_argument("--sweep", choices=("launch", "prefetch", "chunk"),
+    p.add_argument("--sweep", choices=("launch", "chunk"),
                    help="also time the kernel's settings")
     p.add_argument("--dtypes", nargs="+", default=["int8", "bf16", "fp8"],
                    help="the caches --sweep times")
@@ -151,8 +140,7 @@ def main(argv=None) -> int:
         # as it comes, so a run cut short by a timeout still reports what it timed
         sweep = []
         for kv in args.dtypes:
-            grid = {"launch": sweep_configs, "prefetch": prefetch_configs,
-                    "chunk": chunk_configs}[args.sweep]
+            grid = {"launch": sweep_configs, "chunk": chunk_configs}[args.sweep]
             for cfg in grid(kv):
                 sweep.append(one(max(args.lengths), kv, "triton", cfg))
                 print(table(sweep[-1:], True).splitlines()[-1], flush=True)

@@ -24,7 +24,7 @@ for kv_dtype in ("fp32", "int8"):
     kv = cache.layer(0)
     q = torch.randn(1, Hkv * G, 5, D, generator=g)
     pos = torch.arange(511, 516)  # split per pass, a one-token step at 511 and this block differ
-    for cfg in ({"consistent": False}, {}, {"block_m": 16}, {"prefetch": True},
+    for cfg in ({"consistent": False}, {}, {"block_m": 64}, {"chunk": 0},
                 {"chunk": 4, "block_n": 32}):  # the default: consistent
         block = decode_attention_kernel.decode_attention(q, kv, pos, kv_len, D ** -0.5, cfg)
         ref = decode_attention.reference(q, kv, pos, kv_len, D ** -0.5)

@@ -57,12 +57,12 @@ for kv in ("int8", "fp8"):  # the codes widened to fp16 (int8 by bit operations)
         case(kv, *c, seed=i, cfg={"fp16_dots": True})
 for kv, cfg in (("fp16", {"block_m": 16}), ("int8", {"block_m": 16}),
                 ("int8", {"block_m": 16, "fp16_dots": True}), ("fp8", {"block_m": 16}),
-                ("fp32", {"prefetch": True}), ("int8", {"prefetch": True, "block_n": 32}),
-                ("fp8", {"prefetch": True, "block_m": 16}), ("fp32", {"chunk": 4, "block_n": 32}),
+                ("fp32", {"chunk": 0}), ("int8", {"chunk": 0, "block_n": 32}),
+                ("fp32", {"chunk": 4, "block_n": 32}),
                 ("int8", {"chunk": 4, "block_n": 32}), ("fp8", {"chunk": 8, "block_n": 64})):
     for i, c in enumerate(CASES):  # 16-row tiles: a verify block's rows over several programs;
-        # the loop pipelined by hand: tiles ahead of the end, splits of one or two tiles; the
-        # table read a chunk of blocks at a time (several chunks a split, a last one partial)
+        # the table read a tile at a time (chunk 0) and a chunk of blocks at a time (several
+        # chunks a split, a last one partial)
         case(kv, *c, seed=i, cfg=cfg)
 print("ok")
 """
