@@ -119,7 +119,8 @@ def _attend_tile(q, k, v, ks, vs, n, n_ok, pos, m_i, l_i, acc, scaling, QUANTIZE
 # ROWS and T are plain arguments, not compile-time constants, and not specialized on: a chat's
 # every new prefill length compiled the kernel again (0.6-0.7 s each on the H200: a draft catching
 # up over 98 plain tokens took a 688 ms round, and speculation with the switch-off ran at 0.50x
-# plain decoding that way); one compiled kernel serves steps, verify blocks and prefill chunks.
+# plain decoding that way); one compiled kernel serves steps and verify blocks of any length,
+# one more prefill chunks (their 64-row tile).
 # kv_len and n_splits neither (they only bound loops and masks): a prefill chunk's kv_len is
 # not always a multiple of 16, which Triton would compile a second version for
 @triton.jit(do_not_specialize=["kv_len", "n_splits", "ROWS", "T"])

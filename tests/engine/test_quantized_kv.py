@@ -478,6 +478,11 @@ TRITON = pytest.mark.skipif(not (torch.cuda.is_available()
                             reason="needs a CUDA GPU and Triton (with a host C compiler)")
 
 
+def skip_fp8_below_89(kv: str) -> None:
+    if kv == "fp8" and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 e4m3 in Triton needs compute capability 8.9")
+
+
 @TRITON
 @pytest.mark.parametrize("kv", ["fp32", "bf16", *QUANTIZED])
 @pytest.mark.parametrize("H, Hkv, D, T, kv_len, positions", [
@@ -486,8 +491,7 @@ TRITON = pytest.mark.skipif(not (torch.cuda.is_available()
 def test_triton_kernel_equals_the_reference(kv, H, Hkv, D, T, kv_len, positions):
     from engine import decode_attention_kernel
 
-    if kv == "fp8" and torch.cuda.get_device_capability() < (8, 9):
-        pytest.skip("fp8 e4m3 in Triton needs compute capability 8.9")
+    skip_fp8_below_89(kv)
     cache = filled_cache(kv, Hkv, D, kv_len + 64, seed=4, device="cuda")
     dtype = torch.float32 if kv == "fp32" else torch.bfloat16
     q = torch.randn(1, H, T, D, generator=torch.Generator().manual_seed(5)).to("cuda", dtype)
@@ -519,8 +523,7 @@ def test_kernel_settings_over_a_quantized_cache_equal_the_reference(kv, cfg, T, 
     shape."""
     from engine import decode_attention_kernel
 
-    if kv == "fp8" and torch.cuda.get_device_capability() < (8, 9):
-        pytest.skip("fp8 e4m3 in Triton needs compute capability 8.9")
+    skip_fp8_below_89(kv)
     cache = filled_cache(kv, 8, 128, kv_len + 64, seed=8, device="cuda")
     q = torch.randn(1, 32, T, 128, generator=torch.Generator().manual_seed(9)).to("cuda",
                                                                                 torch.bfloat16)
@@ -544,8 +547,7 @@ def test_chunked_table_reads_under_each_launch_setting(kv, cfg, kv_len):
     with whole chunks and a partial last one, over every cache dtype."""
     from engine import decode_attention_kernel
 
-    if kv == "fp8" and torch.cuda.get_device_capability() < (8, 9):
-        pytest.skip("fp8 e4m3 in Triton needs compute capability 8.9")
+    skip_fp8_below_89(kv)
     cache = filled_cache(kv, 8, 128, kv_len + 64, seed=12, device="cuda")
     q = torch.randn(1, 32, 1, 128, generator=torch.Generator().manual_seed(13)).to(
         "cuda", torch.bfloat16)
@@ -568,8 +570,7 @@ def test_a_verify_blocks_rows_are_the_bits_of_single_steps(kv, cfg):
     one-token step at its position, so a draft that agrees with plain decoding is accepted."""
     from engine import decode_attention_kernel
 
-    if kv == "fp8" and torch.cuda.get_device_capability() < (8, 9):
-        pytest.skip("fp8 e4m3 in Triton needs compute capability 8.9")
+    skip_fp8_below_89(kv)
     cache = filled_cache(kv, 8, 128, 5000, seed=10, device="cuda")
     q = torch.randn(1, 32, 5, 128, generator=torch.Generator().manual_seed(11)).to(
         "cuda", torch.bfloat16)
@@ -583,7 +584,7 @@ def test_a_verify_blocks_rows_are_the_bits_of_single_steps(kv, cfg):
 
 
 @TRITON
-def test_one_compiled_kernel_serves_every_query_length():
+def test_compiled_kernels_do_not_grow_with_query_length():
     """Steps and verify blocks of any length and context share one compiled kernel, prefill
     chunks one more (their own row tile): each new length compiled it again before (0.6-0.7 s
     on the H200, paid by a draft catching up over a plain stretch of a new length)."""
@@ -621,8 +622,7 @@ def test_graph_decode_over_a_quantized_cache_equals_eager(kv, tiny_model, monkey
     kernel, gives the same greedy tokens in fp32 as the graph step built from the same PyTorch
     pieces (the fused pieces round in another order: test_fused_ops.py holds them to issue 6's
     measure, and a one-step code flip can turn a near tie on this random model)."""
-    if kv == "fp8" and torch.cuda.get_device_capability() < (8, 9):
-        pytest.skip("fp8 e4m3 in Triton needs compute capability 8.9")
+    skip_fp8_below_89(kv)
     s = Session.load(LoadRequest(str(tiny_model), device="cuda", context=512, kv_dtype=kv))
     assert s.decoder.mode == "graph", s.loaded_event().notes
     assert decode_attention.backend(s.cache) == "triton"
