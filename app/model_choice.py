@@ -1,6 +1,7 @@
 """Which model to preselect on a first run with a GPU: the largest model in the list that the
 planner says fits this card at a chat-sized context (the most capable one that will run). The
-bundled demo model is the choice only when nothing else fits, or there is no GPU."""
+bundled demo model (or the starter model, once imported) is the choice only when nothing else
+fits, or there is no GPU."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def recommended_entry(entries: list[ModelEntry], report: GpuReport | None) -> Mo
         return None
     best, best_params = None, -1
     for entry in entries:
-        if entry.source not in ("hub", "folder"):
+        if entry.source not in ("imported", "hub", "folder"):
             continue
         try:
             shape = model_shape(entry.folder)

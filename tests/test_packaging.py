@@ -15,6 +15,7 @@ import pytest
 
 from engine import cli, desktop_entry, doctor
 from tests.engine.helpers import REPO
+from tests.fixtures.smollm2 import wheel_path as smollm2_wheel
 
 INSTALL_SH = REPO / "packaging" / "install.sh"
 VALIDATE = shutil.which("desktop-file-validate")
@@ -142,6 +143,11 @@ def test_install_sh_in_a_fresh_folder_answers_with_the_demo_model(tmp_path):
     env.update(HEARTH_TORCH_SPEC="torch==2.13.0",  # the CPU build on local disk, never CUDA
                HEARTH_PYTHON=sys.executable, XDG_DATA_HOME=str(tmp_path / "share"),
                HEARTH_BIN_DIR=str(tmp_path / "bin"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    wheel = smollm2_wheel()  # the starter is imported by default: from the wheel on disk
+    if wheel is None:
+        env["HEARTH_NO_STARTER"] = "1"
+    else:
+        env["HEARTH_STARTER_WHEEL"] = str(wheel)
     venv = tmp_path / "hearth venv"  # a space, as in many home folders
     proc = subprocess.run(["bash", str(INSTALL_SH), str(venv)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=1200)
@@ -157,6 +163,11 @@ def test_install_sh_in_a_fresh_folder_answers_with_the_demo_model(tmp_path):
     assert run.stdout.strip(), run.stderr
     assert "loaded Qwen2ForCausalLM" in run.stderr
     assert re.search(r"\[(eos|max_tokens|stop_string)\] [1-8] tokens", run.stderr), run.stderr
+
+    if wheel is not None:
+        starter = tmp_path / "share" / "hearth" / "models" / "SmolLM2-135M-Instruct"
+        assert (starter / "config.json").is_file(), proc.stdout[-4000:]
+        assert "imported the starter model" in proc.stdout
 
     entry = tmp_path / "share" / "applications" / "hearth.desktop"
     assert entry_values(entry)["TryExec"] == str(hearth)

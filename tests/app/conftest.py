@@ -36,6 +36,9 @@ def recorded_text(name: str) -> str:
 def _isolated_dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    # Hearth's own models (imports, the starter) and Ollama's: never the user's real ones
+    monkeypatch.setenv("HEARTH_MODELS_DIR", str(tmp_path / "models"))
+    monkeypatch.delenv("OLLAMA_MODELS", raising=False)
 
 
 @pytest.fixture
