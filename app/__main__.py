@@ -1,5 +1,6 @@
-"""`python -m app`: open the Hearth window and load a model (the bundled demo model unless
---model is given). `hearth` / `hearth gui` start this as a new process."""
+"""`python -m app`: open the Hearth window and load a model (--model, else the starter model
+once imported, else the bundled demo model). `hearth` / `hearth gui` start this as a new
+process."""
 
 # ruff: noqa: E402 (the start-up clock is read before the imports, which are most of the start)
 from __future__ import annotations
@@ -17,19 +18,23 @@ from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 from app.app_settings import AppSettings
-from app.conversation_store import FILE_NAME, ConversationStore
 from app.log_file import setup_logging
 from app.main_window import MainWindow
+from app.model_catalog import default_load_name
 from app.paths import RESOURCES_DIR, data_dir
 from app.startup_timer import StartupTimer
+from app.store_opening import open_store
 from app.worker_client import WorkerClient
 from engine.events import KV_DTYPES, QUANTS, LoadRequest
+
+log = logging.getLogger("hearth")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="hearth gui", description="Open the Hearth window.")
     parser.add_argument("--model", help="a model folder or a cached Hugging Face repo id "
-                                        "(default: the bundled demo model)")
+                                        "(default: the starter model if imported, else the "
+                                        "bundled demo model)")
     parser.add_argument("--quant", default="auto", choices=QUANTS)
     parser.add_argument("--kv-dtype", default="auto", choices=KV_DTYPES)
     parser.add_argument("--context", type=int, help="tokens of context (default: the planner's)")
@@ -53,26 +58,39 @@ def create_application() -> QApplication:
     return qt_app
 
 
+def open_window(args: argparse.Namespace, settings: AppSettings | None = None) -> MainWindow:
+    """The start before the window shows: the data folder, the log, the conversations (a
+    damaged or unwritable database gets a notice in the window, not a traceback), the worker."""
+    folder = data_dir()
+    log_path = setup_logging(folder)
+    log.info("starting; data in %s, log in %s", folder, log_path or "none (stderr only)")
+    opened = open_store(folder)
+    if opened.notice:
+        log.warning("%s", opened.notice)
+    command = shlex.split(args.worker_command) if args.worker_command else None
+    window = MainWindow(opened.store, WorkerClient(command), settings or AppSettings())
+    if opened.notice:
+        window.show_storage_notice(opened.notice)
+    return window
+
+
+def load_request(args: argparse.Namespace) -> LoadRequest:
+    return LoadRequest(model=args.model or default_load_name(), quant=args.quant,
+                       kv_dtype=args.kv_dtype, context=args.context)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     qt_app = create_application()
-    folder = data_dir()
-    log_path = setup_logging(folder)
-    log = logging.getLogger("hearth")
-    log.info("starting; data in %s, log in %s", folder, log_path)
-
-    store = ConversationStore(folder / FILE_NAME)
-    command = shlex.split(args.worker_command) if args.worker_command else None
-    worker = WorkerClient(command)
-    window = MainWindow(store, worker, AppSettings())
+    window = open_window(args)
+    worker, store = window.worker, window.store
     window.sig_closed.connect(qt_app.quit)
     timer = StartupTimer(window, STARTED_AT)
     timer.sig_shown.connect(lambda s: log.info("window shown %.3f s after start", s))
     if args.startup_check:
         timer.sig_shown.connect(lambda s: _report_and_quit(s, worker, qt_app))
     window.show()
-    window.start(LoadRequest(model=args.model, quant=args.quant, kv_dtype=args.kv_dtype,
-                             context=args.context))
+    window.start(load_request(args))
     code = qt_app.exec()
     worker.kill()  # normally gone already: closing the window shut it down
     store.close()

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import sqlite3
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from app.conversation import DEFAULT_TITLE, ChatSettings, Conversation, Message
@@ -34,16 +35,24 @@ CREATE TABLE IF NOT EXISTS messages (
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 """
 FILE_NAME = "conversations.sqlite3"
+# the columns restore() takes, in this order (store_salvage.py reads them from a damaged file)
+CONVERSATION_COLUMNS = ("id", "title", "settings_json", "created_at", "updated_at")
+MESSAGE_COLUMNS = ("id", "conversation_id", "role", "content", "status", "finish_reason", "error",
+                   "stats_json", "created_at")
 
 
 class ConversationStore:
-    """Opening the store marks answers left `streaming` by a previous run as `interrupted`."""
+    """Opening the store marks answers left `streaming` by a previous run as `interrupted`.
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+    `path` None keeps everything in memory (store_opening.py: when nothing can be written).
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = Path(path) if path is not None else None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         # autocommit: every statement is durable on its own, no transaction left open
-        self._db = sqlite3.connect(self.path, isolation_level=None)
+        self._db = sqlite3.connect(self.path or ":memory:", isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL survives a process kill
         self._db.execute("PRAGMA foreign_keys=ON")
@@ -129,6 +138,27 @@ class ConversationStore:
         """Delete the messages that follow `message_id` (edit-and-resend, regenerate)."""
         self._db.execute("DELETE FROM messages WHERE conversation_id=? AND id>?",
                          (conversation_id, message_id))
+
+    def restore(self, conversations: list[tuple], messages: list[tuple]) -> None:
+        """Insert rows read from another database (CONVERSATION_COLUMNS, MESSAGE_COLUMNS),
+        keeping their ids, in one transaction: ids order messages."""
+        cols_c, cols_m = ", ".join(CONVERSATION_COLUMNS), ", ".join(MESSAGE_COLUMNS)
+        with self._transaction():
+            self._db.executemany(
+                f"INSERT INTO conversations ({cols_c}) VALUES ({', '.join('?' * 5)})",
+                conversations)
+            self._db.executemany(
+                f"INSERT INTO messages ({cols_m}) VALUES ({', '.join('?' * 9)})", messages)
+
+    @contextmanager
+    def _transaction(self):
+        self._db.execute("BEGIN")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def _touch(self, conversation_id: int, now: float) -> None:
         self._db.execute("UPDATE conversations SET updated_at=? WHERE id=?",

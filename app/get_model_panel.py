@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import html
 import time
 from pathlib import Path
 
@@ -127,7 +128,9 @@ class GetModelPanel(QGroupBox):
         self.sig_downloaded.emit(snapshot)
 
     def _on_download_failed(self, message: str) -> None:
-        self.info_label.setText(f"<span style='color:#c62828'>{message}</span>")
+        # the message may quote what a server sent: shown as text, never as markup
+        self.info_label.setText(
+            f"<span style='color:#c62828'>{html.escape(message, quote=False)}</span>")
 
     def _on_download_cancelled(self) -> None:
         self.info_label.setText("Download stopped. What arrived is kept: Download continues "
@@ -146,14 +149,16 @@ class GetModelPanel(QGroupBox):
 
 def describe(listing: RepoListing) -> str:
     """Size and files before downloading, e.g. '1.54 GB in 6 files: model.safetensors …'."""
-    named = ", ".join(f"{f.name} ({size_text(f.size)})" for f in listing.files[:MAX_FILES_NAMED])
+    # names come from the server: escaped, so that they show as text and never as markup
+    named = ", ".join(f"{html.escape(f.name)} ({size_text(f.size)})"
+                      for f in listing.files[:MAX_FILES_NAMED])
     more = len(listing.files) - MAX_FILES_NAMED
     named += f" and {more} more" if more > 0 else ""
     skipped = (f"; {listing.num_skipped_files} other files (other formats) are left out"
                if listing.num_skipped_files else "")
     support = "" if listing.is_supported else (
-        f"<br><span style='color:#c62828'>{listing.architecture} is not an architecture "
-        "Hearth runs, so it is not offered for download.</span>")
+        f"<br><span style='color:#c62828'>{html.escape(str(listing.architecture))} is not an "
+        "architecture Hearth runs, so it is not offered for download.</span>")
     return (f"<b>{listing.repo_id}</b>: {size_text(listing.total_bytes)} to download in "
             f"{len(listing.files)} files: {named}{skipped}.{support}")
 

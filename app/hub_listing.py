@@ -1,5 +1,6 @@
 """What a Hugging Face repo holds and which of its files Hearth would download: the file list
 with sizes from the Hub API, and config.json for the planner, before any weight is fetched.
+Whatever the Hub (or HF_ENDPOINT) answers is checked here before it can become a path.
 Blocking network calls: model_download.py runs them off the GUI thread."""
 
 from __future__ import annotations
@@ -7,9 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlparse
 
 from engine.model_folder import SUPPORTED_ARCHITECTURES
@@ -20,8 +19,19 @@ SMALL_FILES = frozenset({
     "tokenizer.model", "special_tokens_map.json", "added_tokens.json", "vocab.json",
     "merges.txt", "chat_template.jinja", "chat_template.json",
 })
-REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# the Hub's own rules: ASCII letters, digits, `-_.`, at most 96 a part, no `--` or `..` (the cache
+# writes `/` as `--`, so a `--` would make two repos share a folder)
+REPO_PART = r"\w(?:[\w.-]{0,94}\w)?"  # as huggingface_hub's \b[\w.-]{1,96}\b
+REPO_ID = re.compile(rf"{REPO_PART}/{REPO_PART}", re.ASCII)  # fullmatch: `$` passes a "\n"
 HUB_URL = re.compile(r"^https?://[^/]+/([^/]+/[^/?#]+)")
+COMMIT_ID = re.compile(r"[0-9a-f]{40}")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+# characters that change where a path points on some OS (`\` and `C:` on Windows), or end it
+UNSAFE_NAME_CHARS = re.compile(r"[\\:\x00-\x1f\x7f]")
+MAX_LISTING_BYTES = 32 << 20  # the model info of a repo with thousands of files is a few MB
+MAX_CONFIG_BYTES = 4 << 20
+MAX_ERROR_BODY_BYTES = 1 << 20
+LISTING_TIMEOUT_S = 30.0
 
 
 class HubError(Exception):
@@ -32,6 +42,7 @@ class HubError(Exception):
 class RepoFile:
     name: str
     size: int  # bytes; 0 where the Hub did not say
+    sha256: str | None = None  # the LFS object id the Hub lists, checked after download
 
 
 @dataclass(frozen=True)
@@ -71,7 +82,7 @@ def parse_repo_id(text: str) -> str:
     text = text.strip()
     match = HUB_URL.match(text)
     repo_id = match.group(1) if match else text
-    if not REPO_ID.match(repo_id):
+    if not REPO_ID.fullmatch(repo_id) or "--" in repo_id or ".." in repo_id:
         raise HubError(f"{text!r} is not a Hugging Face repo id; write it as org/name, "
                        "for example Qwen/Qwen2.5-0.5B-Instruct")
     return repo_id
@@ -89,41 +100,133 @@ def wanted(names: list[str]) -> list[str]:
     return sorted(weights) + small
 
 
+def is_commit_id(text: object) -> bool:
+    """40 lowercase hex digits: the only revision that may name a folder in the cache."""
+    return isinstance(text, str) and COMMIT_ID.fullmatch(text) is not None
+
+
+def is_sha256(text: object) -> bool:
+    return isinstance(text, str) and SHA256.fullmatch(text) is not None
+
+
+def is_safe_name(name: object) -> bool:
+    """A relative path of plain segments: no `..`, no absolute path, no backslash or drive, no
+    empty segment, on every OS (a Hub file name becomes a path under snapshots/)."""
+    if not isinstance(name, str) or not name or UNSAFE_NAME_CHARS.search(name):
+        return False
+    return all(part not in ("", ".", "..") for part in name.split("/"))
+
+
 def fetch_listing(text: str) -> RepoListing:
     """The repo's files and config.json; raises HubError with one sentence."""
-    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub import hf_hub_url
 
     repo_id = parse_repo_id(text)
+    host = _host()
     try:
-        info = HfApi(endpoint=endpoint()).model_info(repo_id, files_metadata=True)
-        if not info.sha:
+        raw = get_bounded(f"{endpoint() or 'https://huggingface.co'}/api/models/{repo_id}",
+                          MAX_LISTING_BYTES, f"the file list of {repo_id}",
+                          params={"blobs": "true"})
+        info = _json(raw, f"the file list of {repo_id}")
+        commit = info.get("sha") if isinstance(info, dict) else None
+        if not commit:
             raise HubError(f"the Hub named no revision of {repo_id}; try again later")
-        sizes = {s.rfilename: s.size or (s.lfs.size if s.lfs else 0) for s in info.siblings or ()}
-        names = wanted(list(sizes))
+        if not is_commit_id(commit):
+            raise HubError(f"{host} named the revision of {repo_id} {str(commit)[:60]!r}, which "
+                           "is not a commit id; nothing was downloaded")
+        found = _siblings(info, repo_id, host)
+        names = wanted(list(found))
         if not any(n.endswith(".safetensors") for n in names):
-            others = ", ".join(sorted(n for n in sizes if n.endswith((".bin", ".gguf", ".pt")))[:3])
+            others = ", ".join(sorted(n for n in found if n.endswith((".bin", ".gguf", ".pt")))[:3])
             raise HubError(f"{repo_id} has no safetensors weights"
                            + (f" (only {others})" if others else "")
                            + "; Hearth loads safetensors only")
         if "config.json" not in names:
             raise HubError(f"{repo_id} has no config.json, so it is not a transformers model")
-        with tempfile.TemporaryDirectory() as tmp:  # not the cache: nothing is kept yet
-            path = hf_hub_download(repo_id, "config.json", revision=info.sha, cache_dir=tmp,
-                                   endpoint=endpoint())
-            config = json.loads(Path(path).read_text(encoding="utf-8"))
+        # read into memory, not the cache: nothing is kept yet
+        url = hf_hub_url(repo_id, "config.json", revision=commit, endpoint=endpoint())
+        config = _json(get_bounded(url, MAX_CONFIG_BYTES, f"config.json of {repo_id}"),
+                       f"config.json of {repo_id}")
+        if not isinstance(config, dict):
+            raise HubError(f"config.json of {repo_id} does not hold a JSON object")
     except HubError:
         raise
     except Exception as e:
         raise HubError(explain(e, repo_id)) from e
-    files = tuple(RepoFile(n, sizes[n]) for n in names)
-    return RepoListing(repo_id, info.sha, files, len(sizes) - len(names), config)
+    files = tuple(found[n] for n in names)
+    return RepoListing(repo_id, commit, files, len(found) - len(names), config)
+
+
+def _siblings(info: dict, repo_id: str, host: str) -> dict[str, RepoFile]:
+    """name -> RepoFile for every file the Hub lists; a listing that names a file outside the
+    repo, or gives sizes and hashes of the wrong shape, is refused whole."""
+    siblings = info.get("siblings") or []
+    if not isinstance(siblings, list):
+        raise HubError(f"{host} sent a malformed file list for {repo_id}")
+    found = {}
+    for s in siblings:
+        name = s.get("rfilename") if isinstance(s, dict) else None
+        if not is_safe_name(name):
+            raise HubError(f"{host} listed a file named {str(name)[:80]!r} in {repo_id}, which "
+                           "would be written outside the model's folder; nothing was downloaded")
+        lfs = s.get("lfs") if isinstance(s.get("lfs"), dict) else {}
+        size = s.get("size") or lfs.get("size") or 0
+        sha256 = lfs.get("sha256")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise HubError(f"{host} gave {name} of {repo_id} the size {str(size)[:40]!r}, which "
+                           "is not a byte count")
+        if sha256 is not None and not is_sha256(sha256):
+            raise HubError(f"{host} gave {name} of {repo_id} a malformed sha256")
+        found[name] = RepoFile(name, size, sha256)
+    return found
+
+
+def get_bounded(url: str, max_bytes: int, what: str, params: dict | None = None) -> bytes:
+    """A whole small response, refused as soon as it passes max_bytes (an endless or huge
+    answer never fills memory)."""
+    from huggingface_hub.utils import build_hf_headers, get_session
+
+    with get_session().stream("GET", url, headers=build_hf_headers(), params=params,
+                              timeout=LISTING_TIMEOUT_S) as response:
+        raise_for_status(response)
+        data = bytearray()
+        for chunk in response.iter_bytes():
+            data += chunk
+            if len(data) > max_bytes:
+                raise HubError(f"{what} from {_host()} is larger than {max_bytes:,} bytes, "
+                               "which no Hub sends; nothing was kept")
+    return bytes(data)
+
+
+def raise_for_status(response) -> None:
+    """huggingface_hub's error for a failed answer (gated, missing, ...); it reads the error's
+    body, so a body that is large or of unknown length is refused unread."""
+    from huggingface_hub.utils import hf_raise_for_status
+
+    if response.status_code < 400:
+        return
+    length = response.headers.get("Content-Length", "")
+    if not (length.isdigit() and int(length) <= MAX_ERROR_BODY_BYTES):
+        raise HubError(f"{_host()} answered HTTP {response.status_code}")
+    hf_raise_for_status(response)
+
+
+def _json(raw: bytes, what: str):
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        raise HubError(f"{what} from {_host()} is not valid JSON") from None
+
+
+def _host() -> str:
+    return urlparse(endpoint() or "https://huggingface.co").netloc
 
 
 def explain(error: Exception, repo_id: str) -> str:
     """One sentence for a huggingface_hub or network error."""
     from huggingface_hub import errors
 
-    host = urlparse(endpoint() or "https://huggingface.co").netloc
+    host = _host()
     if isinstance(error, errors.GatedRepoError):
         return (f"{repo_id} is gated: accept its terms on {host} and log in here with "
                 "`hf auth login`")

@@ -16,6 +16,7 @@ from app.conversation_list_view import ConversationListView
 from app.conversation_settings_dialog import ConversationSettingsDialog
 from app.conversation_store import ConversationStore
 from app.fit_panel import Speculation
+from app.gguf_import_job import GGUFImportJob
 from app.gpu_probe import GpuProbe
 from app.model_download import ModelDownload
 from app.model_picker_dialog import ModelPickerDialog
@@ -47,9 +48,11 @@ class MainWindow(QMainWindow):
         self.picker: ModelPickerDialog | None = None
         self.model_download = ModelDownload(parent=self)  # outlives the picker: closing it
         # while a download runs leaves the download running
+        self.gguf_import = GGUFImportJob(parent=self)  # likewise for an import
 
         self.controller = ChatController(store, worker, self)
         self.notice = NoticePanel()
+        self.storage_notice = NoticePanel()  # its own banner: engine notices must not hide it
         self.conversation_list = ConversationListView(self.controller)
         self.chat_view = ChatView(self.controller)
         self.performance_panel = PerformancePanel()
@@ -61,6 +64,7 @@ class MainWindow(QMainWindow):
         splitter.setSizes([240, 900])
         central = QWidget()
         layout = QVBoxLayout(central)
+        layout.addWidget(self.storage_notice)
         layout.addWidget(self.notice)
         layout.addWidget(splitter, 1)
         self.setCentralWidget(central)
@@ -94,6 +98,7 @@ class MainWindow(QMainWindow):
         self.gpu_probe.sig_report.connect(self._on_gpu_probe_report)
         self.gpu_probe.sig_vram_sample.connect(self.performance_panel.add_vram_sample)
         self.model_download.sig_downloaded.connect(self._on_model_download_downloaded)
+        self.gguf_import.sig_imported.connect(self._on_gguf_import_imported)
 
     def _build_menus(self) -> None:
         chat = self.menuBar().addMenu("&Chat")
@@ -123,6 +128,10 @@ class MainWindow(QMainWindow):
                 "they are kept and marked as interrupted.", is_error=False)
         self.load(request)
 
+    def show_storage_notice(self, text: str) -> None:
+        """Where the conversations are kept when it is not as usual (store_opening.py)."""
+        self.storage_notice.show_message(text)
+
     def load(self, request: LoadRequest) -> None:
         if self.worker.busy is not None:
             self.worker.kill()  # a load or a generation in the way: a fresh worker is quickest
@@ -136,7 +145,8 @@ class MainWindow(QMainWindow):
         if self.picker is not None:
             self.picker.deleteLater()
         self.picker = ModelPickerDialog(self.settings, self.gpu_probe.report,
-                                        download=self.model_download, parent=self)
+                                        download=self.model_download,
+                                        gguf_import=self.gguf_import, parent=self)
         self.picker.fit_panel.set_speculation(self._speculation_in_force())
         self.picker.accepted.connect(self._on_picker_accepted)
         self.picker.open()
@@ -168,7 +178,8 @@ class MainWindow(QMainWindow):
             self.notice.show_message(
                 "Hearth is running its bundled 5M-parameter demo model on the CPU.",
                 "An NVIDIA GPU and a downloaded model (Get a model, in the model picker) give "
-                "real answers at full speed.", is_error=False)
+                "real answers at full speed; `hearth import --starter` brings a small real "
+                "model that runs on the CPU.", is_error=False)
 
     def _on_worker_failed(self, event: Failed) -> None:
         if self.worker.ended_command == "load":
@@ -237,6 +248,11 @@ class MainWindow(QMainWindow):
             self.notice.show_message(f"{name} is downloaded; choose it in the model picker "
                                      "(Ctrl+L).", is_error=False)
 
+    def _on_gguf_import_imported(self, result) -> None:
+        if self.picker is None or not self.picker.isVisible():
+            self.notice.show_message(f"{result.folder.name} is imported; choose it in the model "
+                                     "picker (Ctrl+L).", is_error=False)
+
     def _open_log_folder(self) -> None:
         """The folder of hearth.log, to attach to a bug report."""
         QDesktopServices.openUrl(QUrl.fromLocalFile(str(data_dir())))
@@ -250,6 +266,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         """Hide at once, ask the worker to exit (killed after a timeout), then close for good."""
         self.model_download.cancel()  # what arrived is kept for the next start
+        self.gguf_import.cancel()  # a half-done import is removed: the next one starts over
         if self.worker.is_running:
             if not self._is_closing:
                 self._is_closing = True

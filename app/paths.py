@@ -15,14 +15,18 @@ RESOURCES_DIR = REPO_ROOT / "resources"
 
 
 def data_dir() -> Path:
-    """$HEARTH_DATA_DIR, else the platform's per-user application data folder."""
+    """$HEARTH_DATA_DIR, else the platform's per-user application data folder; created if it
+    can be (store_opening.py tells the user when it cannot)."""
     env = os.environ.get("HEARTH_DATA_DIR")
     if env:
         path = Path(env)
     else:
         location = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation)
         path = Path(location) if location else Path.home() / ".local" / "share" / "hearth"
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass  # a file in its place, a read-only parent: the start goes on, and says so
     return path
 
 

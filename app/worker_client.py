@@ -212,6 +212,8 @@ class WorkerClient(QObject):
     # ------------------------------------------------------------------ slots
 
     def _on_process_started(self) -> None:
+        if not self._is_current(self.sender()):
+            return  # kill() let it go while it started (its waitForFinished emits `started`)
         unsent, self._unsent = self._unsent, []
         for line in unsent:
             self._process.write((line + "\n").encode("utf-8"))

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
 from importlib import metadata
 
+from engine import import_cli
 from engine.events import (
     QUANTS,
     BadRequest,
@@ -31,6 +33,33 @@ EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT = 0, 1, 2
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's own errors: one line, exit 2, like ours
         raise BadRequest(message)
+
+
+MAX_SEED = 2**64 - 1  # torch.Generator.manual_seed's range
+MAX_TOP_K = 2**31 - 1  # torch.topk takes an int32 k
+
+
+def _finite(text: str) -> float:
+    """A float argument that is a real number: inf and nan are never a setting."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text}")
+    return value
+
+
+def _whole(low: int, high: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid int value: {text[:40]!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high:,}")
+        return value
+    return parse
 
 
 def _version() -> str:
@@ -60,19 +89,19 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument("--prompt-lookup", action="store_true")
     run.add_argument("--num-speculative-tokens", type=int)
     run.add_argument("--max-new-tokens", type=int, default=256)
-    run.add_argument("--temperature", type=float)
-    run.add_argument("--top-p", type=float)
-    run.add_argument("--top-k", type=int)
-    run.add_argument("--repetition-penalty", type=float)
+    run.add_argument("--temperature", type=_finite)
+    run.add_argument("--top-p", type=_finite)
+    run.add_argument("--top-k", type=_whole(0, MAX_TOP_K))
+    run.add_argument("--repetition-penalty", type=_finite)
     run.add_argument("--stop", action="extend", nargs="+", default=[], metavar="TEXT")
-    run.add_argument("--seed", type=int)
+    run.add_argument("--seed", type=_whole(0, MAX_SEED))
     run.add_argument("--raw", action="store_true", help="no chat template: tokenize as is")
     run.add_argument("--json", action="store_true", help="one JSON event per line")
 
     plan = sub.add_parser("plan", help="what fits in VRAM, before loading")
     plan.add_argument("--model", help="model folder (config.json is enough)")
     where = plan.add_mutually_exclusive_group()
-    where.add_argument("--vram", type=float, metavar="GIB")
+    where.add_argument("--vram", type=_finite, metavar="GIB")
     where.add_argument("--gpu", choices=["auto"])
     plan.add_argument("--context", type=int)
     plan.add_argument("--quant", choices=QUANTS, default="auto")
@@ -127,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", help="check the Python, torch, CUDA, driver, bitsandbytes, "
                    "gptqmodel, Triton and Qt stack, and say how to fix what is missing")
     sub.add_parser("install-desktop", help="install the .desktop entry and icon for this user")
+    import_cli.add_parser(sub)
     return p
 
 
@@ -136,7 +166,7 @@ def _load_args(p: argparse.ArgumentParser, context: bool = True) -> None:
     if context:
         p.add_argument("--context", type=int)
     p.add_argument("--device", default="auto")
-    p.add_argument("--memory-limit", type=float, metavar="GIB")
+    p.add_argument("--memory-limit", type=_finite, metavar="GIB")
     p.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
                    help="cut the model across N GPUs (with --device cpu: N CPU processes)")
     p.add_argument("--lm-head", default="16bit", help="16bit, or a quantized copy: int8, int4")
@@ -197,12 +227,14 @@ def main(argv: list[str] | None = None) -> int:
             from engine import doctor
 
             return doctor.main()
+        if args.command == "import":
+            return import_cli.run(args)
         if args.command == "install-desktop":
             from engine import desktop_entry
 
             return desktop_entry.main()
     except BadRequest as e:
-        print(f"hearth: {e}", file=sys.stderr)
+        print(f"hearth: {_one_line(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
@@ -212,27 +244,60 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(e, OutOfMemory):  # memory released; the hint names settings that fit
             print(f"hearth: {e} ({e.hint})", file=sys.stderr)
             return EXIT_ERROR
-        if os.environ.get("HEARTH_DEBUG"):
+        if os.environ.get("HEARTH_DEBUG", "").strip().lower() in ("1", "true", "yes"):
             raise
-        print(f"hearth: error: {type(e).__name__}: {e} (set HEARTH_DEBUG=1 for details)",
-              file=sys.stderr)
+        print(f"hearth: error: {type(e).__name__}: {_one_line(e)} (set HEARTH_DEBUG=1 for "
+              "details)", file=sys.stderr)
         return EXIT_ERROR
     return EXIT_ERROR
+
+
+def _one_line(e: BaseException) -> str:
+    """Messages from libraries may span lines (a load report, a validation error)."""
+    return " ".join(str(e).split())
+
+
+def _is_text(value: str) -> bool:
+    """False for a lone surrogate: invalid UTF-8 in argv (surrogateescape) or a JSON escape."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _read_messages(path: str) -> tuple[dict, ...]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            messages = json.load(f)
+    except UnicodeDecodeError as e:
+        raise BadRequest(f"cannot read messages from {path}: it is not UTF-8 text (byte "
+                         f"{e.start}); save it as UTF-8") from None
+    except RecursionError:
+        raise BadRequest(f"cannot read messages from {path}: its JSON is nested too "
+                         "deeply") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise BadRequest(f"cannot read messages from {path}: {e}") from None
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest(f"{path} must hold a non-empty JSON list of messages")
+    for m in messages:
+        if isinstance(m, dict) and not all(_is_text(v) for v in m.values()
+                                           if isinstance(v, str)):
+            raise BadRequest(f"{path} holds a message that is not valid Unicode text (a lone "
+                             "surrogate escape such as \\ud800)")
+    return tuple(messages)
 
 
 def _requests(args) -> tuple[LoadRequest, GenerateRequest]:
     if args.num_speculative_tokens is not None and not (args.draft or args.prompt_lookup):
         raise BadRequest("--num-speculative-tokens needs --draft PATH or --prompt-lookup")
+    for flag, value in (("--prompt", args.prompt), ("--system", args.system),
+                        *(("--stop", s) for s in args.stop)):
+        if value is not None and not _is_text(value):
+            raise BadRequest(f"{flag} is not valid UTF-8 text")
     messages = None
     if args.messages:
-        try:
-            with open(args.messages, encoding="utf-8") as f:
-                messages = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
-            raise BadRequest(f"cannot read messages from {args.messages}: {e}") from None
-        if not isinstance(messages, list) or not messages:
-            raise BadRequest(f"{args.messages} must hold a non-empty JSON list of messages")
-        messages = tuple(messages)
+        messages = _read_messages(args.messages)
     elif args.prompt is None:
         raise BadRequest("give a --prompt or a --messages file")
     load = LoadRequest(model=args.model, quant=args.quant, kv_dtype=args.kv_dtype,

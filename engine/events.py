@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -33,14 +34,24 @@ class SamplingParams:
     seed: int | None = None
 
     def validate(self) -> None:
-        if self.temperature is not None and not self.temperature >= 0:
-            raise BadRequest(f"temperature must be 0 or more, got {self.temperature}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise BadRequest(f"top-p must be in (0, 1], got {self.top_p}")
-        if self.top_k is not None and self.top_k < 0:
-            raise BadRequest(f"top-k must be 0 (off) or more, got {self.top_k}")
-        if self.repetition_penalty is not None and not self.repetition_penalty > 0:
-            raise BadRequest(f"repetition penalty must be above 0, got {self.repetition_penalty}")
+        # `not (...)` so that NaN fails too; inf is no temperature or penalty a sampler can use
+        t, p, k, r = self.temperature, self.top_p, self.top_k, self.repetition_penalty
+        if t is not None and not (math.isfinite(t) and t >= 0):
+            raise BadRequest(f"temperature must be a finite number, 0 or more, got {t}")
+        if p is not None and not 0 < p <= 1:
+            raise BadRequest(f"top-p must be in (0, 1], got {p}")
+        if k is not None and not (type(k) is int and 0 <= k <= MAX_TOP_K):
+            raise BadRequest(f"top-k must be a whole number from 0 (off) to {MAX_TOP_K:,}, "
+                             f"got {_short(k)}")
+        if r is not None and not (math.isfinite(r) and r > 0):
+            raise BadRequest(f"repetition penalty must be a finite number above 0, got {r}")
+        if self.seed is not None and not (type(self.seed) is int and 0 <= self.seed <= MAX_SEED):
+            raise BadRequest(f"seed must be a whole number from 0 to 2**64 - 1, "
+                             f"got {_short(self.seed)}")
+
+
+MAX_TOP_K = 2**31 - 1  # torch.topk takes an int32-sized k; any k past the vocab means "off"
+MAX_SEED = 2**64 - 1  # torch.Generator.manual_seed's range, less the negative half
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,12 @@ class LoadRequest:
     lm_head: str = "16bit"  # "int8" / "int4": a quantized copy of the lm_head (lm_head.py)
 
     def validate(self) -> None:
+        for name in ("model", "draft"):
+            path = getattr(self, name) or ""
+            if "\0" in path:
+                raise BadRequest(f"the {name} path holds a NUL character, so no folder has it")
+            if len(path) > MAX_PATH_CHARS:  # the OS would refuse it with an error, not an answer
+                raise BadRequest(f"the {name} path is longer than {MAX_PATH_CHARS:,} characters")
         if self.quant not in QUANTS:
             raise BadRequest(f"unknown --quant {self.quant!r}; choose one of {', '.join(QUANTS)}")
         if self.kv_dtype not in KV_DTYPES:
@@ -103,6 +120,7 @@ class LoadRequest:
 
 
 MAX_SPECULATIVE_TOKENS = 16
+MAX_PATH_CHARS = 4096  # Linux's PATH_MAX
 
 
 def _check_speculative_tokens(k: int | None, minimum: int) -> None:
@@ -146,12 +164,14 @@ class GenerateRequest:
             raise BadRequest("raw mode takes a prompt, not a list of messages")
         if self.max_new_tokens < 1:
             raise BadRequest(f"max new tokens must be at least 1, got {self.max_new_tokens}")
-        for m in self.messages or ():
+        if any(i < 0 for i in self.prompt_ids or ()):
+            raise BadRequest("prompt_ids must be token ids, 0 or more")
+        for i, m in enumerate(self.messages or ()):
             if not isinstance(m, dict) or not isinstance(m.get("content"), str) or m.get(
                 "role"
             ) not in ("system", "user", "assistant"):
                 raise BadRequest(
-                    "each message must be an object with a role (system, user or assistant) "
+                    f"messages[{i}] must be an object with a role (system, user or assistant) "
                     "and a string content"
                 )
         if any(not s for s in self.stop):
@@ -184,34 +204,150 @@ def request_to_json(req) -> str:
     return json.dumps({"command": req.command, **body}, ensure_ascii=False)
 
 
-def request_from_json(line: str):
-    """Parse one command line; raises BadRequest with a one-sentence reason."""
+MAX_NESTING = 32  # a message is 3 levels deep; json itself gives up near 1,000 (RecursionError)
+
+
+def request_from_json(line: str | bytes):
+    """Parse one command line, whatever it holds; raises BadRequest with a one-sentence reason
+    that names the field at fault. Field types are checked here (a JSON command is taken as
+    sent: 1.5 is no top_k, "5" no context); the values' ranges are `validate()`'s business."""
+    if isinstance(line, (bytes, bytearray)):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise BadRequest(f"command is not valid UTF-8 (byte {e.object[e.start]:#04x} at "
+                             f"offset {e.start})") from None
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise BadRequest(f"command is not valid JSON: {e.msg}") from None
-    if not isinstance(obj, dict) or obj.get("command") not in REQUESTS:
-        raise BadRequest(f"unknown command; expected one of {', '.join(REQUESTS)}")
+    except RecursionError:
+        raise BadRequest("command is nested too deeply to read") from None
+    except ValueError:  # JSON is fine but Python refuses the integer: over 4,300 digits
+        raise BadRequest("command holds a number with too many digits") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("command"), str) or (
+            obj["command"] not in REQUESTS):
+        raise BadRequest(f"unknown command; expected an object whose \"command\" is one of "
+                         f"{', '.join(REQUESTS)}")
     cls = REQUESTS[obj.pop("command")]
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(obj) - names
+    _check_text_and_depth(obj, cls.command)
+    return _build(cls, obj, cls.command, "")
+
+
+def _build(cls, obj: dict, command: str, prefix: str):
+    kinds = _FIELD_KINDS[cls]
+    unknown = set(obj) - set(kinds)
     if unknown:
-        raise BadRequest(f"unknown field(s) for {cls.command}: {', '.join(sorted(unknown))}")
-    if cls is GenerateRequest:
-        if "sampling" in obj:
-            s = obj["sampling"] or {}
-            s_names = {f.name for f in dataclasses.fields(SamplingParams)}
-            if not isinstance(s, dict) or set(s) - s_names:
-                raise BadRequest("sampling must be an object with known fields only")
-            obj["sampling"] = SamplingParams(**s)
-        for key in ("messages", "prompt_ids"):
-            if obj.get(key) is not None:
-                obj[key] = tuple(obj[key])
-        obj["stop"] = tuple(obj.get("stop") or ())
+        names = ", ".join(sorted(_short(n) for n in unknown)[:5])
+        raise BadRequest(f"unknown field(s) for {command}: {names}")
+    args = {name: _convert(command, prefix + name, *kinds[name], value)
+            for name, value in obj.items()}
     try:
-        return cls(**obj)
-    except TypeError as e:
-        raise BadRequest(f"malformed {cls.command} command: {e}") from None
+        return cls(**args)
+    except TypeError as e:  # unreachable with the checks above; kept as the contract's floor
+        raise BadRequest(f"malformed {command} command: {e}") from None
+
+
+def _convert(command: str, where: str, base: str, optional: bool, value):
+    if value is None:
+        if optional:
+            return None
+        if base in _NULL_IS_EMPTY:  # what older clients send for "none"
+            return _NULL_IS_EMPTY[base]()
+    elif base == "SamplingParams":
+        if isinstance(value, dict):
+            return _build(SamplingParams, value, command, "sampling.")
+    else:
+        ok, convert, _ = _KINDS[base]
+        if ok(value):
+            return convert(value)
+    wanted = "an object" if base == "SamplingParams" else _KINDS[base][2]
+    raise BadRequest(f"{command} field {where!r} must be {wanted}{' or null' * optional}, "
+                     f"got {_describe(value)}")
+
+
+def _is_int(v) -> bool:
+    return type(v) is int and abs(v) <= 2**64  # not bool, not 2.0; no 4,000-digit counts
+
+
+def _is_number(v) -> bool:
+    if type(v) is int:
+        return abs(v) <= 2**64  # a float of it is finite
+    return type(v) is float and math.isfinite(v)  # json reads NaN and Infinity too
+
+
+def _list_of(ok):
+    return lambda v: isinstance(v, list) and all(ok(x) for x in v)
+
+
+_KINDS = {  # annotation -> (accepts the JSON value, converts it, what it must be)
+    "str": (lambda v: isinstance(v, str), str, "a string"),
+    "int": (_is_int, int, "a whole number of at most 20 digits"),
+    "float": (_is_number, float, "a finite number"),
+    "bool": (lambda v: type(v) is bool, bool, "true or false"),
+    "tuple[str, ...]": (_list_of(lambda v: isinstance(v, str)), tuple, "a list of strings"),
+    "tuple[int, ...]": (_list_of(_is_int), tuple, "a list of whole numbers"),
+    "tuple[dict, ...]": (_list_of(lambda v: isinstance(v, dict)), tuple, "a list of objects"),
+}
+_NULL_IS_EMPTY = {"tuple[str, ...]": tuple, "SamplingParams": SamplingParams}
+
+
+def _field_kinds(cls) -> dict[str, tuple[str, bool]]:
+    """name -> (base annotation, optional), from the dataclass's own (string) annotations."""
+    kinds = {}
+    for f in dataclasses.fields(cls):
+        parts = [p.strip() for p in str(f.type).split("|")]
+        base = [p for p in parts if p != "None"]
+        if len(base) != 1 or (base[0] not in _KINDS and base[0] != "SamplingParams"):
+            raise TypeError(f"{cls.__name__}.{f.name}: no JSON check for {f.type!r}")
+        kinds[f.name] = (base[0], "None" in parts)
+    return kinds
+
+
+_FIELD_KINDS = {cls: _field_kinds(cls) for cls in (*REQUESTS.values(), SamplingParams)}
+
+
+def _describe(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        text = _short(v)
+        return text if text.startswith("a ") else f"the number {text}"
+    if isinstance(v, str):
+        return f"the string {_short(v)}"
+    return "a list" if isinstance(v, list) else "an object"
+
+
+def _short(v, limit: int = 40) -> str:
+    """repr for a message: short, ASCII (a hostile value must not make the answer huge)."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10**limit:
+        return f"a {len(str(abs(v)))}-digit number"
+    text = ascii(v)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _check_text_and_depth(obj: dict, command: str) -> None:
+    """Refuse lone surrogates (JSON escapes can carry them; no tokenizer or pipe takes them) and
+    nesting past MAX_NESTING, naming the field; iterative, so depth cannot overflow the stack."""
+    stack = [(v, str(k), 1) for k, v in obj.items()] + [(k, str(k), 1) for k in obj]
+    while stack:
+        value, where, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise BadRequest(f"{command} field {_short(where)} is nested more than "
+                             f"{MAX_NESTING} levels deep")
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise BadRequest(f"{command} field {_short(where)} holds a lone surrogate "
+                                 "(\\ud800-\\udfff), which is not text") from None
+        elif isinstance(value, list):
+            stack.extend((v, where, depth + 1) for v in value)
+        elif isinstance(value, dict):
+            stack.extend((v, where, depth + 1) for v in value.values())
+            stack.extend((k, where, depth + 1) for k in value)
 
 
 # ---------------------------------------------------------------- events (engine -> app)
@@ -315,7 +451,13 @@ TERMINAL = (Finished, Failed, Loaded)
 
 
 def event_to_json(ev) -> str:
-    return json.dumps({"event": ev.name, **dataclasses.asdict(ev)}, ensure_ascii=False)
+    body = {"event": ev.name, **dataclasses.asdict(ev)}
+    line = json.dumps(body, ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate in some text: escaped, the pipe stays UTF-8
+        line = json.dumps(body)
+    return line
 
 
 def event_from_json(line: str):

@@ -7,6 +7,7 @@ safetensors only, never `trust_remote_code`. The model runs with the engine's at
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import threading
 from collections.abc import Callable
@@ -66,6 +67,8 @@ def choose_quant(req: LoadRequest, folder: ModelFolder, device: torch.device,
         raise BadRequest(f"{folder.path.name} is not an AWQ checkpoint; make a 4-bit AWQ copy "
                          "with `hearth quantize --model PATH --method awq --out NEW_PATH`, or "
                          "load it with --quant nf4")
+    if req.quant in ("nf4", "int8") and importlib.util.find_spec("bitsandbytes") is None:
+        raise BadRequest(f"--quant {req.quant} needs bitsandbytes (pip install bitsandbytes)")
     if req.quant != "auto":
         return req.quant
     native = CONFIG_DTYPES.get(str(folder.config.get("dtype") or folder.config.get("torch_dtype")))
@@ -108,7 +111,7 @@ def _placement(req: LoadRequest, folder: ModelFolder, random_weights: bool = Fal
 def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress], None],
          cancel: threading.Event | None = None, tokenizer=None) -> LoadedModel:
     """`tokenizer`: the folder's, where the caller has read it already (a draft's check)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # progress travels as LoadProgress events instead
@@ -122,10 +125,11 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
 
     stage("tokenizer", 0, "reading the tokenizer")
     if tokenizer is None:
-        tokenizer = AutoTokenizer.from_pretrained(folder.path, trust_remote_code=False)
+        tokenizer = read_tokenizer(folder)
     gen_config = _read_json(folder.path / "generation_config.json")
 
-    stage("weights", 1, f"loading weights as {quant}")
+    slow = _slow_on_cpu(quant, device)
+    stage("weights", 1, f"loading weights as {quant}" + (f" ({slow})" if slow else ""))
     kwargs = dict(dtype=compute_dtype, use_safetensors=True, trust_remote_code=False,
                   attn_implementation="sdpa", device_map={"": device})
     if quant == "nf4":
@@ -146,19 +150,46 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
     model.set_attn_implementation(attention.ATTN_IMPLEMENTATION)
 
     context, notes = _context(folder.config, req.context)
-    notes += head_notes
+    notes += head_notes + ([slow] if slow else [])
     stage("ready", 3)
     return LoadedModel(folder, model, tokenizer, gen_config, _eos_ids(model, tokenizer, gen_config),
                        device, quant, compute_dtype, context, tuple(notes))
 
 
+def read_tokenizer(folder: ModelFolder):
+    """The folder's tokenizer; one that the library cannot build is the folder's fault."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(folder.path, trust_remote_code=False)
+    except Exception as e:  # tokenizers' own errors are plain Exceptions
+        raise BadRequest(f"the tokenizer in {folder.path} cannot be read: "
+                         f"{_one_line(e)}") from None
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    text = text if len(text) <= 300 else text[:297] + "..."
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _slow_on_cpu(quant: str, device: torch.device) -> str:
+    """bitsandbytes runs its 4- and 8-bit layers on the CPU, but dequantizes every step."""
+    if device.type != "cpu" or quant not in ("nf4", "int8"):
+        return ""
+    return (f"note: {quant} on the CPU is slower than fp32/bf16 and saves only memory; "
+            "it is meant for GPUs")
+
+
 def apply_memory_limit(device: torch.device, gib: float | None) -> None:
-    """Emulate a smaller card: cap torch's allocator at that size minus the CUDA context."""
-    if gib is None or device.type != "cuda":
+    """Emulate a smaller card: cap torch's allocator at that size minus the CUDA context.
+
+    None lifts an earlier load's cap: the fraction is per process and outlives its load."""
+    if device.type != "cuda":
         return
-    # set_per_process_memory_fraction wants an index: "cuda" alone means the current device
-    device = torch.device("cuda", torch.cuda.current_device() if device.index is None
-                          else device.index)
+    if gib is None:
+        return clear_memory_limit(device)
+    device = _indexed(device)
     free, total = torch.cuda.mem_get_info(device)  # creates the context we must subtract
     from engine.telemetry import nvml_process_used_bytes
 
@@ -168,6 +199,18 @@ def apply_memory_limit(device: torch.device, gib: float | None) -> None:
     if budget <= 0:
         raise BadRequest(f"a {gib} GiB memory limit leaves nothing after the CUDA context")
     torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), device)
+
+
+def clear_memory_limit(device: torch.device) -> None:
+    """The whole card for torch's allocator again (an unload, or a load without a limit)."""
+    if device.type == "cuda":
+        torch.cuda.set_per_process_memory_fraction(1.0, _indexed(device))
+
+
+def _indexed(device: torch.device) -> torch.device:
+    # set_per_process_memory_fraction wants an index: "cuda" alone means the current device
+    return torch.device("cuda", torch.cuda.current_device() if device.index is None
+                        else device.index)
 
 
 def cuda_context_bytes(total: int, free: int, reserved: int, process_used: int | None) -> int:
@@ -246,10 +289,12 @@ def _quantize_lm_head(model, req: LoadRequest, device, dtype) -> list[str]:
 
 
 def _read_json(path) -> dict:
+    """model_folder.check has refused a broken file; a missing one means no defaults."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
         return {}
+    return obj if isinstance(obj, dict) else {}
 
 
 def _eos_ids(model, tokenizer, gen_config: dict) -> frozenset[int]:
@@ -266,7 +311,8 @@ def _eos_ids(model, tokenizer, gen_config: dict) -> frozenset[int]:
 def _context(config: dict, requested: int | None) -> tuple[int, list[str]]:
     """The cache length: requested or a chat-sized default, capped by the model's limits."""
     notes = []
-    native = int(config.get("max_position_embeddings") or DEFAULT_MAX_CONTEXT)
+    native = config.get("max_position_embeddings")  # a whole number: model_folder checked it
+    native = native if isinstance(native, int) else DEFAULT_MAX_CONTEXT
     context = requested or min(native, DEFAULT_MAX_CONTEXT)
     if context > native:
         raise BadRequest(f"context {context} is longer than the model's {native} positions")

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.events import BadRequest
+from engine.model_shape import ModelShape, PlanError, read_json_file, read_safetensors_header
+from engine.tokenizer_files import check_text_files
 
 # transformers class names the engine runs; anything else is refused at load, by name.
 SUPPORTED_ARCHITECTURES = {
@@ -71,9 +72,16 @@ def _hub_cache_snapshot(repo_id: str) -> Path | None:
     repo = hub / ("models--" + repo_id.replace("/", "--"))
     ref = repo / "refs" / "main"
     if ref.is_file():
-        snap = repo / "snapshots" / ref.read_text().strip()
-        if snap.is_dir():
-            return snap
+        try:
+            with ref.open("rb") as f:
+                commit = f.read(64).strip().decode("ascii", "replace")
+        except OSError:
+            commit = ""
+        # a 40-hex commit id only: anything else (`../..`, a path) would lead out of the cache
+        if len(commit) == 40 and all(c in "0123456789abcdef" for c in commit):
+            snap = repo / "snapshots" / commit
+            if snap.is_dir():
+                return snap
     snaps = sorted((repo / "snapshots").glob("*")) if (repo / "snapshots").is_dir() else []
     return snaps[-1] if snaps else None
 
@@ -87,20 +95,19 @@ def check(model: str | None) -> ModelFolder:
         raise BadModel(f"{path} is a file; --model takes a model folder (with config.json)")
     ggufs = sorted(path.glob("*.gguf"))
     config_path = path / "config.json"
-    if not config_path.is_file():
+    if not os.path.lexists(config_path):
         if ggufs:
             raise BadModel(_gguf_message(ggufs[0]))
         raise BadModel(f"{path} has no config.json, so it is not a Hugging Face model folder")
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BadModel(f"{config_path} is not valid JSON ({e})") from None
-    if not isinstance(config, dict):
-        raise BadModel(f"{config_path} does not hold a JSON object")
+    config = _read_config(config_path)
     arch = _architecture(config)
     if arch not in SUPPORTED_ARCHITECTURES:
         names = ", ".join(sorted(set(SUPPORTED_ARCHITECTURES.values())))
         raise BadModel(f"architecture {arch} is not supported; Hearth runs {names}")
+    try:  # the sizes every load allocates from: absurd ones fail here, not in the allocator
+        shape = ModelShape.from_config(config)
+    except PlanError as e:
+        raise BadModel(str(e)) from None
     weights = tuple(sorted(path.glob("*.safetensors")))
     if not weights:
         if any(path.glob("*.bin")) or any(path.glob("*.pt")) or any(path.glob("*.pth")):
@@ -111,15 +118,39 @@ def check(model: str | None) -> ModelFolder:
         if ggufs:
             raise BadModel(_gguf_message(ggufs[0]))
         raise BadModel(f"{path} has no .safetensors weight files")
-    data_bytes = sum(_check_safetensors(f) for f in weights)
+    tensors: dict[str, tuple[str, list[int]]] = {}
+    data_bytes = 0
+    for f in weights:
+        found, nbytes = _header(f)
+        tensors.update(found)
+        data_bytes += nbytes
+    _check_shapes(shape, tensors)
     if not any((path / name).is_file() for name in TOKENIZER_FILES):
         raise BadModel(f"{path} has no tokenizer (tokenizer.json, tokenizer.model or vocab.json)")
+    try:
+        check_text_files(path)
+    except PlanError as e:
+        raise BadModel(str(e)) from None
     return ModelFolder(path, config, arch, weights, data_bytes)
+
+
+def _read_config(config_path: Path) -> dict:
+    try:
+        config = read_json_file(config_path)
+    except PlanError as e:
+        raise BadModel(str(e)) from None
+    if not isinstance(config, dict):
+        raise BadModel(f"{config_path} does not hold a JSON object")
+    return config
 
 
 def _architecture(config: dict) -> str:
     archs = config.get("architectures")
-    if isinstance(archs, list) and archs and isinstance(archs[0], str):
+    if archs is not None and not (isinstance(archs, list) and all(
+            isinstance(a, str) for a in archs)):
+        raise BadModel(f"config.json has architectures = {json.dumps(archs)[:40]}; it must be a "
+                       "list of class names")
+    if archs:
         return archs[0]
     model_type = config.get("model_type")
     for cls, family in SUPPORTED_ARCHITECTURES.items():
@@ -128,36 +159,47 @@ def _architecture(config: dict) -> str:
     return str(model_type or "unknown (config.json names none)")
 
 
-def _check_safetensors(path: Path) -> int:
-    """Parse the header only; a truncated or corrupt file is a BadModel. Returns data bytes."""
-    size = path.stat().st_size
-    with path.open("rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise BadModel(f"{path.name} is truncated (shorter than a safetensors header)")
-        (header_len,) = struct.unpack("<Q", head)
-        if header_len > min(size - 8, 100_000_000):
-            raise BadModel(f"{path.name} is corrupt or truncated (its header runs past the end)")
-        try:
-            header = json.loads(f.read(header_len))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise BadModel(f"{path.name} is corrupt (its safetensors header is not JSON)") from None
-    if not isinstance(header, dict):
-        raise BadModel(f"{path.name} is corrupt (its safetensors header is not an object)")
-    end = 0
-    for name, meta in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            end = max(end, int(meta["data_offsets"][1]))
-        except (KeyError, TypeError, IndexError, ValueError):
-            raise BadModel(f"{path.name} is corrupt (tensor {name} has no data offsets)") from None
-    if 8 + header_len + end > size:
-        raise BadModel(
-            f"{path.name} is truncated: its header promises {8 + header_len + end} bytes "
-            f"but the file has {size}; download it again"
-        )
-    return end
+def _header(path: Path) -> tuple[dict[str, tuple[str, list[int]]], int]:
+    """The safetensors header, checked entry by entry against the file size (no data read)."""
+    try:
+        return read_safetensors_header(path)
+    except PlanError as e:
+        raise BadModel(str(e)) from None
+
+
+# tensor name suffix -> its [rows, columns] from the config's sizes (Llama/Qwen/Mistral/Gemma;
+# Phi-3's fused projections): a config that disagrees with its weights fails here, in one line
+def _expected(s: ModelShape) -> dict[str, list[int]]:
+    q, kv = s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
+    return {"embed_tokens.weight": [s.vocab_size, s.hidden_size],
+            "self_attn.q_proj.weight": [q, s.hidden_size],
+            "self_attn.k_proj.weight": [kv, s.hidden_size],
+            "self_attn.v_proj.weight": [kv, s.hidden_size],
+            "self_attn.o_proj.weight": [s.hidden_size, q],
+            "self_attn.qkv_proj.weight": [q + 2 * kv, s.hidden_size],
+            "mlp.up_proj.weight": [s.intermediate_size, s.hidden_size],
+            "mlp.gate_up_proj.weight": [2 * s.intermediate_size, s.hidden_size],
+            "mlp.down_proj.weight": [s.hidden_size, s.intermediate_size]}
+
+
+def _check_shapes(shape: ModelShape, tensors: dict[str, tuple[str, list[int]]]) -> None:
+    if shape.quant_method is not None:
+        return  # packed layouts (AWQ, bitsandbytes): their loaders check them
+    expected = _expected(shape)
+    layers = set()
+    for name, (_, dims) in tensors.items():
+        if "vision" in name or "visual" in name:
+            continue  # a multimodal checkpoint's own tower: not the decoder the config sizes
+        parts = name.split(".")
+        if "layers" in parts[:-1] and parts[parts.index("layers") + 1].isdigit():
+            layers.add(int(parts[parts.index("layers") + 1]))
+        key = next((k for k in expected if name.endswith("." + k) or name == k), None)
+        if key is not None and dims != expected[key]:
+            raise BadModel(f"config.json does not match the weights: {name} is {dims} but the "
+                           f"config's sizes make it {expected[key]}")
+    if layers and layers != set(range(shape.num_layers)):
+        raise BadModel(f"config.json has num_hidden_layers = {shape.num_layers} but the weights "
+                       f"hold {len(layers)} layers")
 
 
 def _starts_with(path: Path, magic: bytes) -> bool:
@@ -177,10 +219,14 @@ def config_only_folder(model: str | None) -> ModelFolder:
     the architecture must still be one the engine supports."""
     path = resolve(model)
     cfg_path = path / "config.json"
-    if not cfg_path.is_file():
+    if not os.path.lexists(cfg_path):
         raise BadModel(f"{path} has no config.json")
-    config = json.loads(cfg_path.read_text())
-    arch = (config.get("architectures") or ["?"])[0]
+    config = _read_config(cfg_path)
+    arch = _architecture(config)
     if arch not in SUPPORTED_ARCHITECTURES:
         raise BadModel(f"architecture {arch} is not supported")
+    try:
+        ModelShape.from_config(config)
+    except PlanError as e:
+        raise BadModel(str(e)) from None
     return ModelFolder(path, config, arch, (), 0)

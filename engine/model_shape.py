@@ -7,13 +7,24 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 import struct
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 AWQ_GROUP = 128
-_ST_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "U32": 4, "I16": 2,
-             "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+# bits per element of every safetensors dtype (F4 and F6 pack below a byte)
+_ST_BITS = {"F64": 64, "F32": 32, "F16": 16, "BF16": 16, "I64": 64, "U64": 64, "I32": 32,
+            "U32": 32, "I16": 16, "U16": 16, "I8": 8, "U8": 8, "BOOL": 8, "F8_E4M3": 8,
+            "F8_E5M2": 8, "F8_E8M0": 8, "F6_E2M3": 6, "F6_E3M2": 6, "F4": 4, "C64": 64}
+MAX_HEADER_BYTES = 100_000_000  # safetensors' own limit
+MAX_JSON_BYTES = 64 * 2**20  # a config or tokenizer file larger than this is not one
+# far above any real model: a config past these is broken, and would allocate absurd tensors
+MAX_SIZES = {"hidden_size": 1 << 18, "num_hidden_layers": 1 << 12,
+             "num_attention_heads": 1 << 14, "num_key_value_heads": 1 << 14, "head_dim": 1 << 14,
+             "intermediate_size": 1 << 21, "vocab_size": 1 << 24,
+             "max_position_embeddings": 1 << 30}
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "BF16": "bf16",
            "F16": "fp16", "F32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
 _TIED_BY_DEFAULT = ("gemma", "gemma2", "gpt2")  # transformers' defaults when config.json is silent
@@ -66,10 +77,19 @@ class ModelShape:
 
         def num(*keys, default=None) -> int:
             for k in keys:
-                if isinstance(c.get(k), int) and not isinstance(c.get(k), bool):
-                    if c[k] <= 0:
-                        raise PlanError(f"config.json has {k} = {c[k]}; it must be positive")
-                    return c[k]
+                v = c.get(k)
+                if v is None:
+                    continue
+                if not isinstance(v, int) or isinstance(v, bool):  # "64", 64.5, true: broken
+                    raise PlanError(f"config.json has {k} = {json.dumps(v)[:40]}; it must be a "
+                                    "whole number")
+                if v <= 0:
+                    raise PlanError(f"config.json has {k} = {v}; it must be positive")
+                limit = MAX_SIZES.get(keys[0])
+                if limit is not None and v > limit:
+                    raise PlanError(f"config.json has {k} = {v:,}, more than any model has "
+                                    f"(at most {limit:,})")
+                return v
             if default is None:
                 raise PlanError(f"config.json has no {keys[0]}, so the model's size is unknown")
             return default
@@ -80,9 +100,13 @@ class ModelShape:
         heads = num("num_attention_heads", "n_head")
         kv = num("num_key_value_heads", "num_kv_heads",
                  default=1 if c.get("multi_query") else heads)
-        hd = num("head_dim", default=hidden // heads or 1)  # explicit head_dim wins (Qwen3, Gemma)
+        if c.get("head_dim") is None and hidden % heads:
+            raise PlanError(f"config.json has hidden_size {hidden}, which {heads} attention "
+                            "heads do not divide (and no head_dim)")
+        hd = num("head_dim", default=hidden // heads)  # explicit head_dim wins (Qwen3, Gemma)
         if kv > heads or heads % kv:
-            raise PlanError(f"config.json has {heads} attention heads and {kv} KV heads")
+            raise PlanError(f"config.json has {heads} attention heads and {kv} KV heads; the KV "
+                            "heads must divide the attention heads")
         inter = num("intermediate_size", "n_inner", "ffn_dim", default=4 * hidden)
         vocab = num("vocab_size")
         max_pos = num("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
@@ -118,23 +142,19 @@ class ModelShape:
         if not p.is_dir():
             raise PlanError(f"{p} is not a model folder" if p.exists() else f"{p} does not exist")
         cfg_path = p / "config.json"
-        if not cfg_path.is_file():
+        if not os.path.lexists(cfg_path):
             raise PlanError(f"{p} has no config.json, so it is not a Hugging Face model folder")
-        try:
-            cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise PlanError(f"{cfg_path} cannot be read as JSON ({e})") from None
-        shape = cls.from_config(cfg)
+        shape = cls.from_config(read_json_file(cfg_path))
         tensors: dict[str, tuple[str, list[int]]] = {}
         for f in sorted(p.glob("*.safetensors")):
-            tensors.update(_safetensors_header(f))
+            tensors.update(read_safetensors_header(f, whole_file=False)[0])
         return shape._refined(tensors) if tensors else shape
 
     def _refined(self, tensors: dict[str, tuple[str, list[int]]]) -> ModelShape:
         """Exact counts from the checkpoint's own tensors (bnb-packed shapes are not readable)."""
-        nbytes = {dt: 0 for dt in _ST_BYTES}
+        nbytes = {dt: 0 for dt in _ST_BITS}
         for dt, shp in tensors.values():
-            nbytes[dt] = nbytes.get(dt, 0) + math.prod(shp) * _ST_BYTES.get(dt, 0)
+            nbytes[dt] = nbytes.get(dt, 0) + math.prod(shp) * _ST_BITS.get(dt, 0) // 8
         ckpt = replace(self, checkpoint_bytes=sum(nbytes.values()))
         if self.quant_method in ("nf4", "int8"):
             return ckpt
@@ -181,15 +201,95 @@ def _quant_method(qc: dict) -> tuple[str | None, int | None, bool | None]:
                     "bitsandbytes and AWQ checkpoints")
 
 
-def _safetensors_header(path: Path) -> dict[str, tuple[str, list[int]]]:
-    """8-byte little-endian header length, then a JSON header: {name: {dtype, shape, ...}}."""
+def regular_file(path: Path) -> os.stat_result:
+    """stat before open: a folder or a FIFO named like a model file must fail, never block."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise PlanError(f"{path} cannot be read ({e.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise PlanError(f"{path} is a folder, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise PlanError(f"{path} is not a regular file (a pipe or a device?)")
+    return st
+
+
+def read_json_file(path: Path, max_bytes: int = MAX_JSON_BYTES) -> object:
+    """A model folder's JSON file (config, tokenizer, generation config); PlanError names it."""
+    st = regular_file(path)
+    if st.st_size > max_bytes:
+        raise PlanError(f"{path} is {st.st_size:,} bytes, too large for a {path.name}")
     try:
         with path.open("rb") as f:
-            (n,) = struct.unpack("<Q", f.read(8))
-            if n > 100_000_000:
-                raise ValueError("header length out of range")
-            header = json.loads(f.read(n))
-        return {k: (str(v["dtype"]), [int(d) for d in v["shape"]])
-                for k, v in header.items() if k != "__metadata__"}
-    except (OSError, ValueError, struct.error, KeyError, TypeError, AttributeError):
-        raise PlanError(f"{path.name} is not a readable safetensors file") from None
+            text = f.read(max_bytes + 1).decode("utf-8")
+        return json.loads(text)
+    except OSError as e:
+        raise PlanError(f"{path} cannot be read ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise PlanError(f"{path} is not valid UTF-8 text (byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise PlanError(f"{path} is not valid JSON ({e})") from None
+    except RecursionError:
+        raise PlanError(f"{path} is not valid JSON (nested too deeply)") from None
+
+
+def read_safetensors_header(path: Path, whole_file: bool = True
+                            ) -> tuple[dict[str, tuple[str, list[int]]], int]:
+    """8-byte little-endian header length, then a JSON header: {name: {dtype, shape,
+    data_offsets}}. Every entry is checked without reading the data, and (`whole_file`) against
+    the file's size; the planner reads headers only, so it plans from a header alone.
+    -> ({name: (dtype, shape)}, bytes of tensor data); a PlanError names the file."""
+    name = path.name
+    size = regular_file(path).st_size
+    try:
+        with path.open("rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise PlanError(f"{name} is truncated (shorter than a safetensors header)")
+            (n,) = struct.unpack("<Q", head)
+            if n > min(size - 8, MAX_HEADER_BYTES):  # a header is never past the end
+                raise PlanError(f"{name} is corrupt or truncated (its safetensors header runs "
+                                "past the end)")
+            header = json.loads(f.read(n).decode("utf-8"))
+    except OSError as e:
+        raise PlanError(f"{path} cannot be read ({e.strerror})") from None
+    except (ValueError, RecursionError):  # JSON and UTF-8 errors
+        raise PlanError(f"{name} is corrupt (its safetensors header is not JSON)") from None
+    if not isinstance(header, dict):
+        raise PlanError(f"{name} is corrupt (its safetensors header is not an object)")
+    tensors, end, data = {}, 0, size - 8 - n
+    for key, meta in header.items():
+        if key == "__metadata__":
+            continue
+        dtype, shape, offsets = _tensor_entry(name, key, meta)
+        begin, stop = offsets
+        need = math.prod(shape) * _ST_BITS[dtype]
+        if need != 8 * (stop - begin):
+            raise PlanError(f"{name} is corrupt: tensor {key} of shape {shape} needs "
+                            f"{-(-need // 8):,} bytes but its offsets hold {stop - begin:,}")
+        tensors[key] = (dtype, shape)
+        end = max(end, stop)
+    if whole_file and end > data:
+        raise PlanError(f"{name} is truncated: its header promises {8 + n + end} bytes but the "
+                        f"file has {size}; download it again")
+    return tensors, end
+
+
+def _tensor_entry(name: str, key: str, meta) -> tuple[str, list[int], list[int]]:
+    def whole(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    if not isinstance(meta, dict):
+        raise PlanError(f"{name} is corrupt (tensor {key} has no dtype, shape and offsets)")
+    dtype, shape, offsets = meta.get("dtype"), meta.get("shape"), meta.get("data_offsets")
+    if dtype not in _ST_BITS:
+        raise PlanError(f"{name} is corrupt: tensor {key} has an unknown dtype "
+                        f"{json.dumps(dtype)[:40]}")
+    if not isinstance(shape, list) or not all(whole(d) for d in shape):
+        raise PlanError(f"{name} is corrupt: tensor {key} has a shape that is not a list of "
+                        "whole numbers")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(whole(o) for o in offsets)
+            and offsets[0] <= offsets[1]):
+        raise PlanError(f"{name} is corrupt: tensor {key} has data offsets "
+                        f"{json.dumps(offsets)[:60]}; they must be two increasing byte offsets")
+    return dtype, shape, offsets

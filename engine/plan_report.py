@@ -17,6 +17,7 @@ from engine.gpu import GpuReport, detect_gpus
 from engine.model_folder import resolve
 
 GiB = planner.GiB
+MAX_VRAM_GIB = 1 << 20  # a pebibyte: past any card, and int(GiB * 1e308) would overflow
 _ROWS = (("weights", "weights_bytes"), ("KV cache", "kv_bytes"),
          ("activations", "activation_bytes"), ("CUDA context", "cuda_context_bytes"),
          ("CUDA graph pool", "graph_pool_bytes"), ("draft model", "draft_bytes"),
@@ -39,8 +40,10 @@ def _shape(model: str | None) -> tuple[str, planner.ModelShape]:
 def _card(vram_gib: float | None, gpu: str | None) -> tuple[int | None, dict | None, str]:
     """(VRAM to plan for, the card as a dict, a label). --vram wins over --gpu."""
     if vram_gib is not None:
-        if not (isinstance(vram_gib, int | float) and math.isfinite(vram_gib) and vram_gib > 0):
-            raise planner.PlanError(f"--vram must be a positive number of GiB, not {vram_gib!r}")
+        if not (isinstance(vram_gib, int | float) and math.isfinite(vram_gib)
+                and 0 < vram_gib <= MAX_VRAM_GIB):
+            raise planner.PlanError(f"--vram must be a positive number of GiB up to "
+                                    f"{MAX_VRAM_GIB:,}, not {vram_gib!r}")
         return int(vram_gib * GiB), None, f"{vram_gib:g} GiB (--vram)"
     if gpu is None:
         return None, None, "none given (pass --vram GIB or --gpu auto to check a fit)"
@@ -98,6 +101,8 @@ def run_plan(model: str | None, vram_gib: float | None = None, gpu: str | None =
                                                             kv_dtype)
     except ValueError as e:  # PlanError and model_folder's BadModel: the user's to fix
         return _fail("plan", str(e))
+    except OverflowError:  # a size past float range (a --context of 10**400, say)
+        return _fail("plan", "the sizes given are too large to plan for")
     if as_json:
         out = {"model": path, "model_type": shape.model_type, "param_source": shape.param_source,
                "native_context": shape.max_position_embeddings,

@@ -6,9 +6,11 @@ Pure tokenizer work on the host (no torch): where the ids' K/V come from is sess
 
 from __future__ import annotations
 
+import threading
 from typing import NamedTuple
 
 from engine.events import BadRequest, GenerateRequest
+from engine.template_guard import RenderBudget, RenderCancelled, RenderTooCostly
 
 
 class Prompt(NamedTuple):
@@ -16,9 +18,13 @@ class Prompt(NamedTuple):
     dropped_messages: int  # oldest messages after the system prompt left out to fit the context
 
 
-def build(tok, req: GenerateRequest, history: list[int], context: int) -> Prompt:
+def build(tok, req: GenerateRequest, history: list[int], context: int,
+          cancel: threading.Event | None = None) -> Prompt:
     """The ids to prefill for `req`; `history` is what the cache holds (the last prompt and its
-    answer), whose ids are kept where the rendered text repeats them (see `tokenize`)."""
+    answer), whose ids are kept where the rendered text repeats them (see `tokenize`).
+
+    The chat template renders under a RenderBudget: a hostile one fails as bad input, and a
+    cancel stops it (RenderCancelled)."""
     if req.prompt_ids is not None:
         return Prompt(list(req.prompt_ids), 0)
     if req.raw:
@@ -29,8 +35,8 @@ def build(tok, req: GenerateRequest, history: list[int], context: int) -> Prompt
     if not getattr(tok, "chat_template", None):
         raise BadRequest("this model has no chat template; use --raw to send the prompt as is")
     splice = Splice(tok, history)
-    render = lambda msgs: splice.tokenize(
-        tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True))
+    budget = RenderBudget(cancel)
+    render = lambda msgs: splice.tokenize(render_template(tok, msgs, budget))
     ids = render(messages)
     # room for the answer too; but a max_new_tokens near the context would leave out every turn
     limit = context - min(req.max_new_tokens, context // 2)
@@ -54,6 +60,24 @@ def build(tok, req: GenerateRequest, history: list[int], context: int) -> Prompt
         k = len(starts) - 1
         best = (render(system + body[starts[k]:]) if k > 0 else ids, k)
     return Prompt(best[0], starts[best[1]])
+
+
+def render_template(tok, messages: list[dict], budget: RenderBudget) -> str:
+    """The chat template's text for `messages`; whatever goes wrong in the template (too slow,
+    too long, blocked by the sandbox, raising, not parsing) is one BadRequest naming it."""
+    name = f"the chat template of {getattr(tok, 'name_or_path', '') or 'this model'}"
+    try:
+        with budget.watching():
+            return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except RenderCancelled:
+        raise
+    except RenderTooCostly as e:
+        raise BadRequest(f"{name} {e} and was stopped; the model folder's template is broken "
+                         "or hostile") from None
+    except Exception as e:  # SecurityError, TemplateSyntaxError, raise_exception(...), ...
+        detail = " ".join(str(e).split())  # one line, whatever the template made of it
+        detail = detail if len(detail) <= 300 else detail[:297] + "..."
+        raise BadRequest(f"{name} failed: {type(e).__name__}: {detail}") from None
 
 
 class Splice:

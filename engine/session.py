@@ -37,7 +37,7 @@ from engine.kv_cache import KVCache
 from engine.kv_dtype import PLANNED_WEIGHTS, choose_kv_dtype
 from engine.model_folder import check
 from engine.model_shape import ModelShape
-from engine.oom import out_of_memory
+from engine.oom import memory_kind, out_of_memory
 from engine.plain_decoding import PlainDecoding
 from engine.plan import PREFILL_CHUNK, GiB, largest_prefill_chunk
 from engine.prompt import Prompt
@@ -46,6 +46,7 @@ from engine.proposers import DraftModel, PromptLookup, check_same_tokenizer
 from engine.sampling import Sampler, resolve
 from engine.spec_controller import MAX_ADAPTIVE_K, Controller
 from engine.speculative import SpeculativeDecoding
+from engine.template_guard import RenderCancelled
 
 STATS_INTERVAL_S = 0.25
 NATIVE_KV = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -128,12 +129,17 @@ class Session:
         """Raises oom.OutOfMemory (memory released, a hint that fits) when the card is full."""
         try:
             return cls._load(req, progress, cancel)
-        except torch.OutOfMemoryError:
-            pass  # out of the except block first: its traceback holds the half-loaded model
+        except Exception as e:  # torch.OutOfMemoryError, or the CPU allocator's RuntimeError
+            kind = memory_kind(e)
+            if kind is None:
+                raise
+        # answered out of the except block: its traceback holds the half-loaded model
         config = check(req.model).config
         vram = int(req.memory_limit_gib * GiB) if req.memory_limit_gib else None
-        raise out_of_memory("the model does not fit in this GPU's memory", config, req.quant,
-                            req.context or config.get("max_position_embeddings") or 4096, vram)
+        where = "this GPU's memory" if kind == "GPU" else "this computer's memory (RAM)"
+        raise out_of_memory(f"the model does not fit in {where}", config, req.quant,
+                            req.context or config.get("max_position_embeddings") or 4096, vram,
+                            on_cpu=kind == "CPU")
 
     @classmethod
     def _load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None],
@@ -193,9 +199,10 @@ class Session:
                       self.kv_dtype, lm.context, lm.weights_bytes, self.cache.num_bytes, notes,
                       os.getpid())
 
-    def prompt(self, req: GenerateRequest) -> Prompt:
+    def prompt(self, req: GenerateRequest, cancel: threading.Event | None = None) -> Prompt:
         """The ids to prefill, given what the cache holds now (prompt.py)."""
-        return build_prompt(self.lm.tokenizer, req, self.cache.token_ids, self.lm.context)
+        return build_prompt(self.lm.tokenizer, req, self.cache.token_ids, self.lm.context,
+                            cancel)
 
     def prompt_ids(self, req: GenerateRequest) -> list[int]:
         return self.prompt(req).ids
@@ -203,21 +210,26 @@ class Session:
     def generate(self, req: GenerateRequest, cancel: threading.Event | None = None
                  ) -> Iterator[Token | Stats | PrefillProgress | Finished | Failed]:
         cancel = cancel or threading.Event()
-        oom = False
+        oom = None  # "GPU" or "CPU" when an allocator ran out of memory
         try:
             yield from self._generate(req, cancel)
         except BadRequest as e:
             yield Failed(str(e), bad_input=True)
+        except RenderCancelled:  # cancelled while the chat template rendered: nothing ran yet
+            yield Finished("cancelled", Stats(pid=os.getpid()))
         except torch.OutOfMemoryError:
-            oom = True  # answered below, outside the except block that holds the activations
+            oom = "GPU"  # answered below, outside the except block that holds the activations
         except Exception as e:  # the stream must end in one Failed, whatever broke
-            self._forget()
-            yield Failed(f"generation failed: {type(e).__name__}: {e}")
+            oom = memory_kind(e)  # the CPU allocator's RuntimeError, a MemoryError
+            if oom is None:
+                self._forget()
+                yield Failed(f"generation failed: {type(e).__name__}: {e}")
         if oom:
             self._forget()
             lm = self.lm
-            e = out_of_memory("the GPU ran out of memory during generation", lm.folder.config,
-                              lm.quant, lm.context, None)
+            where = "the GPU" if oom == "GPU" else "the computer (RAM)"
+            e = out_of_memory(f"{where} ran out of memory during generation", lm.folder.config,
+                              lm.quant, lm.context, None, on_cpu=oom == "CPU")
             yield Failed(str(e), hint=e.hint)
 
     def _forget(self) -> None:
@@ -252,10 +264,13 @@ class Session:
     def _generate(self, req: GenerateRequest, cancel: threading.Event):
         req.validate()
         t_start = time.perf_counter()
-        ids, dropped = self.prompt(req)
+        ids, dropped = self.prompt(req, cancel)
         context = self.lm.context
         if not ids:
             raise BadRequest("the prompt is empty")
+        vocab = self.lm.model.config.vocab_size
+        if req.prompt_ids is not None and max(ids) >= vocab:
+            raise BadRequest(f"prompt_ids holds a token id past the vocabulary's {vocab:,}")
         if len(ids) >= context:
             raise BadRequest(f"the prompt has {len(ids)} tokens but the context holds {context}")
         max_new = min(req.max_new_tokens, context - len(ids))

@@ -1,8 +1,9 @@
 """The engine process the app drives: JSON-line commands on stdin, events on stdout.
 
 The main thread reads commands, so a cancel lands while the engine thread generates (between
-two steps) or loads (between two stages). Bad commands are answered with a `Failed` event and
-the worker stays alive. stdout carries events only: anything else printed goes to stderr.
+two steps) or loads (between two stages). Every line that is not a cancel or a shutdown, whatever
+it holds, ends in one terminal event (a bad one in `Failed(bad_input=True)`) and the worker stays
+alive. stdout carries events only: anything else printed goes to stderr.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import queue
 import sys
 import threading
+from collections.abc import Iterable, Iterator
 
 from engine.events import (
     BadRequest,
@@ -23,6 +25,20 @@ from engine.events import (
     event_to_json,
     request_from_json,
 )
+
+MAX_COMMAND_BYTES = 64 * 2**20  # a 1M-token conversation is a few MB; past this, not a command
+
+
+def command_lines(stream, max_bytes: int = MAX_COMMAND_BYTES) -> Iterator[bytes | None]:
+    """A binary stream's lines, undecoded (request_from_json answers invalid UTF-8, where a text
+    stream would end the loop); a line longer than `max_bytes` comes as None, its rest skipped."""
+    while line := stream.readline(max_bytes + 1):
+        if len(line) > max_bytes and not line.endswith(b"\n"):
+            while (rest := stream.readline(max_bytes)) and not rest.endswith(b"\n"):
+                pass
+            yield None
+        else:
+            yield line
 
 
 class Worker:
@@ -38,27 +54,43 @@ class Worker:
             self.out.write(event_to_json(event) + "\n")
             self.out.flush()
 
-    def read_commands(self, lines) -> None:
-        """Main thread: parse, answer cancel at once, queue the rest for the engine thread."""
+    def read_commands(self, lines: Iterable[str | bytes | None]) -> None:
+        """Main thread: answer each line (see `command`), then stop what runs and leave."""
         for line in lines:
-            if not line.strip():
-                continue
-            try:
-                req = request_from_json(line)
-            except BadRequest as e:
-                self.emit(Failed(str(e), bad_input=True))
-                continue
-            if isinstance(req, CancelRequest):
-                self._cancel_all()
-                continue
-            if isinstance(req, ShutdownRequest):
+            if not self.command(line):
                 break
-            cancel = threading.Event()
-            with self.lock:
-                self.cancels.append(cancel)
-            self.jobs.put((req, cancel))
         self._cancel_all()  # shutdown or stdin closed: stop what runs, then leave
         self.jobs.put(None)
+
+    def command(self, line: str | bytes | None) -> bool:
+        """Parse and check one line, answer cancel at once, queue the rest for the engine thread;
+        False for shutdown. None is a line too long to read (command_lines)."""
+        if line is None:
+            self.emit(Failed(f"command is longer than {MAX_COMMAND_BYTES // 2**20} MiB",
+                             bad_input=True))
+            return True
+        if not line.strip():
+            return True
+        try:
+            req = request_from_json(line)
+            if isinstance(req, (LoadRequest, GenerateRequest)):
+                req.validate()  # before the queue: a wrong field fails at once, model or not
+        except BadRequest as e:
+            self.emit(Failed(str(e), bad_input=True))
+            return True
+        except Exception as e:  # a line must never end the reading loop, whatever it holds
+            self.emit(Failed(f"cannot read the command: {type(e).__name__}", bad_input=True))
+            return True
+        if isinstance(req, CancelRequest):
+            self._cancel_all()
+            return True
+        if isinstance(req, ShutdownRequest):
+            return False
+        cancel = threading.Event()
+        with self.lock:
+            self.cancels.append(cancel)
+        self.jobs.put((req, cancel))
+        return True
 
     def _cancel_all(self) -> None:
         with self.lock:
@@ -114,10 +146,12 @@ class Worker:
 
     def _unload(self) -> None:
         if self.session is not None:
+            from engine.loader import clear_memory_limit
             from engine.tp_session import TPSession
 
             if isinstance(self.session, TPSession):
                 self.session.close()  # its follower processes end with it
+            device = self.session.lm.device
             self.session = None
             import gc
 
@@ -126,6 +160,7 @@ class Worker:
             gc.collect()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
+            clear_memory_limit(device)  # a --memory-limit is its load's, not the next one's
 
 
 def main() -> int:
@@ -134,7 +169,7 @@ def main() -> int:
     worker = Worker(out)
     engine = threading.Thread(target=worker.run_jobs, name="hearth-engine", daemon=True)
     engine.start()
-    worker.read_commands(sys.stdin)
+    worker.read_commands(command_lines(sys.stdin.buffer))
     engine.join()
     worker._unload()  # tensor-parallel followers end here rather than notice rank 0 is gone
     return 0

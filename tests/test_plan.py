@@ -405,6 +405,17 @@ def test_run_plan_bad_input(tmp_path, q7_folder, capsys, case):
     assert "Traceback" not in cap.err
 
 
+@pytest.mark.parametrize("flags", [["--vram", "1e308"], ["--vram", "inf"], ["--vram", "-0"],
+                                   ["--context", str(10**400)]])
+def test_cli_plan_extreme_numbers_exit_2_in_one_line(q7_folder, capsys, flags):
+    from engine import cli
+
+    assert cli.main(["plan", "--model", str(q7_folder), *flags]) == 2
+    cap = capsys.readouterr()
+    assert len(cap.err.strip().splitlines()) == 1 and "Traceback" not in cap.err
+    assert cap.err.startswith("hearth")
+
+
 def test_planner_modules_import_without_torch():
     code = ("import sys, engine.gpu, engine.plan, engine.plan_report; "
             "engine.gpu.detect_gpus(); "

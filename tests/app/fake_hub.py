@@ -7,6 +7,7 @@ what huggingface_hub and app/hub_download.py ask of it, the way the Hub answers:
   GET  /{repo}/resolve/{rev}/{file}           the bytes (small files) or the same 302 (LFS)
   GET  /cdn/{etag}                            LFS bytes, honouring `Range: bytes=N-` with a 206
 Errors carry X-Error-Code (RepoNotFound, GatedRepo, EntryNotFound) as the Hub's do.
+A hostile Hub lies where it is told to: `commit`, `endless_listing`, and per file a `Lie`.
 """
 
 from __future__ import annotations
@@ -16,10 +17,22 @@ import json
 import re
 import threading
 import time
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 SEND_CHUNK = 16 * 1024
+ENDLESS = object()  # a body that never ends
+BODY_LENGTH = object()  # _send's default Content-Length: the body's own
+
+
+@dataclass
+class Lie:
+    """What a hostile Hub says about one file instead of the truth (None: the truth)."""
+    etag: str | None = None  # the ETag (and X-Linked-Etag) it answers with
+    size: int | None = None  # the size it declares in the listing and the file's headers
+    no_size: bool = False  # declares no size anywhere, and sends no Content-Length
+    body: bytes | object | None = None  # what it streams instead (ENDLESS: without end)
 
 
 def is_lfs(name: str) -> bool:
@@ -34,6 +47,9 @@ class FakeHub:
         self.gated = set(gated)
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range header)
         self.seconds_per_chunk = 0.0  # slows LFS bodies, for cancelling mid-file
+        self.commit_id: str | None = None  # the revision it names instead of the real one
+        self.endless_listing = False  # the model info never ends
+        self.lies: dict[str, Lie] = {}  # file name -> what it says instead
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
                                         daemon=True)
@@ -43,7 +59,18 @@ class FakeHub:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def commit(self, repo_id: str) -> str:
-        return hashlib.sha1(repo_id.encode()).hexdigest()
+        return self.commit_id or hashlib.sha1(repo_id.encode()).hexdigest()
+
+    def declared_size(self, name: str, data: bytes) -> int | None:
+        lie = self.lies.get(name, Lie())
+        return None if lie.no_size else lie.size if lie.size is not None else len(data)
+
+    def served_etag(self, data: bytes, name: str) -> str:
+        return self.lies.get(name, Lie()).etag or self.etag(data, name)
+
+    def body(self, data: bytes, name: str) -> bytes | object:
+        lie = self.lies.get(name, Lie())
+        return data if lie.body is None else lie.body
 
     def etag(self, data: bytes, name: str) -> str:
         # the Hub's ETag is the sha256 for LFS files and the git blob id otherwise
@@ -62,10 +89,13 @@ class FakeHub:
     def model_info(self, repo_id: str) -> dict:
         siblings = []
         for name, data in self.repos[repo_id].items():
-            sibling = {"rfilename": name, "size": len(data), "blobId": self.etag(data, name)}
-            if is_lfs(name):
-                sibling["lfs"] = {"size": len(data), "sha256": self.etag(data, name),
-                                  "pointerSize": 134}
+            size = self.declared_size(name, data)
+            sibling = {"rfilename": name, "blobId": self.etag(data, name)}
+            if size is not None:
+                sibling["size"] = size
+                if is_lfs(name):
+                    sibling["lfs"] = {"size": size, "sha256": self.etag(data, name),
+                                      "pointerSize": 134}
             siblings.append(sibling)
         return {"id": repo_id, "modelId": repo_id, "sha": self.commit(repo_id), "private": False,
                 "gated": False, "tags": [], "siblings": siblings}
@@ -101,53 +131,76 @@ def _handler(hub: FakeHub):
             if repo_id not in hub.repos:
                 return self._error(404, "RepoNotFound")
             if match.re is api:
-                return self._send(200, json.dumps(hub.model_info(repo_id)).encode(),
+                info = ENDLESS if hub.endless_listing else json.dumps(hub.model_info(repo_id))
+                return self._send(200, info if info is ENDLESS else info.encode(),
                                   {"Content-Type": "application/json"}, body)
             name = match.group(3)
             files = hub.repos[repo_id]
             if name not in files:
                 return self._error(404, "EntryNotFound", {"X-Repo-Commit": hub.commit(repo_id)})
             data = files[name]
-            headers = {"X-Repo-Commit": hub.commit(repo_id), "ETag": f'"{hub.etag(data, name)}"'}
+            etag, size = hub.served_etag(data, name), hub.declared_size(name, data)
+            headers = {"X-Repo-Commit": hub.commit(repo_id), "ETag": f'"{etag}"'}
             if is_lfs(name):
                 headers.update({"Location": f"{hub.url}/cdn/{hub.etag(data, name)}",
-                                "X-Linked-Etag": f'"{hub.etag(data, name)}"',
-                                "X-Linked-Size": str(len(data))})
+                                "X-Linked-Etag": f'"{etag}"'})
+                if size is not None:
+                    headers["X-Linked-Size"] = str(size)
                 return self._send(302, b"", headers, body)
-            self._send(200, data, headers, body)
+            served = hub.body(data, name)
+            if not body:  # HEAD declares; GET sends what it sends
+                return self._send(200, b"", headers, body, length=size)
+            self._send(200, served, headers, body,
+                       length=None if size is None or served is ENDLESS else BODY_LENGTH)
 
         def _cdn(self, etag: str, body: bool) -> None:
-            data = next((d for files in hub.repos.values() for n, d in files.items()
-                         if is_lfs(n) and hub.etag(d, n) == etag), None)
-            if data is None:
+            found = next(((n, d) for files in hub.repos.values() for n, d in files.items()
+                          if is_lfs(n) and hub.etag(d, n) == etag), None)
+            if found is None:
                 return self._error(404, "EntryNotFound")
+            name, data = found
+            if not body:  # huggingface_hub follows a redirect on the same host: lie here too
+                headers = {"ETag": f'"{hub.served_etag(data, name)}"', "Accept-Ranges": "bytes"}
+                return self._send(200, b"", headers, body, length=hub.declared_size(name, data))
+            served = hub.body(data, name)
+            if served is ENDLESS:
+                return self._send(200, ENDLESS, {"ETag": f'"{etag}"'}, body, length=None)
             start = 0
             match = re.match(r"bytes=(\d+)-$", self.headers.get("Range") or "")
             headers = {"ETag": f'"{etag}"', "Accept-Ranges": "bytes"}
-            if match and int(match.group(1)) < len(data):
+            if match and int(match.group(1)) < len(served):
                 start = int(match.group(1))
-                headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
-            self._send(206 if start else 200, data[start:], headers, body, slow=True)
+                headers["Content-Range"] = f"bytes {start}-{len(served) - 1}/{len(served)}"
+            length = None if hub.lies.get(name, Lie()).no_size else len(served) - start
+            self._send(206 if start else 200, served[start:], headers, body, slow=True,
+                       length=length)
 
         def _error(self, status: int, code: str, extra: dict | None = None) -> None:
             self._send(status, json.dumps({"error": code}).encode(),
                        {"X-Error-Code": code, "Content-Type": "application/json", **(extra or {})},
                        True)
 
-        def _send(self, status: int, data: bytes, headers: dict, body: bool,
-                  slow: bool = False) -> None:
+        def _send(self, status: int, data: bytes | object, headers: dict, body: bool,
+                  slow: bool = False, length: int | None | object = BODY_LENGTH) -> None:
+            """length: the Content-Length sent (by default the body's; None: none, and the
+            body ends when the connection closes, as HTTP/1.0 allows)."""
             self.send_response(status)
             for key, value in headers.items():
                 self.send_header(key, value)
-            self.send_header("Content-Length", str(len(data)))
+            if length is BODY_LENGTH:
+                length = None if data is ENDLESS else len(data)
+            if length is not None:
+                self.send_header("Content-Length", str(length))
             self.end_headers()
             if not body:
                 return
-            for i in range(0, len(data), SEND_CHUNK):
+            chunks = (iter(lambda: b"\x00" * SEND_CHUNK, None) if data is ENDLESS else
+                      (data[i:i + SEND_CHUNK] for i in range(0, len(data), SEND_CHUNK)))
+            for chunk in chunks:
                 try:
-                    self.wfile.write(data[i:i + SEND_CHUNK])
+                    self.wfile.write(chunk)
                 except (BrokenPipeError, ConnectionResetError):
-                    return  # the client cancelled
+                    return  # the client cancelled, or stopped a stream that ran too long
                 if slow and hub.seconds_per_chunk:
                     time.sleep(hub.seconds_per_chunk)
 

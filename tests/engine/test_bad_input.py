@@ -51,6 +51,13 @@ def test_bad_model_folder(case, bad_models, capsys):
     (["--kv-dtype", "int3"], "--kv-dtype"),
     (["--context", "4"], "context"),
     (["--temperature", "warm"], "invalid float"),
+    (["--seed", "-1"], "--seed"),
+    (["--seed", str(2**70)], "--seed"),
+    (["--top-k", str(10**30)], "--top-k"),
+    (["--temperature", "inf"], "finite"),
+    (["--temperature", "nan"], "finite"),
+    (["--repetition-penalty", "inf"], "finite"),
+    (["--memory-limit", "inf"], "finite"),
 ])
 def test_impossible_settings(flags, words, tiny_model, capsys):
     assert cli.main(["run", "--model", str(tiny_model), "--prompt", "hi", *flags]) == 2
@@ -64,6 +71,57 @@ def test_missing_prompt_and_bad_messages_file(tiny_model, tmp_path, capsys):
     bad.write_text("{not json")
     assert cli.main(["run", "--model", str(tiny_model), "--messages", str(bad)]) == 2
     assert "cannot read messages" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("flag", ["--prompt", "--system", "--stop"])
+def test_invalid_utf8_in_arguments(flag, tiny_model, capsys):
+    """argv bytes that are not UTF-8 arrive as lone surrogates (surrogateescape)."""
+    bad = b"caf\xe9".decode("utf-8", "surrogateescape")
+    argv = ["run", "--model", str(tiny_model), "--device", "cpu", "--prompt", "hi", flag, bad]
+    assert cli.main(argv) == 2
+    assert f"{flag} is not valid UTF-8" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("content, words", [
+    (b'[{"role": "user", "content": "\\ud800"}]', "not valid Unicode"),
+    ('[{"role": "user", "content": "café"}]'.encode("latin-1"), "not UTF-8"),
+    (b"[" * 100_000, "nested too deeply"),
+])
+def test_unreadable_messages_files(content, words, tiny_model, tmp_path, capsys):
+    path = tmp_path / "messages.json"
+    path.write_bytes(content)
+    assert cli.main(["run", "--model", str(tiny_model), "--device", "cpu", "--messages",
+                     str(path)]) == 2
+    line = one_error_line(capsys)
+    assert words in line and str(path) in line
+
+
+@pytest.mark.parametrize("template, words", [
+    ("{{ ''.__class__.__mro__[1].__subclasses__() }}", "SecurityError"),
+    ("{{ raise_exception('roles must alternate user/assistant') }}", "roles must alternate"),
+])
+def test_chat_templates_that_fail_are_bad_input(template, words, tiny_model, tmp_path, capsys):
+    """The sandbox blocks it, or it raises: exit 2 naming the template, not exit 1."""
+    import shutil
+
+    d = tmp_path / "model"
+    shutil.copytree(tiny_model, d)
+    (d / "chat_template.jinja").write_text(template)
+    rc = cli.main(["run", "--model", str(d), "--device", "cpu", "--prompt", "hi",
+                   "--max-new-tokens", "2"])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert rc == 2, last
+    assert "chat template" in last and words in last and "generation failed" not in last
+
+
+def test_nf4_on_the_cpu_says_it_is_slow(tiny_model, capsys):
+    """Accepted (bitsandbytes runs 4-bit on the CPU), with a one-line note that it is slow."""
+    rc = cli.main(["run", "--model", str(tiny_model), "--device", "cpu", "--quant", "nf4",
+                   "--prompt", "hi", "--raw", "--max-new-tokens", "2", "--temperature", "0"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    notes = [line for line in err.splitlines() if "nf4 on the CPU is slower" in line]
+    assert len(notes) == 1, err
 
 
 @pytest.mark.parametrize("case", ["missing", "gguf", "truncated"])
