@@ -28,6 +28,7 @@ from app.worker_client import WorkerClient
 from engine.events import KV_DTYPES, QUANTS, LoadRequest
 
 log = logging.getLogger("hearth")
+ICON = "icons/hearth.svg"  # in RESOURCES_DIR, package data
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -41,7 +42,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--worker-command",
                         help="the engine process to start (default: python -m engine.worker)")
     parser.add_argument("--startup-check", action="store_true",
-                        help="print the seconds until the window appeared, then quit")
+                        help="print the seconds until the window appeared and whether the "
+                             "style sheet and icon loaded, then quit")
     return parser.parse_args(argv)
 
 
@@ -51,7 +53,7 @@ def create_application() -> QApplication:
     QApplication.setOrganizationName("Hearth")
     qt_app = QApplication(sys.argv[:1])
     qt_app.setQuitOnLastWindowClosed(False)  # the window quits once its worker has ended
-    qt_app.setWindowIcon(QIcon(str(RESOURCES_DIR / "icons" / "hearth.svg")))
+    qt_app.setWindowIcon(QIcon(str(RESOURCES_DIR / ICON)))
     style = RESOURCES_DIR / "hearth.qss"
     if style.is_file():
         qt_app.setStyleSheet(style.read_text(encoding="utf-8"))
@@ -99,6 +101,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _report_and_quit(seconds: float, worker: WorkerClient, qt_app: QApplication) -> None:
     print(f"window shown after {seconds:.3f} s", flush=True)
+    # what an installed wheel must carry: a window without them opens unstyled and iconless
+    style = qt_app.styleSheet()
+    print(f"style sheet: {f'loaded, {len(style)} characters' if style else 'MISSING'}")
+    icon = not qt_app.windowIcon().pixmap(32, 32).isNull()
+    print(f"icon: {'loaded' if icon else 'MISSING'} ({RESOURCES_DIR / ICON})", flush=True)
     worker.kill()
     qt_app.quit()
 

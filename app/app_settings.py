@@ -1,5 +1,6 @@
 """What Hearth remembers between runs (QSettings): the model folders the user added, the last
-model choice, and the window's geometry."""
+model choice, the endpoints added (URLs only: keys live in the keyring), the window's geometry,
+its theme, and which key sends."""
 
 from __future__ import annotations
 
@@ -39,6 +40,28 @@ class AppSettings:
             "context": request.context, "draft": request.draft,
             "num_speculative_tokens": request.num_speculative_tokens,
             "tensor_parallel": request.tensor_parallel}))
+
+    def endpoints(self) -> list[str]:
+        """Base URLs of the OpenAI-compatible endpoints added; their keys are in the keyring."""
+        value = self.q.value("endpoints/urls", "[]")
+        return [u for u in json.loads(value or "[]") if isinstance(u, str)]
+
+    def set_endpoints(self, urls: list[str]) -> None:
+        self.q.setValue("endpoints/urls", json.dumps(list(urls)))
+
+    def theme(self) -> str:
+        """"system" (the desktop's colour scheme), "light" or "dark"."""
+        return str(self.q.value("window/theme", "system"))
+
+    def set_theme(self, mode: str) -> None:
+        self.q.setValue("window/theme", mode)
+
+    def sends_on_ctrl_enter(self) -> bool:
+        """Ctrl+Enter sends (Enter starts a new line); by default Enter sends."""
+        return str(self.q.value("chat/send_on_ctrl_enter", "false")).lower() == "true"
+
+    def set_sends_on_ctrl_enter(self, on: bool) -> None:
+        self.q.setValue("chat/send_on_ctrl_enter", "true" if on else "false")
 
     def geometry(self) -> QByteArray | None:
         value = self.q.value("window/geometry")

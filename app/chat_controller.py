@@ -2,6 +2,9 @@
 
 No widgets here. The shown conversation's messages live in the store; the one answer being
 streamed lives here too and is written to the store every FLUSH_INTERVAL_MS and at its end.
+Regenerate keeps the earlier answer: the new one is an alternative of it (conversation.py).
+Answers come from a client with WorkerClient's signals: the worker process, or an endpoint
+(endpoint_client.py); set_client() switches between them.
 """
 
 from __future__ import annotations
@@ -15,16 +18,18 @@ from app.conversation import DEFAULT_TITLE, ChatSettings, Conversation, Message
 from app.conversation_store import ConversationStore
 from app.think_split import answer_only
 from app.worker_client import WorkerClient
-from engine.events import Failed, Finished, GenerateRequest, Loaded, Stats, Token
+from engine.events import Failed, Finished, GenerateRequest, Loaded, SamplingParams, Stats, Token
 
 FLUSH_INTERVAL_MS = 250
 TITLE_CHARS = 48
+SAMPLING_TEMPERATURE = 0.8  # "regenerate with sampling" where the settings are greedy
 
 
 @dataclass(frozen=True)
 class ContextUsage:
     used_tokens: int
-    total_tokens: int  # 0 while no model is loaded
+    total_tokens: int  # 0 while no model is loaded, or when an endpoint does not say
+    has_model: bool = False
 
 
 class ChatController(QObject):
@@ -52,9 +57,11 @@ class ChatController(QObject):
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.store = store
-        self.worker = worker
+        self.worker = worker  # the client answers come from: a WorkerClient or EndpointClient
         self.conversation: Conversation | None = None
-        self.context_total_tokens = 0  # from Loaded; 0: no model
+        self.context_total_tokens = 0  # from Loaded; 0: no model, or an endpoint's unsaid
+        self.has_model = False  # a Loaded came and nothing has unloaded it since
+        self.loaded: Loaded | None = None  # what the worker loaded (the welcome screen says)
         self.prompt_lookup = False  # speculate from n-grams of the conversation (picker)
         self.num_speculative_tokens: int | None = None  # with prompt lookup; None: adaptive
         self._streaming: Message | None = None
@@ -62,13 +69,32 @@ class ChatController(QObject):
         self._flush_timer = QTimer(self)
         self._flush_timer.setInterval(FLUSH_INTERVAL_MS)
         self._flush_timer.timeout.connect(self._on_flush_timer_timeout)
-        worker.sig_loaded.connect(self._on_worker_loaded)
-        worker.sig_token.connect(self._on_worker_token)
-        worker.sig_stats.connect(self._on_worker_stats)
-        worker.sig_finished.connect(self._on_worker_finished)
-        worker.sig_failed.connect(self._on_worker_failed)
-        worker.sig_worker_died.connect(self._on_worker_worker_died)
-        worker.sig_stopped.connect(self._on_worker_stopped)
+        self._connect(worker, True)
+
+    def set_client(self, client) -> None:
+        """Answer through `client` from now on (its model must be loaded anew): the worker or
+        an EndpointClient. An answer streaming from the old client ends as interrupted."""
+        if client is self.worker:
+            return
+        if self._streaming is not None:
+            self._end_stream("interrupted", error="the model was changed mid-answer")
+        self._connect(self.worker, False)
+        self.worker = client
+        self._connect(client, True)
+        self.clear_model()
+
+    def _connect(self, client, on: bool) -> None:
+        for signal, slot in ((client.sig_loaded, self._on_worker_loaded),
+                             (client.sig_token, self._on_worker_token),
+                             (client.sig_stats, self._on_worker_stats),
+                             (client.sig_finished, self._on_worker_finished),
+                             (client.sig_failed, self._on_worker_failed),
+                             (client.sig_worker_died, self._on_worker_worker_died),
+                             (client.sig_stopped, self._on_worker_stopped)):
+            if on:
+                signal.connect(slot)
+            else:
+                signal.disconnect(slot)
 
     # ------------------------------------------------------------------ state
 
@@ -78,7 +104,37 @@ class ChatController(QObject):
 
     @property
     def can_send(self) -> bool:
-        return self.context_total_tokens > 0 and not self.is_generating and self.worker.busy is None
+        return self.has_model and not self.is_generating and self.worker.busy is None
+
+    @property
+    def wait_reason(self) -> str:
+        """Why Send is not possible now, in one sentence; "" when it is."""
+        if self.can_send:
+            return ""
+        if self._streaming is not None:
+            if self._is_shown(self._streaming):
+                return "Answering… (Esc stops it)"
+            other = self.store.conversation(self._streaming.conversation_id)
+            title = other.title if other is not None else "another chat"
+            return (f"Waiting: Hearth is answering in \u201c{title}\u201d; this chat can send "
+                    "when that answer ends (or stop it there).")
+        if self.worker.busy == "load":
+            return "Waiting for the model to load."
+        if not self.has_model:
+            return "No model loaded: choose one with Model… (Ctrl+L)."
+        return "Waiting for the engine."
+
+    @property
+    def regenerate_would_repeat(self) -> bool:
+        """Greedy decoding (temperature 0) or a fixed seed, and a whole answer to repeat: a
+        regenerated answer would come out the same as the one before (a stopped or failed one
+        would not: it goes on past where that one ended)."""
+        if self.conversation is None:
+            return False
+        settings = self.conversation.settings
+        path = self.store.messages(self.conversation.id)
+        is_whole = bool(path) and path[-1].role == "assistant" and path[-1].status == "done"
+        return is_whole and (settings.temperature == 0 or settings.seed is not None)
 
     @property
     def streaming_message(self) -> Message | None:
@@ -93,6 +149,8 @@ class ChatController(QObject):
     def clear_model(self) -> None:
         """No model to generate with until the next Loaded (a load started, the worker ended)."""
         self.context_total_tokens = 0
+        self.has_model = False
+        self.loaded = None
         self._emit_context()
 
     # ------------------------------------------------------------------ conversations
@@ -150,7 +208,7 @@ class ChatController(QObject):
             self.new_conversation()
         cid = self.conversation.id
         if self.conversation.title == DEFAULT_TITLE:
-            self.store.rename_conversation(cid, " ".join(text.split())[:TITLE_CHARS])
+            self.store.rename_conversation(cid, _title_of(text))
             self._reload_conversation(cid)
         self.store.add_message(cid, "user", text)
         self._generate()
@@ -160,15 +218,36 @@ class ChatController(QObject):
     def stop(self) -> None:
         self.worker.cancel()
 
-    def regenerate(self) -> bool:
-        """Answer the last user message again, replacing the answers after it."""
+    def regenerate(self, with_sampling: bool = False) -> bool:
+        """Answer the last user message again; the answers before stay as alternatives.
+        `with_sampling`: this once with temperature > 0 and no seed (the settings are greedy)."""
         if not self.can_send or self.conversation is None:
             return False
         users = [m for m in self.store.messages(self.conversation.id) if m.role == "user"]
         if not users:
             return False
-        self.store.delete_messages_after(self.conversation.id, users[-1].id)
-        self._generate()
+        sampling = None
+        if with_sampling:
+            s = self.conversation.settings
+            sampling = SamplingParams(temperature=s.temperature or SAMPLING_TEMPERATURE,
+                                      top_p=s.top_p, top_k=s.top_k,
+                                      repetition_penalty=s.repetition_penalty)
+        self._generate(parent_id=users[-1].id, sampling=sampling)
+        return True
+
+    def show_alternative(self, message_id: int, step: int) -> bool:
+        """Show the alternative `step` places from this answer (-1: the one before); the
+        conversation goes on from the one shown."""
+        alternatives = self.store.alternatives(message_id)
+        if (message_id not in alternatives or self.conversation is None
+                or (self._streaming is not None and self._is_shown(self._streaming))):
+            return False
+        i = alternatives.index(message_id) + step
+        if not 0 <= i < len(alternatives):
+            return False
+        self.store.show_alternative(alternatives[i])
+        self.sig_messages_changed.emit(self.messages())
+        self._emit_context()
         return True
 
     def edit_and_resend(self, message_id: int, text: str) -> bool:
@@ -178,26 +257,40 @@ class ChatController(QObject):
         if (not text or message is None or message.role != "user" or not self.can_send
                 or self.conversation is None or message.conversation_id != self.conversation.id):
             return False
+        first_user = next(m for m in self.store.messages(message.conversation_id)
+                          if m.role == "user")
+        if first_user.id == message_id and self.conversation.title in (
+                DEFAULT_TITLE, _title_of(message.content)):  # the title was never the user's
+            self.store.rename_conversation(message.conversation_id, _title_of(text))
+            self._reload_conversation(message.conversation_id)
+            self.sig_conversations_changed.emit()
         self.store.set_content(message_id, text)
         self.store.delete_messages_after(message.conversation_id, message_id)
         self._generate()
         return True
 
-    def _generate(self) -> None:
+    def _generate(self, parent_id: int | None = None,
+                  sampling: SamplingParams | None = None) -> None:
+        """Answer the shown conversation up to `parent_id` (default: all of it)."""
         conversation = self.conversation
+        path = self.store.messages(conversation.id)
+        if parent_id is not None:
+            path = path[:[m.id for m in path].index(parent_id) + 1]
         history = tuple(
             {"role": m.role, "content": content}
-            for m in self.store.messages(conversation.id)
+            for m in path
             if (content := answer_only(m.content) if m.role == "assistant" else m.content)
         )
         settings = conversation.settings
         request = GenerateRequest(
             messages=history, system=settings.system_prompt or None,
-            max_new_tokens=settings.max_new_tokens, sampling=settings.sampling(),
+            max_new_tokens=settings.max_new_tokens, sampling=sampling or settings.sampling(),
             prompt_lookup=self.prompt_lookup,
             num_speculative_tokens=self.num_speculative_tokens if self.prompt_lookup else None,
         )
-        self._streaming = self.store.add_message(conversation.id, "assistant", "", "streaming")
+        self._streaming = self.store.add_message(
+            conversation.id, "assistant", "", "streaming",
+            parent_id=path[-1].id if path else None)
         self._is_dirty = False
         self.worker.send(request)
         self._flush_timer.start()
@@ -208,6 +301,8 @@ class ChatController(QObject):
 
     def _on_worker_loaded(self, event: Loaded) -> None:
         self.context_total_tokens = event.context
+        self.has_model = True
+        self.loaded = event
         self._emit_context()
 
     def _on_worker_token(self, event: Token) -> None:
@@ -219,7 +314,9 @@ class ChatController(QObject):
         self.sig_message_updated.emit(self._streaming)
 
     def _on_worker_stats(self, event: Stats) -> None:
-        if self._streaming is not None and self._is_shown(self._streaming):
+        # an endpoint counts the context only at the end of an answer (0 until then)
+        if (self._streaming is not None and self._is_shown(self._streaming)
+                and event.context_used_tokens):
             self._emit_context(event.context_used_tokens)
 
     def _on_worker_finished(self, event: Finished) -> None:
@@ -236,6 +333,8 @@ class ChatController(QObject):
 
     def _on_worker_stopped(self) -> None:
         self.context_total_tokens = 0  # a new worker has to load the model again
+        self.has_model = False
+        self.loaded = None
         if self._streaming is not None:
             self._end_stream("interrupted", error="the engine process stopped mid-answer")
         self._emit_context()
@@ -278,4 +377,10 @@ class ChatController(QObject):
                 if m.stats is not None:
                     used_tokens = m.stats.context_used_tokens
                     break
-        self.sig_context_changed.emit(ContextUsage(used_tokens, self.context_total_tokens))
+        self.sig_context_changed.emit(ContextUsage(used_tokens, self.context_total_tokens,
+                                                   self.has_model))
+
+
+def _title_of(text: str) -> str:
+    """A conversation's title from its first message."""
+    return " ".join(text.split())[:TITLE_CHARS]

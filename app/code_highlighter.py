@@ -20,7 +20,11 @@ RULES = (
     ("string", re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|`[^`]*`")),
     ("comment", re.compile(r"(?:#|//|--(?=\s)).*$")),
 )
-COLORS = {"keyword": "#a626a4", "number": "#986801", "string": "#50a14f", "comment": "#a0a1a7"}
+# "One Light" (light) and "One Dark" (dark)
+COLORS = {
+    False: {"keyword": "#a626a4", "number": "#986801", "string": "#50a14f", "comment": "#a0a1a7"},
+    True: {"keyword": "#c678dd", "number": "#d19a66", "string": "#98c379", "comment": "#7f848e"},
+}
 
 
 def is_code_block(block) -> bool:
@@ -33,7 +37,12 @@ class CodeHighlighter(QSyntaxHighlighter):
     def __init__(self, document) -> None:
         super().__init__(document)
         self._formats = {}
-        for name, color in COLORS.items():
+        self.set_dark(False)
+
+    def set_dark(self, is_dark: bool) -> None:
+        """The dark theme's colours (or the light's); the caller re-renders."""
+        self._formats = {}
+        for name, color in COLORS[is_dark].items():
             fmt = QTextCharFormat()
             fmt.setForeground(QColor(color))
             if name == "keyword":

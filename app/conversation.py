@@ -1,4 +1,6 @@
-"""A conversation as the app keeps it: its settings and its messages (plain data, no Qt)."""
+"""A conversation as the app keeps it: its settings and its messages (plain data, no Qt).
+Messages form a tree: a regenerated answer is a sibling of the one before (an alternative),
+and the conversation shown is the path through the alternatives shown."""
 
 from __future__ import annotations
 
@@ -59,3 +61,6 @@ class Message:
     finish_reason: str | None = None
     error: str | None = None
     stats: Stats | None = None
+    parent_id: int | None = None  # the message it answers or follows; None: the first
+    alternative: int = 1  # its place among its siblings (1-based), for the `< 2/3 >` switcher
+    num_alternatives: int = 1

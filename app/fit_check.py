@@ -11,7 +11,8 @@ from engine import plan as planner
 from engine.gpu import GpuInfo, GpuReport
 
 GiB = planner.GiB
-FORMATS = ("bf16", "int8", "nf4", "awq")  # the rows of the fit table
+# the rows of the fit table: every weight format QUANT_CHOICES offers
+FORMATS = ("bf16", "fp16", "int8", "nf4", "awq")
 QUANT_CHOICES = ("auto", "bf16", "fp16", "int8", "nf4", "awq")
 KV_CHOICES = ("auto", "bf16", "fp16", "fp8", "int8")
 

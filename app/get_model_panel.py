@@ -1,5 +1,6 @@
-"""Get a model: paste a Hugging Face repo id, see what would be downloaded and how big it is
-(the fit is the picker's FitPanel), then download it with progress, cancel and resume."""
+"""Get a model: search the Hugging Face Hub by keyword (downloads and size of each result) or
+paste a repo id, see what would be downloaded and how big it is (the fit per format is the
+picker's FitPanel), then download it with progress, cancel and resume."""
 
 from __future__ import annotations
 
@@ -13,16 +14,21 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QListWidget,
+    QListWidgetItem,
     QProgressBar,
     QPushButton,
     QVBoxLayout,
 )
 
 from app.hub_download import DownloadProgress
-from app.hub_listing import RepoListing
+from app.hub_listing import HubError, RepoListing, parse_repo_id
+from app.hub_search import HubModel, downloads_text
 from app.model_download import ModelDownload
 
 MAX_FILES_NAMED = 4
+MODEL_ROLE = Qt.ItemDataRole.UserRole
+RESULTS_HEIGHT = 130
 
 
 class GetModelPanel(QGroupBox):
@@ -37,9 +43,13 @@ class GetModelPanel(QGroupBox):
         self._rate_start: tuple[float, int] | None = None  # (time, bytes) this try began at
 
         self.repo_edit = QLineEdit()
-        self.repo_edit.setPlaceholderText("org/name, e.g. Qwen/Qwen2.5-0.5B-Instruct")
-        self.check_button = QPushButton("Check")
-        self.info_label = QLabel("Paste a repo id to see its size and whether it fits.")
+        self.repo_edit.setPlaceholderText("search, e.g. qwen instruct, or paste org/name")
+        self.check_button = QPushButton("Search")
+        self.results = QListWidget()  # the Hub's models for the words typed
+        self.results.setMaximumHeight(RESULTS_HEIGHT)
+        self.results.setVisible(False)
+        self.info_label = QLabel("Search the Hub by keyword, or paste a repo id, to see a "
+                                 "model's size and whether it fits.")
         self.info_label.setWordWrap(True)
         self.progress_bar = QProgressBar()
         self.progress_bar.setRange(0, 1000)
@@ -54,11 +64,15 @@ class GetModelPanel(QGroupBox):
         actions.addWidget(self.cancel_button)
         layout = QVBoxLayout(self)
         layout.addLayout(row)
+        layout.addWidget(self.results)
         layout.addWidget(self.info_label)
         layout.addLayout(actions)
 
         self.repo_edit.installEventFilter(self)  # Return checks the repo id
         self.check_button.clicked.connect(self._on_check_button_clicked)
+        self.repo_edit.textChanged.connect(self._on_repo_edit_text_changed)
+        self.results.itemClicked.connect(self._on_results_item_clicked)
+        download.sig_found.connect(self._on_download_found)
         self.download_button.clicked.connect(self._on_download_button_clicked)
         self.cancel_button.clicked.connect(download.cancel)
         download.sig_listed.connect(self._on_download_listed)
@@ -90,12 +104,42 @@ class GetModelPanel(QGroupBox):
     # ------------------------------------------------------------------ user actions
 
     def _on_check_button_clicked(self) -> None:
-        if self.download.is_busy or not self.repo_edit.text().strip():
+        text = self.repo_edit.text().strip()
+        if self.download.is_busy or not text:
             return
+        if not _is_repo_id(text):
+            self.info_label.setText(f"Searching the Hub for {html.escape(text)}…")
+            self.download.search(text)
+            return
+        self._check(text)
+
+    def _check(self, repo_text: str) -> None:
         self.download.listing = None
-        self.info_label.setText(f"Asking the Hub about {self.repo_edit.text().strip()}…")
+        self.info_label.setText(f"Asking the Hub about {html.escape(repo_text)}…")
         self.progress_bar.setValue(0)
-        self.download.check(self.repo_edit.text())
+        self.download.check(repo_text)
+
+    def _on_repo_edit_text_changed(self, text: str) -> None:
+        self.check_button.setText("Check" if _is_repo_id(text.strip()) else "Search")
+
+    def _on_results_item_clicked(self, item: QListWidgetItem) -> None:
+        if not self.download.is_busy:
+            self._check(item.data(MODEL_ROLE).repo_id)
+
+    def _on_download_found(self, models: tuple[HubModel, ...]) -> None:
+        self.results.clear()
+        for model in models:
+            item = QListWidgetItem(result_text(model))
+            item.setData(MODEL_ROLE, model)
+            item.setToolTip(f"{model.repo_id}: choose it to see its files and the fit per "
+                            "format")
+            self.results.addItem(item)
+        self.results.setVisible(bool(models))
+        query = html.escape(self.repo_edit.text().strip())
+        self.info_label.setText(
+            f"{len(models)} models with safetensors weights match {query}, most downloaded "
+            "first: choose one to see its files and whether it fits." if models else
+            f"No model with safetensors weights on the Hub matches {query}.")
 
     def _on_download_button_clicked(self) -> None:
         if self.listing is not None and not self.download.is_busy:
@@ -140,6 +184,7 @@ class GetModelPanel(QGroupBox):
         busy = self.download.is_busy
         listing = self.listing
         self.check_button.setEnabled(not busy)
+        self.results.setEnabled(not busy)
         self.repo_edit.setReadOnly(busy)
         self.download_button.setEnabled(not busy and listing is not None and listing.is_supported)
         self.cancel_button.setEnabled(self.download.job == "download")
@@ -161,6 +206,24 @@ def describe(listing: RepoListing) -> str:
         "architecture Hearth runs, so it is not offered for download.</span>")
     return (f"<b>{listing.repo_id}</b>: {size_text(listing.total_bytes)} to download in "
             f"{len(listing.files)} files: {named}{skipped}.{support}")
+
+
+def result_text(model: HubModel) -> str:
+    """'Qwen/Qwen2.5-0.5B-Instruct · 1.2M downloads · 494M parameters · 0.99 GB in BF16'."""
+    parts = [model.repo_id, f"{downloads_text(model.downloads)} downloads"]
+    if model.num_params:
+        parts.append(f"{downloads_text(model.num_params)} parameters")
+    if model.weights_bytes:
+        parts.append(f"{size_text(model.weights_bytes)} in {'/'.join(model.dtypes[:2])}")
+    return " · ".join(parts)
+
+
+def _is_repo_id(text: str) -> bool:
+    try:
+        parse_repo_id(text)
+    except HubError:
+        return False
+    return True
 
 
 def size_text(num_bytes: float) -> str:

@@ -1,20 +1,26 @@
 """The main window: assembles the sidebar, the chat, the performance panel and the model strip,
-and routes the worker's load and crash events to them. Behaviour lives in the parts."""
+and routes the worker's (or an endpoint's) load and crash events to them. Behaviour lives in the
+parts."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl, Signal
-from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
+from PySide6.QtGui import QAction, QActionGroup, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QSplitter, QVBoxLayout, QWidget
 
 from app.app_settings import AppSettings
+from app.banner_overlay import BannerOverlay
 from app.chat_controller import ChatController
 from app.chat_view import ChatView
 from app.conversation_list_view import ConversationListView
 from app.conversation_settings_dialog import ConversationSettingsDialog
 from app.conversation_store import ConversationStore
+from app.crash_report import engine_error
+from app.endpoint_client import EndpointClient, RemoteLoad
+from app.endpoint_keys import EndpointKeys
+from app.endpoints import EndpointModel
 from app.fit_panel import Speculation
 from app.gguf_import_job import GGUFImportJob
 from app.gpu_probe import GpuProbe
@@ -24,10 +30,12 @@ from app.model_status_panel import ModelStatusPanel
 from app.notice_panel import NoticePanel
 from app.paths import DEMO_MODEL_DIR, data_dir
 from app.performance_panel import PerformancePanel
+from app.theme import MODES, Theme
 from app.worker_client import WorkerClient, WorkerDied
 from engine.events import Failed, Finished, Loaded, LoadRequest
 
 RESTART = "Restart engine"
+DEMO_NOTICE = "Hearth is running its bundled 5M-parameter demo model on the CPU."
 PERFORMANCE_WIDTH = 400
 SIDEBAR_MIN_WIDTH = 170
 
@@ -44,11 +52,15 @@ class MainWindow(QMainWindow):
         self.store, self.worker, self.settings = store, worker, settings
         self.gpu_probe = gpu_probe or GpuProbe(self)
         self.last_load: LoadRequest | None = None
+        self.last_remote: EndpointModel | None = None  # the endpoint's model in use, if any
+        self.endpoint_keys = EndpointKeys()  # outlives the picker: a session's keys, no keyring
+        self.endpoint_client = EndpointClient(self)
         self._is_closing = False
         self.picker: ModelPickerDialog | None = None
         self.model_download = ModelDownload(parent=self)  # outlives the picker: closing it
         # while a download runs leaves the download running
         self.gguf_import = GGUFImportJob(parent=self)  # likewise for an import
+        self.theme = Theme(settings.theme(), self)
 
         self.controller = ChatController(store, worker, self)
         self.notice = NoticePanel()
@@ -64,9 +76,9 @@ class MainWindow(QMainWindow):
         splitter.setSizes([240, 900])
         central = QWidget()
         layout = QVBoxLayout(central)
-        layout.addWidget(self.storage_notice)
-        layout.addWidget(self.notice)
         layout.addWidget(splitter, 1)
+        # over the content, not in its layout: a banner never moves the chat under the pointer
+        self.banners = BannerOverlay(central, [self.storage_notice, self.notice])
         self.setCentralWidget(central)
         self.performance_dock = QDockWidget("Performance")
         self.performance_dock.setObjectName("performanceDock")
@@ -88,6 +100,12 @@ class MainWindow(QMainWindow):
         worker.sig_finished.connect(self._on_worker_finished)
         worker.sig_worker_died.connect(self._on_worker_worker_died)
         worker.sig_stopped.connect(self._on_worker_stopped)
+        remote = self.endpoint_client
+        remote.sig_load_progress.connect(self.model_status.show_progress)
+        remote.sig_loaded.connect(self._on_endpoint_client_loaded)
+        remote.sig_failed.connect(self._on_endpoint_client_failed)
+        remote.sig_stats.connect(self.performance_panel.add_stats)
+        remote.sig_finished.connect(self._on_worker_finished)
         self.controller.sig_error.connect(self._on_controller_error)
         self.controller.sig_context_trimmed.connect(self._on_controller_context_trimmed)
         self.notice.sig_action_triggered.connect(self._on_notice_action_triggered)
@@ -99,6 +117,10 @@ class MainWindow(QMainWindow):
         self.gpu_probe.sig_vram_sample.connect(self.performance_panel.add_vram_sample)
         self.model_download.sig_downloaded.connect(self._on_model_download_downloaded)
         self.gguf_import.sig_imported.connect(self._on_gguf_import_imported)
+        self.chat_view.sig_get_model_requested.connect(self._on_chat_view_get_model_requested)
+        self.chat_view.set_sends_on_ctrl_enter(settings.sends_on_ctrl_enter())
+        self.theme.sig_changed.connect(self.performance_panel.set_dark)
+        self.theme.apply()
 
     def _build_menus(self) -> None:
         chat = self.menuBar().addMenu("&Chat")
@@ -113,7 +135,21 @@ class MainWindow(QMainWindow):
                 action.setShortcut(keys)
             action.triggered.connect(slot)
             chat.addAction(action)
-        self.menuBar().addMenu("&View").addAction(self.performance_dock.toggleViewAction())
+        ctrl_enter = QAction("Send with Ctrl+Enter", self, checkable=True)
+        ctrl_enter.setChecked(self.settings.sends_on_ctrl_enter())
+        ctrl_enter.toggled.connect(self._on_ctrl_enter_action_toggled)
+        chat.insertAction(chat.actions()[-1], ctrl_enter)
+        view = self.menuBar().addMenu("&View")
+        view.addAction(self.performance_dock.toggleViewAction())
+        themes = view.addMenu("Theme")
+        group = QActionGroup(self)
+        for mode in MODES:
+            action = themes.addAction(mode.capitalize() if mode != "system" else
+                                      "Follow the system")
+            action.setCheckable(True)
+            action.setChecked(mode == self.theme.mode)
+            action.triggered.connect(lambda _=False, m=mode: self.set_theme(m))
+            group.addAction(action)
         self.menuBar().addMenu("&Help").addAction("Open the log folder", self._open_log_folder)
 
     # ------------------------------------------------------------------ public
@@ -128,11 +164,18 @@ class MainWindow(QMainWindow):
                 "they are kept and marked as interrupted.", is_error=False)
         self.load(request)
 
+    def set_theme(self, mode: str) -> None:
+        """"system", "light" or "dark", kept for the next start."""
+        self.settings.set_theme(mode)
+        self.theme.set_mode(mode)
+
     def show_storage_notice(self, text: str) -> None:
         """Where the conversations are kept when it is not as usual (store_opening.py)."""
         self.storage_notice.show_message(text)
 
     def load(self, request: LoadRequest) -> None:
+        self._use_client(self.worker)
+        self.last_remote = None
         if self.worker.busy is not None:
             self.worker.kill()  # a load or a generation in the way: a fresh worker is quickest
         # else the worker frees the old model's VRAM itself before it loads the new one
@@ -141,12 +184,31 @@ class MainWindow(QMainWindow):
         self.model_status.show_loading(request.model or "the demo model")
         self.worker.send(request)
 
+    def load_remote(self, choice: EndpointModel) -> None:
+        """Answer from an endpoint's model; the local worker ends, freeing this machine's VRAM."""
+        self._use_client(self.endpoint_client)
+        self.last_remote = choice
+        self.model_status.show_loading(f"{choice.model} on {choice.where}")
+        self.endpoint_client.send(RemoteLoad(choice.base_url, choice.model,
+                                             self.endpoint_keys.get(choice.base_url)))
+        if self.endpoint_keys.notice:
+            self.notice.show_message(self.endpoint_keys.notice, is_error=False)
+
+    def _use_client(self, client) -> None:
+        """End what the other client does (its answer is kept as interrupted), then answer
+        through `client`."""
+        if client is self.endpoint_client:
+            self.worker.kill()
+        self.endpoint_client.kill()  # a remote model is asked for anew at each choice
+        self.controller.set_client(client)
+
     def open_model_picker(self) -> None:
         if self.picker is not None:
             self.picker.deleteLater()
         self.picker = ModelPickerDialog(self.settings, self.gpu_probe.report,
                                         download=self.model_download,
-                                        gguf_import=self.gguf_import, parent=self)
+                                        gguf_import=self.gguf_import,
+                                        endpoint_keys=self.endpoint_keys, parent=self)
         self.picker.fit_panel.set_speculation(self._speculation_in_force())
         self.picker.accepted.connect(self._on_picker_accepted)
         self.picker.open()
@@ -173,13 +235,25 @@ class MainWindow(QMainWindow):
         self.gpu_probe.watch(event.pid or self.worker.pid)
         if self.last_load is not None:
             self.settings.set_last_load(self.last_load)
+        if self.notice.text.startswith(DEMO_NOTICE):  # another model now: no longer true
+            self.notice.hide()
         if event.device == "cpu" and Path(event.model).resolve() == DEMO_MODEL_DIR.resolve():
             # first run with no GPU and no model: say what this is and what would be better
             self.notice.show_message(
-                "Hearth is running its bundled 5M-parameter demo model on the CPU.",
+                DEMO_NOTICE,
                 "An NVIDIA GPU and a downloaded model (Get a model, in the model picker) give "
                 "real answers at full speed; `hearth import --starter` brings a small real "
                 "model that runs on the CPU.", is_error=False)
+
+    def _on_endpoint_client_loaded(self, event: Loaded) -> None:
+        self.model_status.show_remote(event.model, event.device, event.context)
+        self.performance_panel.set_remote(event.device)
+
+    def _on_endpoint_client_failed(self, event: Failed) -> None:
+        if self.endpoint_client.ended_command == "load":
+            self.model_status.show_unloaded("No model in use (the endpoint could not be used)")
+            self.notice.show_message(f"Could not use the endpoint's model: {event.error}",
+                                     event.hint)
 
     def _on_worker_failed(self, event: Failed) -> None:
         if self.worker.ended_command == "load":
@@ -192,9 +266,9 @@ class MainWindow(QMainWindow):
     def _on_worker_worker_died(self, event: WorkerDied) -> None:
         self.gpu_probe.watch(0)
         self.model_status.show_unloaded("No model loaded (the engine stopped)")
-        tail = event.stderr_tail.strip().splitlines()
-        detail = f" Last message: {tail[-1]}" if tail else ""
-        self.notice.show_message(event.message + detail, action=RESTART)
+        error = engine_error(event.stderr_tail)  # the real error, not the last warning
+        self.notice.show_message(event.message + (f" The engine said: {error}" if error else ""),
+                                 action=RESTART)
 
     def _on_worker_stopped(self) -> None:
         self.gpu_probe.watch(0)
@@ -216,6 +290,7 @@ class MainWindow(QMainWindow):
 
     def _on_model_status_cancel_requested(self) -> None:
         self.worker.kill()
+        self.endpoint_client.kill()
         self.controller.clear_model()
         self.model_status.show_unloaded("No model loaded (load cancelled)")
 
@@ -229,6 +304,10 @@ class MainWindow(QMainWindow):
         self.controller.rename_conversation(cid, dialog.title())
 
     def _on_picker_accepted(self) -> None:
+        remote = self.picker.remote_choice() if self.picker is not None else None
+        if remote is not None:
+            self.load_remote(remote)
+            return
         request = self.picker.load_request() if self.picker is not None else None
         if request is not None:
             speculation = self.picker.fit_panel.speculation()
@@ -248,6 +327,14 @@ class MainWindow(QMainWindow):
             self.notice.show_message(f"{name} is downloaded; choose it in the model picker "
                                      "(Ctrl+L).", is_error=False)
 
+    def _on_chat_view_get_model_requested(self) -> None:
+        self.open_model_picker()
+        self.picker.get_model_panel.repo_edit.setFocus()
+
+    def _on_ctrl_enter_action_toggled(self, on: bool) -> None:
+        self.settings.set_sends_on_ctrl_enter(on)
+        self.chat_view.set_sends_on_ctrl_enter(on)
+
     def _on_gguf_import_imported(self, result) -> None:
         if self.picker is None or not self.picker.isVisible():
             self.notice.show_message(f"{result.folder.name} is imported; choose it in the model "
@@ -259,6 +346,9 @@ class MainWindow(QMainWindow):
 
     def _restart_engine(self) -> None:
         self.notice.hide()
+        if self.last_remote is not None:
+            self.load_remote(self.last_remote)
+            return
         self.load(self.last_load or LoadRequest())
 
     # ------------------------------------------------------------------ closing
@@ -267,6 +357,7 @@ class MainWindow(QMainWindow):
         """Hide at once, ask the worker to exit (killed after a timeout), then close for good."""
         self.model_download.cancel()  # what arrived is kept for the next start
         self.gguf_import.cancel()  # a half-done import is removed: the next one starts over
+        self.endpoint_client.kill()  # an answer streaming from an endpoint is kept, interrupted
         if self.worker.is_running:
             if not self._is_closing:
                 self._is_closing = True

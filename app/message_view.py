@@ -1,5 +1,7 @@
-"""One message in the transcript: who, its answer as Markdown, its reasoning collapsed, its
-status, and its actions (copy; edit for the user's, regenerate for the last answer)."""
+"""One message in the transcript: who, its answer as Markdown (a copy button on each code
+block), its reasoning collapsed, its status, the facts of an answer (tokens, speed, first token,
+acceptance, why it stopped), the `< 2/3 >` switcher between alternatives, and its actions (copy;
+edit for the user's, regenerate for the last answer)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout
 
+from app.answer_facts import facts_text
 from app.conversation import Message
 from app.markdown_view import MarkdownView
 from app.think_split import split_think
@@ -26,10 +29,13 @@ class MessageView(QFrame):
     """The user wants to edit this message (the Message)."""
     sig_regenerate_requested = Signal()
     """The user wants this answer generated again."""
+    sig_alternative_requested = Signal(int, int)
+    """The user wants another alternative shown: this message's id, and -1 or +1."""
 
     def __init__(self, message: Message, parent=None) -> None:
         super().__init__(parent)
         self.message = message
+        self._can_switch = True
         self.setObjectName("userMessage" if message.role == "user" else "assistantMessage")
         self.setFrameShape(QFrame.Shape.StyledPanel)
 
@@ -40,6 +46,10 @@ class MessageView(QFrame):
         self.copy_button = _tool_button("Copy", "Copy this message as Markdown")
         self.edit_button = _tool_button("Edit", "Edit this message and send it again")
         self.regenerate_button = _tool_button("Regenerate", "Generate this answer again")
+        self.previous_button = _tool_button("<", "The answer before this one")
+        self.alternative_label = QLabel()
+        self.alternative_label.setObjectName("alternativeLabel")
+        self.next_button = _tool_button(">", "The answer after this one")
         self.think_button = QToolButton()
         self.think_button.setCheckable(True)
         self.think_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
@@ -51,11 +61,16 @@ class MessageView(QFrame):
         self.error_label = QLabel()
         self.error_label.setObjectName("errorLabel")
         self.error_label.setWordWrap(True)
+        self.facts_label = QLabel()
+        self.facts_label.setObjectName("factsLabel")
+        self.facts_label.setWordWrap(True)
 
         header = QHBoxLayout()
         header.addWidget(self.role_label)
         header.addWidget(self.status_label)
         header.addStretch(1)
+        for widget in (self.previous_button, self.alternative_label, self.next_button):
+            header.addWidget(widget)
         for button in (self.copy_button, self.edit_button, self.regenerate_button):
             header.addWidget(button)
         layout = QVBoxLayout(self)
@@ -65,10 +80,12 @@ class MessageView(QFrame):
         layout.addWidget(self.reasoning_view)
         layout.addWidget(self.answer_view)
         layout.addWidget(self.error_label)
+        layout.addWidget(self.facts_label)
         # only once in the layout: showing a widget without a parent opens it as a window
         self.edit_button.setVisible(message.role == "user")
         for widget in (self.regenerate_button, self.think_button, self.reasoning_view,
-                       self.error_label):
+                       self.error_label, self.facts_label, self.previous_button,
+                       self.alternative_label, self.next_button):
             widget.setVisible(False)
 
         self._render_timer = QTimer(self)
@@ -79,6 +96,10 @@ class MessageView(QFrame):
         self.edit_button.clicked.connect(self._on_edit_button_clicked)
         self.regenerate_button.clicked.connect(self.sig_regenerate_requested)
         self.think_button.toggled.connect(self._on_think_button_toggled)
+        self.previous_button.clicked.connect(
+            lambda: self.sig_alternative_requested.emit(self.message.id, -1))
+        self.next_button.clicked.connect(
+            lambda: self.sig_alternative_requested.emit(self.message.id, 1))
         self.render()
 
     def set_message(self, message: Message) -> None:
@@ -94,8 +115,23 @@ class MessageView(QFrame):
     def set_can_regenerate(self, can_regenerate: bool) -> None:
         self.regenerate_button.setVisible(can_regenerate and self.message.role == "assistant")
 
+    def set_can_switch(self, can_switch: bool) -> None:
+        """No switching while this conversation streams an answer."""
+        self._can_switch = can_switch
+        self.previous_button.setEnabled(can_switch and self.message.alternative > 1)
+        self.next_button.setEnabled(
+            can_switch and self.message.alternative < self.message.num_alternatives)
+
     def render(self) -> None:
         m = self.message
+        has_alternatives = m.num_alternatives > 1
+        for widget in (self.previous_button, self.alternative_label, self.next_button):
+            widget.setVisible(has_alternatives)
+        self.alternative_label.setText(f"{m.alternative}/{m.num_alternatives}")
+        self.set_can_switch(self._can_switch)
+        facts = facts_text(m) if m.role == "assistant" else ""
+        self.facts_label.setText(facts)
+        self.facts_label.setVisible(bool(facts))
         if m.role == "user":
             self.answer_view.set_markdown(m.content)
         else:

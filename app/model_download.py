@@ -1,6 +1,7 @@
-"""Checking and downloading a Hugging Face repo off the GUI thread: one job at a time on a
-daemon thread (quitting never waits for a download), its results collected by a GUI-thread
-timer, so no signal crosses threads. Progress is read at the timer's pace, not per chunk."""
+"""Searching the Hub, checking and downloading a Hugging Face repo off the GUI thread: one job
+at a time on a daemon thread (quitting never waits for a download), its results collected by a
+GUI-thread timer, so no signal crosses threads. Progress is read at the timer's pace, not per
+chunk."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from app import hub_download
 from app.hub_download import DownloadCancelled, DownloadProgress
 from app.hub_listing import HubError, RepoListing, fetch_listing
+from app.hub_search import search_models
 from app.paths import hub_cache_dir
 
 log = logging.getLogger("hearth.download")
@@ -20,6 +22,8 @@ POLL_INTERVAL_MS = 100
 
 
 class ModelDownload(QObject):
+    sig_found = Signal(object)
+    """A search's results: a tuple of HubModel, most downloaded first (maybe empty)."""
     sig_listed = Signal(object)
     """A RepoListing: the repo's files, their sizes and its config, nothing downloaded yet."""
     sig_progress = Signal(object)
@@ -36,7 +40,7 @@ class ModelDownload(QObject):
     def __init__(self, cache_dir: Path | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.cache_dir = cache_dir
-        self.job: str | None = None  # "check" or "download" while one runs
+        self.job: str | None = None  # "search", "check" or "download" while one runs
         self.listing: RepoListing | None = None  # the last repo checked or being downloaded
         self.progress: DownloadProgress | None = None
         self._cancel = threading.Event()
@@ -49,6 +53,10 @@ class ModelDownload(QObject):
     @property
     def is_busy(self) -> bool:
         return self.job is not None
+
+    def search(self, query: str) -> None:
+        """Search the Hub by keyword; sig_found or sig_failed follows."""
+        self._start("search", lambda: search_models(query))
 
     def check(self, repo_text: str) -> None:
         """List the repo and read its config.json; sig_listed or sig_failed follows."""
@@ -114,6 +122,8 @@ class ModelDownload(QObject):
             self.sig_failed.emit(value)
         elif kind == "cancelled":
             self.sig_cancelled.emit()
+        elif job == "search":
+            self.sig_found.emit(value)
         elif job == "check":
             self.listing = value
             self.sig_listed.emit(value)

@@ -1,7 +1,9 @@
 """Pick a model and how to load it, and see before loading whether it fits this card: models
 from the bundled demo, Hearth's imports, the local Hugging Face cache and added folders, or a Hub
-repo checked before it is downloaded. The fit is the FitPanel's; the download the GetModelPanel's;
-a GGUF import the GGUFImportPanel's."""
+repo checked before it is downloaded, or a model of an OpenAI-compatible endpoint. The fit is the
+FitPanel's; the download the GetModelPanel's; a GGUF import the GGUFImportPanel's; endpoints the
+EndpointPanel's. Each model is listed with its size, parameters, architecture and formats, and
+the list can be searched; a folder without config.json is refused, with the reason."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QFileDialog,
     QHBoxLayout,
+    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QPushButton,
@@ -21,6 +24,9 @@ from PySide6.QtWidgets import (
 
 from app import fit_check
 from app.app_settings import AppSettings
+from app.endpoint_keys import EndpointKeys
+from app.endpoint_panel import EndpointPanel
+from app.endpoints import EndpointBook, EndpointModel
 from app.fit_panel import FitPanel
 from app.get_model_panel import GetModelPanel, size_text
 from app.gguf_import_job import GGUFImportJob, ImportResult
@@ -29,6 +35,7 @@ from app.hub_listing import RepoListing
 from app.model_catalog import ModelEntry, all_entries, demo_draft_entry
 from app.model_choice import recommended_entry
 from app.model_download import ModelDownload
+from app.model_facts import facts_line
 from engine import model_home
 from engine.events import LoadRequest
 from engine.gpu import GpuReport
@@ -40,20 +47,28 @@ ENTRY_ROLE = Qt.ItemDataRole.UserRole
 class ModelPickerDialog(QDialog):
     def __init__(self, settings: AppSettings, gpu_report: GpuReport | None = None,
                  hub: Path | None = None, download: ModelDownload | None = None,
-                 gguf_import: GGUFImportJob | None = None, parent=None) -> None:
+                 gguf_import: GGUFImportJob | None = None,
+                 endpoint_keys: EndpointKeys | None = None, parent=None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Choose a model")
         self.resize(980, 760)
         self.settings = settings
         self.hub = hub
         self.remote: RepoListing | None = None  # a Hub repo shown instead of a local model
+        self.remote_model: EndpointModel | None = None  # an endpoint's model, chosen instead
         self._shapes: dict[Path, object] = {}  # folder -> ModelShape, or None when unreadable
 
+        self.search_edit = QLineEdit()
+        self.search_edit.setPlaceholderText("Search the models listed")
+        self.search_edit.setClearButtonEnabled(True)
         self.model_list = QListWidget()
         self.add_button = QPushButton("Add folder…")
         self.remove_button = QPushButton("Remove")
         self.get_model_panel = GetModelPanel(download or ModelDownload(hub, self))
         self.gguf_import_panel = GGUFImportPanel(gguf_import or GGUFImportJob(parent=self))
+        # the keys outlive the picker: without a keyring they are held for the session only
+        self.endpoint_panel = EndpointPanel(EndpointBook(settings,
+                                                         endpoint_keys or EndpointKeys()))
         self.fit_panel = FitPanel(gpu_report)
         self.buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
@@ -61,11 +76,13 @@ class ModelPickerDialog(QDialog):
         self.load_button.setText("Load")
 
         left = QVBoxLayout()
+        left.addWidget(self.search_edit)
         left.addWidget(self.model_list, 1)
         row = QHBoxLayout()
         row.addWidget(self.add_button)
         row.addWidget(self.remove_button)
         left.addLayout(row)
+        left.addWidget(self.endpoint_panel)
         left.addWidget(self.gguf_import_panel)
         left.addWidget(self.get_model_panel)
         body = QHBoxLayout()
@@ -75,6 +92,7 @@ class ModelPickerDialog(QDialog):
         layout.addLayout(body, 1)
         layout.addWidget(self.buttons)
 
+        self.search_edit.textChanged.connect(self._on_search_edit_text_changed)
         self.model_list.currentItemChanged.connect(self._on_model_list_current_item_changed)
         self.model_list.itemDoubleClicked.connect(self._on_model_list_item_double_clicked)
         self.add_button.clicked.connect(self._on_add_button_clicked)
@@ -83,6 +101,7 @@ class ModelPickerDialog(QDialog):
         self.get_model_panel.sig_downloaded.connect(self._on_get_model_panel_downloaded)
         self.gguf_import_panel.sig_imported.connect(self._on_gguf_import_panel_imported)
         self.fit_panel.sig_plan_changed.connect(self._on_fit_panel_plan_changed)
+        self.endpoint_panel.sig_model_chosen.connect(self._on_endpoint_panel_model_chosen)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         self._fill_models()
@@ -109,15 +128,29 @@ class ModelPickerDialog(QDialog):
             if chosen is not None:
                 self._fill_models(select=chosen.folder)
 
-    def add_folder(self, folder: Path) -> None:
+    def add_folder(self, folder: Path) -> bool:
+        """Add a model folder; one without config.json is refused, saying why (False)."""
+        if not (folder / "config.json").is_file():
+            self.model_list.setCurrentItem(None)
+            ggufs = sorted(folder.glob("*.gguf")) if folder.is_dir() else []
+            hint = (f" It holds {ggufs[0].name}: import GGUF files below." if ggufs else "")
+            self.fit_panel.show_nothing(
+                f"{folder} has no config.json, so it is not a model folder Hearth can load; it "
+                f"was not added.{hint}")
+            return False
         folders = self.settings.model_folders()
         if folder not in folders:
             self.settings.set_model_folders([*folders, folder])
         self._fill_models(select=folder)
+        return True
 
     def selected_entry(self) -> ModelEntry | None:
         item = self.model_list.currentItem()
         return item.data(ENTRY_ROLE) if item is not None else None
+
+    def remote_choice(self) -> EndpointModel | None:
+        """The endpoint's model chosen instead of a local one (load_request() is None then)."""
+        return self.remote_model
 
     def load_request(self) -> LoadRequest | None:
         entry = self.selected_entry()
@@ -141,6 +174,8 @@ class ModelPickerDialog(QDialog):
                 self.fit_panel.show_nothing("No model chosen.")
             return
         self.remote = None
+        self.remote_model = None
+        self.endpoint_panel.clear_choice()
         entry: ModelEntry = item.data(ENTRY_ROLE)
         try:
             shape = fit_check.model_shape(entry.folder)
@@ -149,6 +184,13 @@ class ModelPickerDialog(QDialog):
             return
         self.fit_panel.set_drafts(self._drafts_for(shape, entry.folder))
         self.fit_panel.show_shape(shape, entry.label)
+
+    def _on_search_edit_text_changed(self, text: str) -> None:
+        words = text.lower().split()
+        for i in range(self.model_list.count()):
+            item = self.model_list.item(i)
+            haystack = f"{item.text()} {item.toolTip()}".lower()
+            item.setHidden(not all(w in haystack for w in words))
 
     def _on_model_list_item_double_clicked(self, _item) -> None:
         if self.load_button.isEnabled():
@@ -169,6 +211,8 @@ class ModelPickerDialog(QDialog):
     def _on_get_model_panel_listing_shown(self, listing: RepoListing) -> None:
         """Show the fit of a repo not downloaded yet, from its config.json."""
         self.remote = listing
+        self.remote_model = None
+        self.endpoint_panel.clear_choice()
         self.model_list.setCurrentItem(None)  # what the right side shows is not in the list
         detail = f"On the Hub, not downloaded: {size_text(listing.weights_bytes)} of weights"
         try:
@@ -186,8 +230,23 @@ class ModelPickerDialog(QDialog):
         self._fill_models(select=result.folder)
 
     def _on_fit_panel_plan_changed(self, has_plan: bool) -> None:
-        # a Hub repo is downloaded first; a folder the planner cannot read won't load
-        self.load_button.setEnabled(has_plan and self.selected_entry() is not None)
+        # a Hub repo is downloaded first; a folder the planner cannot read won't load; an
+        # endpoint's model needs no plan here
+        self.load_button.setEnabled(has_plan and self.selected_entry() is not None
+                                    or self.remote_model is not None)
+
+    def _on_endpoint_panel_model_chosen(self, choice: EndpointModel | None) -> None:
+        if choice is None:
+            if self.remote_model is not None:
+                self.remote_model = None
+                self.fit_panel.show_nothing("No model chosen.")
+            return
+        self.remote = None
+        self.model_list.setCurrentItem(None)
+        self.remote_model = choice
+        context = f", with {choice.context:,} tokens of context" if choice.context else ""
+        self.fit_panel.show_nothing(f"{choice.model} runs on the endpoint at {choice.where}"
+                                    f"{context}: nothing of it has to fit this machine.")
 
     # ------------------------------------------------------------------ helpers
 
@@ -199,12 +258,7 @@ class ModelPickerDialog(QDialog):
                    if e is not None and e.folder != folder]
         drafts = []
         for entry in entries:
-            if entry.folder not in self._shapes:
-                try:
-                    self._shapes[entry.folder] = fit_check.model_shape(entry.folder)
-                except PlanError:
-                    self._shapes[entry.folder] = None
-            shape = self._shapes[entry.folder]
+            shape = self._shape(entry.folder)
             if shape is not None and fit_check.can_draft_for(shape, target):
                 drafts.append((entry.label, str(entry.folder), shape))
         return drafts
@@ -220,7 +274,8 @@ class ModelPickerDialog(QDialog):
             if select is None and model_home.has_starter():
                 select = model_home.starter_dir()  # a real chat before the demo model
         for entry in entries:
-            item = QListWidgetItem(f"{entry.label}  ({entry.source})")
+            item = QListWidgetItem(f"{entry.label}  ({entry.source})\n"
+                                   f"{facts_line(entry.folder, self._shape(entry.folder))}")
             item.setToolTip(str(entry.folder))
             item.setData(ENTRY_ROLE, entry)
             self.model_list.addItem(item)
@@ -233,6 +288,16 @@ class ModelPickerDialog(QDialog):
         self._on_model_list_current_item_changed(self.model_list.currentItem(), None)
         if not self.model_list.count():
             self.fit_panel.show_nothing("No models found: add a model folder (with config.json).")
+        self._on_search_edit_text_changed(self.search_edit.text())
+
+    def _shape(self, folder: Path):
+        """The folder's ModelShape, read once; None where the planner cannot read it."""
+        if folder not in self._shapes:
+            try:
+                self._shapes[folder] = fit_check.model_shape(folder)
+            except PlanError:
+                self._shapes[folder] = None
+        return self._shapes[folder]
 
 
 def _same_folder(a: Path, b: Path | None) -> bool:

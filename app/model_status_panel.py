@@ -1,13 +1,16 @@
 """The status-bar strip about the model: loading progress (with cancel), or what is loaded and
-how (format, KV dtype, context, device), and the button that opens the model picker."""
+how (format, KV dtype, context, device, or the endpoint it runs on), and the button that opens
+the model picker. One short line (model, format, KV, context, device), the details in its
+tooltip."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QPushButton, QWidget
 
+from app.fitted_label import FittedLabel
 from engine.events import Loaded, LoadProgress
 
 GiB = 1 << 30
@@ -21,7 +24,7 @@ class ModelStatusPanel(QWidget):
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self.label = QLabel("No model loaded")
+        self.label = FittedLabel("No model loaded")
         self.progress = QProgressBar()
         self.progress.setMaximumWidth(180)
         self.progress.setVisible(False)
@@ -38,7 +41,7 @@ class ModelStatusPanel(QWidget):
         self.choose_button.clicked.connect(self.sig_choose_requested)
 
     def show_loading(self, name: str) -> None:
-        self.label.setText(f"Loading {name}…")
+        self.label.set_parts([f"Loading {name}…"])
         self.progress.setRange(0, 0)  # busy until the first LoadProgress
         self.progress.setVisible(True)
         self.cancel_button.setVisible(True)
@@ -48,22 +51,39 @@ class ModelStatusPanel(QWidget):
         self.progress.setValue(event.done)
         self.progress.setFormat(f"{event.stage} %v/%m")
         if event.message:
-            self.label.setText(f"Loading: {event.message}")
+            self.label.set_parts([f"Loading: {event.message}"])
 
     def show_loaded(self, event: Loaded) -> None:
         self._end_loading()
-        notes = f" · {'; '.join(event.notes)}" if event.notes else ""
         name = Path(event.model).name or event.model  # the worker names the folder it loaded
-        self.label.setText(
-            f"{name} · {event.quant} · KV {event.kv_dtype} {event.kv_cache_bytes / GiB:.2f} GiB · "
-            f"{event.context:,} tokens · "
-            f"{event.device} · weights {event.weights_bytes / GiB:.2f} GiB{notes}")
-        self.label.setToolTip(f"{event.model}\n{event.architecture}{notes}")
+        device = _device_name(event.device)
+        details = [event.model, event.architecture,
+                   f"weights {event.weights_bytes / GiB:.2f} GiB in {event.quant}",
+                   f"KV cache {event.kv_cache_bytes / GiB:.2f} GiB in {event.kv_dtype}",
+                   *event.notes]
+        self.label.set_parts([name, event.quant, f"KV {event.kv_dtype}",
+                              f"{event.context:,} tokens", device], "\n".join(details))
+
+    def show_remote(self, model: str, where: str, context: int) -> None:
+        """A model of an OpenAI-compatible endpoint is in use."""
+        self._end_loading()
+        tokens = f"{context:,} tokens" if context else ""
+        self.label.set_parts([model, f"on the endpoint at {where}", tokens],
+                             f"served by {where} (OpenAI-compatible)")
 
     def show_unloaded(self, text: str = "No model loaded") -> None:
         self._end_loading()
-        self.label.setText(text)
+        self.label.set_parts([text])
 
     def _end_loading(self) -> None:
         self.progress.setVisible(False)
         self.cancel_button.setVisible(False)
+
+
+def _device_name(device: str) -> str:
+    """"cpu" -> "CPU", "cuda:1" -> "GPU 1", "cuda" -> "GPU"."""
+    if device == "cpu":
+        return "CPU"
+    if device.startswith("cuda"):
+        return f"GPU {device.partition(':')[2]}".strip()
+    return device

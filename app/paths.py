@@ -1,4 +1,4 @@
-"""Where Hearth keeps things on disk: its data folder, the bundled demo model, the Hub cache."""
+"""Where Hearth keeps things on disk: its data folder, the bundled resources, the Hub cache."""
 
 from __future__ import annotations
 
@@ -7,11 +7,15 @@ from pathlib import Path
 
 from PySide6.QtCore import QStandardPaths
 
+from hearth_resources import folder as resources_folder
+
+# the folder that holds the `app` and `engine` packages: a clone, or site-packages
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# icons, the style sheet, the demo models: package data, found alike in a clone and a wheel
+RESOURCES_DIR = resources_folder()
 # The folder the worker loads for LoadRequest(model=None) (engine.model_folder.DEMO_MODEL_DIR).
-DEMO_MODEL_DIR = REPO_ROOT / "resources" / "demo_model"
-DEMO_DRAFT_DIR = REPO_ROOT / "resources" / "demo_draft"  # the demo model's speculative draft
-RESOURCES_DIR = REPO_ROOT / "resources"
+DEMO_MODEL_DIR = RESOURCES_DIR / "demo_model"
+DEMO_DRAFT_DIR = RESOURCES_DIR / "demo_draft"  # the demo model's speculative draft
 
 
 def data_dir() -> Path:

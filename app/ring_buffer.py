@@ -28,6 +28,11 @@ class RingBuffer:
     def series(self, name: str) -> np.ndarray:
         return self._ordered(self._values[self.names.index(name)])
 
+    def last_time(self) -> float:
+        if not self.size:
+            return float("nan")
+        return float(self._t[(self._next - 1) % self.capacity])
+
     def last(self, name: str) -> float:
         if not self.size:
             return float("nan")

@@ -1,6 +1,6 @@
 """The environment of every process the engine or the app starts (the worker, tensor-parallel
-followers, the app): the parent's, with NVLink multicast switched off. No torch here: the app
-imports it to start the worker.
+followers, the app): the parent's, with NVLink multicast switched off and the CPU thread policy
+(physical cores, passive waiting). No torch here: the app imports it to start the worker.
 """
 
 from __future__ import annotations
@@ -13,11 +13,47 @@ from pathlib import Path
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                 "NVSHMEM_DISABLE_NVLS": "1"}
 REPO_ROOT = str(Path(__file__).resolve().parents[1])
+_CPU_SYSFS = Path("/sys/devices/system/cpu")
+
+
+def physical_cores(cpus: set[int] | None = None, sysfs: Path = _CPU_SYSFS) -> int:
+    """The physical cores among the CPUs this process may run on (hyper-threads share one):
+    Linux's topology files, else the count of usable CPUs."""
+    if cpus is None:
+        cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(
+            range(os.cpu_count() or 1))
+    cores = set()
+    for cpu in cpus:
+        topology = sysfs / f"cpu{cpu}" / "topology"
+        try:
+            cores.add((topology.joinpath("physical_package_id").read_text().strip(),
+                       topology.joinpath("core_id").read_text().strip()))
+        except OSError:
+            return max(1, len(cpus))  # no topology (not Linux, a sandbox): one thread per CPU
+    return max(1, len(cores))
+
+
+def thread_policy(environ=os.environ) -> dict[str, str]:
+    """The OpenMP settings torch's CPU kernels should start with, for those the user left unset.
+
+    OpenMP's default wait policy spins a finished thread for a while before it sleeps: with
+    another process busy on a core, each step then waits for a spinning thread to be scheduled
+    (0.5 tokens/s instead of 35 on 2 cores, BENCHMARKS.md). Passive threads sleep at once.
+    One thread per physical core: a hyper-thread twin shares the core's vector units.
+    """
+    policy = {"OMP_NUM_THREADS": str(physical_cores()), "OMP_WAIT_POLICY": "PASSIVE"}
+    return {k: v for k, v in policy.items() if not environ.get(k)}
+
+
+def apply_thread_policy() -> None:
+    """Put thread_policy() into this process's environment. It takes effect where torch is not
+    imported yet (OpenMP reads it when torch loads it) and in every child started after."""
+    os.environ.update(thread_policy())
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """os.environ plus `extra` plus NO_MULTICAST (which wins over both), with the repository on
-    PYTHONPATH so the child finds `engine` from any folder."""
-    env = {**os.environ, **(extra or {}), **NO_MULTICAST}
+    """os.environ plus the thread policy plus `extra` plus NO_MULTICAST (which wins over all),
+    with the repository on PYTHONPATH so the child finds `engine` from any folder."""
+    env = {**thread_policy(), **os.environ, **(extra or {}), **NO_MULTICAST}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
     return env

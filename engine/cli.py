@@ -12,7 +12,7 @@ import subprocess
 import sys
 from importlib import metadata
 
-from engine import import_cli
+from engine import chat_cli, import_cli
 from engine.events import (
     QUANTS,
     BadRequest,
@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="hearth", description="Run large language models on your own GPU.")
     p.add_argument("--version", action="version", version=f"hearth {_version()}")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
-    sub.add_parser("gui", help="open the desktop app (the default)")
+    gui = sub.add_parser("gui", help="open the desktop app (the default)")
+    gui.add_argument("--model", help="open the window on this model folder or cached repo id")
     sub.add_parser("worker", help="the engine process the app drives (JSON lines)")
 
     run = sub.add_parser("run", help="generate from a prompt")
@@ -97,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=_whole(0, MAX_SEED))
     run.add_argument("--raw", action="store_true", help="no chat template: tokenize as is")
     run.add_argument("--json", action="store_true", help="one JSON event per line")
+    run.add_argument("--endpoint", metavar="URL", help="stream from an OpenAI-compatible "
+                     "endpoint (its base URL, e.g. http://host:8000/v1); --model is its model id")
+    run.add_argument("--api-key", metavar="KEY", help="the endpoint's API key (or set "
+                     "HEARTH_API_KEY, which `ps` does not show)")
 
     plan = sub.add_parser("plan", help="what fits in VRAM, before loading")
     plan.add_argument("--model", help="model folder (config.json is enough)")
@@ -157,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "gptqmodel, Triton and Qt stack, and say how to fix what is missing")
     sub.add_parser("install-desktop", help="install the .desktop entry and icon for this user")
     import_cli.add_parser(sub)
+    chat_cli.add_parser(sub)
     return p
 
 
@@ -178,11 +184,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in (None, "gui"):
             from engine.child_env import child_env
 
-            return subprocess.call([sys.executable, "-m", "app"], env=child_env())
+            model = getattr(args, "model", None)  # `hearth` alone has no gui options
+            if model is not None:
+                from engine.model_folder import check
+
+                check(model)  # a bad folder: one sentence here, not a failed load in the window
+            app_args = ["--model", model] if model is not None else []
+            return subprocess.call([sys.executable, "-m", "app", *app_args], env=child_env())
         if args.command == "worker":
             from engine import worker
 
-            return worker.main()
+            worker.exit_now(worker.main())
         if args.command == "run":
             return _run(args)
         if args.command == "plan":
@@ -229,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
             return doctor.main()
         if args.command == "import":
             return import_cli.run(args)
+        if args.command == "chat":
+            return chat_cli.run(args)
         if args.command == "install-desktop":
             from engine import desktop_entry
 
@@ -325,6 +339,11 @@ def _speculation(s) -> str:
 
 
 def _run(args) -> int:
+    if args.endpoint is not None:  # no torch: the endpoint runs the model (engine/remote/)
+        from engine.remote.run_command import check_args, run_remote
+
+        check_args(args)
+        return run_remote(args, _requests(args)[1])
     from engine import tp_request
     from engine.model_folder import check
 

@@ -1,6 +1,6 @@
 """`hearth install-desktop`: the freedesktop menu entry and icon for this user (Linux).
 
-Fills resources/hearth.desktop with the command of this installation and copies the icon into
+Fills hearth_resources/hearth.desktop with the command of this installation and copies the icon into
 the user's hicolor theme. It writes under $XDG_DATA_HOME only: no root, no system folders.
 """
 
@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 from engine.events import BadRequest
+from hearth_resources import folder as resources_folder
 
-RESOURCES_DIR = Path(__file__).resolve().parent.parent / "resources"
+RESOURCES_DIR = resources_folder()  # package data: in a clone and in an installed wheel
 TEMPLATE = RESOURCES_DIR / "hearth.desktop"
 ICON = RESOURCES_DIR / "icons" / "hearth.svg"
 APP_ID = "hearth"  # the entry's file name and its Icon= theme name
@@ -89,8 +90,8 @@ def main() -> int:
                          "packaging/install.ps1 adds a Start-menu shortcut instead")
     for path in (TEMPLATE, ICON):
         if not path.is_file():
-            raise BadRequest(f"{path} is missing: install Hearth from a full copy of its "
-                             "repository (pip install -e)")
+            raise BadRequest(f"{path} is missing from this installation: reinstall Hearth "
+                             "(pip install --force-reinstall PATH/TO/hearth)")
     command = hearth_command()
     entry, icon = install(command=command)
     print(f"installed {entry} (starts {' '.join(command)} gui)")

@@ -140,12 +140,17 @@ def driver_cuda_version() -> tuple[int, int] | None:
 
 def check_hearth() -> Check:
     version = installed_version("hearth") or "not installed, running from a checkout"
-    demo = REPO_DIR / "resources" / "demo_model" / "config.json"
-    if not demo.is_file():
-        return Check("Hearth", MISSING, f"{version}; its resources/ folder (demo model, icons) is "
-                                        f"not beside the engine in {REPO_DIR}",
-                     "Fix: install from a clone of the repository, editable: "
-                     + pip_install("-e", "PATH/TO/hearth"))
+    try:
+        from hearth_resources import folder
+
+        resources = folder()
+    except ImportError:
+        resources = None
+    if resources is None or not (resources / "demo_model" / "config.json").is_file():
+        return Check("Hearth", MISSING, f"{version}; its package data (demo model, icons) is "
+                                        f"missing beside the engine in {REPO_DIR}",
+                     "Fix: reinstall Hearth: " + pip_install("--force-reinstall",
+                                                              "PATH/TO/hearth"))
     return Check("Hearth", OK, f"{version} ({REPO_DIR})")
 
 

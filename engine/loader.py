@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine import attention
+from engine import attention, library_noise
 from engine.events import BadRequest, LoadProgress, LoadRequest
 from engine.model_folder import ModelFolder
 
@@ -111,6 +111,7 @@ def _placement(req: LoadRequest, folder: ModelFolder, random_weights: bool = Fal
 def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress], None],
          cancel: threading.Event | None = None, tokenizer=None) -> LoadedModel:
     """`tokenizer`: the folder's, where the caller has read it already (a draft's check)."""
+    library_noise.skip_torchao()  # before transformers' quantizer registry loads
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
     from transformers.utils import logging as hf_logging
 
@@ -227,6 +228,7 @@ def cuda_context_bytes(total: int, free: int, reserved: int, process_used: int |
 
 def random_model(folder: ModelFolder, req: LoadRequest) -> LoadedModel:
     """A model with real shapes and random weights, from config.json alone (benchmarks)."""
+    library_noise.skip_torchao()
     from transformers import AutoConfig, AutoModelForCausalLM
 
     device, quant, compute_dtype = _placement(req, folder, random_weights=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 from engine.events import BadRequest
 from engine.model_shape import ModelShape, PlanError, read_json_file, read_safetensors_header
 from engine.tokenizer_files import check_text_files
+from hearth_resources import folder as resources_folder
 
 # transformers class names the engine runs; anything else is refused at load, by name.
 SUPPORTED_ARCHITECTURES = {
@@ -26,7 +27,8 @@ SUPPORTED_ARCHITECTURES = {
     "GemmaForCausalLM": "gemma",
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
-DEMO_MODEL_DIR = Path(__file__).resolve().parent.parent / "resources" / "demo_model"
+# the bundled demo model: package data (hearth_resources), in a clone and in an installed wheel
+DEMO_MODEL_DIR = resources_folder() / "demo_model"
 
 
 class BadModel(BadRequest):
@@ -51,7 +53,8 @@ def resolve(model: str | None) -> Path:
     if model is None:
         if not (DEMO_MODEL_DIR / "config.json").is_file():
             raise BadModel(
-                "no --model given and the bundled demo model is missing; pass --model PATH"
+                f"no --model given and the bundled demo model is missing from {DEMO_MODEL_DIR}; "
+                "reinstall Hearth (pip install --force-reinstall PATH/TO/hearth)"
             )
         return DEMO_MODEL_DIR
     path = Path(model).expanduser()

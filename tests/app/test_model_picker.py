@@ -68,7 +68,8 @@ def test_an_8_gib_card_fits_4_bit_but_not_bf16(qtbot, settings, hub):
     fit.context_spin.setValue(8192)
     assert "qwen2" in fit.summary_label.text() and "32,768" in fit.summary_label.text()
     assert "Fake 8 GiB" in dialog.fit_panel.gpu_label.text()
-    assert fits_column(dialog) == {"bf16": "no", "int8": "no", "nf4": "yes", "awq": "yes"}
+    assert fits_column(dialog) == {"bf16": "no", "fp16": "no", "int8": "no", "nf4": "yes",
+                                   "awq": "yes"}
     bf16 = dialog.fit_panel.table_data.rows[0]
     assert bf16.weights_bytes > 14 * GiB and bf16.total_bytes > bf16.weights_bytes + bf16.kv_bytes
     assert float(fit.fit_table.item(0, 1).text()) == pytest.approx(bf16.weights_bytes / GiB,

@@ -63,7 +63,8 @@ def test_two_24_gib_cards_split_a_14b_model(qtbot, settings, hub):
     assert gpus_row_shown(dialog) and fit.gpus_spin.value() == 2  # preselected: it runs here
     assert "2 GPUs in all" in fit.gpu_label.text()
     # the table is per GPU: 16-bit weights fit two cards; the engine cuts no 4-bit weights
-    assert fits_column(dialog) == {"bf16": "yes", "int8": "no", "nf4": "no", "awq": "no"}
+    assert fits_column(dialog) == {"bf16": "yes", "fp16": "yes", "int8": "no", "nf4": "no",
+                                   "awq": "no"}
     bf16 = fit.table_data.rows[0]
     assert 13 * GiB < bf16.weights_bytes < 15 * GiB  # half of 29.5 GB, plus the embedding
     assert "cuts 16-bit weights only" in fit.table_data.rows[2].reason

@@ -63,14 +63,16 @@ def test_nvml_samples_take_over_the_vram_chart(qtbot):
     assert list(device) == [10.0, 11.0] and kv[-1] == 1.0
 
 
-def test_cpu_mode_says_why_the_vram_chart_is_empty(qtbot):
+def test_cpu_mode_charts_the_worker_instead_of_an_empty_vram_chart(qtbot):
     panel = PerformancePanel()
     qtbot.addWidget(panel)
     panel.set_gpu_report(GpuReport((), "no NVIDIA driver is installed; CPU mode"))
     assert "no NVIDIA driver" in panel.gpu_label.text()
     panel.set_loaded(Loaded("demo", "Qwen2ForCausalLM", "cpu", "fp32", "fp32", 2048, 1, 1))
-    assert "runs on the CPU" in panel.vram_note.text()
-    assert panel.vram_note.isVisibleTo(panel)
+    # the CPU's side takes the VRAM chart's place, and "no GPU" is said once, not twice
+    assert not panel.vram_plot.isVisibleTo(panel)
+    assert panel.rss_plot.isVisibleTo(panel) and panel.cpu_plot.isVisibleTo(panel)
+    assert not panel.vram_note.isVisibleTo(panel)
 
 
 def test_the_window_panel_receives_the_stream(qtbot, make_window):

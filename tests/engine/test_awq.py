@@ -19,7 +19,7 @@ from engine.events import BadRequest, LoadRequest
 from engine.int4_linear import Int4Linear, kernel_fits
 from engine.model_folder import check
 from engine.session import Session
-from tests.engine.helpers import REPO, finished, greedy_request, token_ids
+from tests.engine.helpers import INTERPRETER, REPO, finished, greedy_request, token_ids
 
 CPU = torch.device("cpu")
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -148,6 +148,7 @@ for rows, dtype, cfg in ((1, torch.bfloat16, None), (3, torch.float16, None),
 """
 
 
+@INTERPRETER  # the H200 image's Triton 3.6 interpreter fails on it (2026-12-01); its GPU test runs
 def test_triton_kernel_in_the_interpreter():
     """The Triton GEMV's arithmetic, run by Triton's CPU interpreter (where Triton is installed:
     CPU torch ships none; TRITON_INTERPRET is read when Triton is imported, hence a process of

@@ -15,8 +15,8 @@ from engine.model_folder import DEMO_MODEL_DIR, check, resolve
 from engine.session import Session
 from tests.engine.helpers import REPO
 
-DEMO = REPO / "resources" / "demo_model"
-DRAFT = REPO / "resources" / "demo_draft"
+DEMO = REPO / "hearth_resources" / "demo_model"
+DRAFT = REPO / "hearth_resources" / "demo_draft"
 RECIPE = REPO / "packaging" / "demo_model"
 HELDOUT = RECIPE / "heldout.txt"
 CARD = DEMO / "README.md"
@@ -109,6 +109,7 @@ def _card_perplexity(folder: str) -> float:
 
 @pytest.mark.parametrize("folder", ["demo_model", "demo_draft"])
 def test_eval_reproduces_the_model_card(folder, capsys):
-    assert run_eval(str(REPO / "resources" / folder), str(HELDOUT), "auto", "auto", True) == 0
+    assert run_eval(str(REPO / "hearth_resources" / folder), str(HELDOUT), "auto", "auto",
+                    True) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["perplexity"] == pytest.approx(_card_perplexity(folder), rel=0.01)

@@ -177,12 +177,23 @@ def test_quantized_decode_costs_what_its_rounding_costs(arch, tiny_models):
     K/V error about 5x into the logits and have near-ties everywhere, so no absolute bound would
     say more; top-1 agreement with the fp32 cache (95-99% int8, 72-90% fp8 here) must be as
     high as the noise's, within two standard errors of the difference over these 104 positions.
-    The fused step (static) must compute what transformers' modules (generic) compute."""
+    The fused step (static) must compute what transformers' modules (generic) compute: in fp32
+    to 1e-5 (only the summation order differs). Through a quantized cache the two agree to 1%
+    of what the quantization itself costs (that cost is the yardstick, measured here): the fused
+    step projects q/k/v (and gate/up) in one matmul where the modules run three, and a BLAS
+    that blocks the sum by the matrix's width (MKL on an AMD EPYC with avx512_bf16) leaves K/V
+    a last bit apart, which flips the rounding of a few int8/fp8 codes or a per-token scale:
+    1.4e-4 of the logits there (qwen2 int8, 0.4% of its quantization error; a one-ulp jitter of
+    K/V costs qwen3 3.5e-5 here), where a wrong scale, position or mask costs 100% or more."""
     path = str(tiny_models[arch])
     ids = torch.randint(3, 2048, (120,), generator=torch.Generator().manual_seed(7))
     ref_session = Session.load(LoadRequest(path, device="cpu", context=256, eager=True))
     ref = _teacher_forced(ref_session, ids, 16)  # [104, V]
     rel = lambda a: (a - ref).norm(dim=-1) / ref.norm(dim=-1)
+    apart = lambda a, b: ((a - b).norm() / b.norm()).item()
+    static_fp32 = _teacher_forced(Session.load(LoadRequest(path, device="cpu", context=256)),
+                                  ids, 16)
+    assert apart(static_fp32, ref) < 1e-5  # the fused math, with no rounding in between
     for kv in QUANTIZED:
         generic = _teacher_forced(Session.load(LoadRequest(path, device="cpu", context=256,
                                                            kv_dtype=kv, eager=True)), ids, 16)
@@ -190,7 +201,8 @@ def test_quantized_decode_costs_what_its_rounding_costs(arch, tiny_models):
         assert fused.decoder.mode == ("static" if arch in ("llama", "mistral", "qwen2", "qwen3")
                                       else "generic")
         static = _teacher_forced(fused, ids, 16)
-        assert ((static - generic).norm() / generic.norm()).item() < 1e-5
+        quantization_cost = apart(generic, ref)  # 1.2-4.2% int8, 6-21% fp8 on these models
+        assert apart(static, generic) <= max(1e-5, 0.01 * quantization_cost), kv
         noisy = Session.load(LoadRequest(path, device="cpu", context=256, eager=True))
         c = noisy.cache
         noisy.cache = noisy.decoder.cache = NoisyCache(len(c.k), c.k[0].shape[1],
