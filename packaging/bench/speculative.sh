@@ -47,6 +47,6 @@ done
 [ -n "${SPEC_MORE:-}" ] && for K in 2 6; do
     bench "7b-05b-alpha0.8-k$K" $PAIR --synthetic-acceptance 0.8 --num-speculative-tokens $K
 done
-bench demo-draft --draft resources/demo_draft --prompts $B/demo_questions.jsonl --new-tokens 128
+bench demo-draft --draft hearth_resources/demo_draft --prompts $B/demo_questions.jsonl --new-tokens 128
 bench demo-lookup --prompt-lookup --prompts $B/demo_copy.jsonl --new-tokens 128
 python3 $B/summarize.py --speculative "$OUT/spec.jsonl" | tee "$OUT/summary.md"

@@ -31,7 +31,10 @@ def clean_env(**extra: str) -> dict[str, str]:
     """This environment without the OpenMP settings (importing engine here put them in), and
     with libgomp asked to print the settings it started with (OMP_DISPLAY_ENV)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
-    return {**env, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "OMP_DISPLAY_ENV": "VERBOSE",
+    # the repository first, then whatever path this process was given (the H200 machine's
+    # carried wheels live on PYTHONPATH)
+    path = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))
+    return {**env, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "OMP_DISPLAY_ENV": "VERBOSE",
             **extra}
 
 
