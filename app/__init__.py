@@ -1,2 +1,3 @@
 """Hearth's desktop front end (PySide6). It talks to the engine only through the worker process
-and the torch-free engine modules `engine.events`, `engine.plan` and `engine.gpu`."""
+and the torch-free engine modules `engine.events`, `engine.plan.memory` and
+`engine.platform.gpu`."""

@@ -1,4 +1,5 @@
-"""Will this model fit this card? The app's one door into engine.plan and engine.gpu (both
+"""Will this model fit this card? The app's one door into engine.plan.memory and
+engine.platform.gpu (both
 torch-free): a model's summary, one fit row per weight format, and the card to plan for."""
 
 from __future__ import annotations
@@ -6,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import gpu as engine_gpu
-from engine import plan as planner
-from engine.gpu import GpuInfo, GpuReport
+from engine.plan import memory as planner
+from engine.platform import gpu as engine_gpu
+from engine.platform.gpu import GpuInfo, GpuReport
 
 GiB = planner.GiB
 # the rows of the fit table: every weight format QUANT_CHOICES offers

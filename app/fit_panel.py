@@ -24,8 +24,8 @@ from PySide6.QtWidgets import (
 
 from app import fit_check, split_check
 from engine.events import MAX_SPECULATIVE_TOKENS
-from engine.gpu import GpuReport
-from engine.plan import PlanError
+from engine.plan.memory import PlanError
+from engine.platform.gpu import GpuReport
 
 GiB = fit_check.GiB
 COLUMNS = ("Format", "Weights GiB", "KV cache GiB", "Total GiB", "Fits")
@@ -127,7 +127,7 @@ class FitPanel(QWidget):
         self._replan(preselect=True)  # the recommendation for the card, now that it is known
 
     def show_shape(self, shape, title: str, detail: str = "") -> None:
-        """Plan for `shape` (an engine.plan.ModelShape) at its native context."""
+        """Plan for `shape` (an engine.plan.memory.ModelShape) at its native context."""
         self.shape = shape
         s = fit_check.summarize(shape)
         stored = f"{s.checkpoint_format} checkpoint" if s.checkpoint_format else s.native_dtype

@@ -17,12 +17,12 @@ from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, Signal
 
 from app.paths import REPO_ROOT
 from app.worker_client import JsonLineReader
-from engine.model_home import models_dir
+from engine.files.model_home import models_dir
 
 log = logging.getLogger("hearth.import")
-# engine/cli.py runs as a module: the same Python as the app, whatever is on PATH
-DEFAULT_COMMAND = (sys.executable, "-m", "engine.cli")
-WORK_GLOB = ".*.importing-*"  # engine.gguf_import writes here, then renames into place
+# engine/serve/cli.py runs as a module: the same Python as the app, whatever is on PATH
+DEFAULT_COMMAND = (sys.executable, "-m", "engine.serve.cli")
+WORK_GLOB = ".*.importing-*"  # engine.files.gguf_import writes here, then renames into place
 NUM_STDERR_LINES_KEPT = 20
 KILL_WAIT_MS = 3000
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from engine.model_folder import SUPPORTED_ARCHITECTURES
+from engine.files.model_folder import SUPPORTED_ARCHITECTURES
 
 # beside the *.safetensors weights (and their index), what loading and chatting need
 SMALL_FILES = frozenset({

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from app.hub_listing import is_commit_id
 from app.paths import DEMO_DRAFT_DIR, DEMO_MODEL_DIR, hub_cache_dir
-from engine import model_home
+from engine.files import model_home
 
 
 @dataclass(frozen=True)

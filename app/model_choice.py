@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from app.fit_check import first_gpu, model_shape
 from app.model_catalog import ModelEntry
-from engine import plan as planner
-from engine.gpu import GpuReport
+from engine.plan import memory as planner
+from engine.platform.gpu import GpuReport
 
 CHAT_CONTEXT = 8192  # a model that fits only a shorter context is no first choice
 

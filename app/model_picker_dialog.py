@@ -36,10 +36,10 @@ from app.model_catalog import ModelEntry, all_entries, demo_draft_entry
 from app.model_choice import recommended_entry
 from app.model_download import ModelDownload
 from app.model_facts import facts_line
-from engine import model_home
 from engine.events import LoadRequest
-from engine.gpu import GpuReport
-from engine.plan import PlanError
+from engine.files import model_home
+from engine.plan.memory import PlanError
+from engine.platform.gpu import GpuReport
 
 ENTRY_ROLE = Qt.ItemDataRole.UserRole
 

@@ -13,7 +13,8 @@ from hearth_resources import folder as resources_folder
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # icons, the style sheet, the demo models: package data, found alike in a clone and a wheel
 RESOURCES_DIR = resources_folder()
-# The folder the worker loads for LoadRequest(model=None) (engine.model_folder.DEMO_MODEL_DIR).
+# The folder the worker loads for LoadRequest(model=None)
+# (engine.files.model_folder.DEMO_MODEL_DIR).
 DEMO_MODEL_DIR = RESOURCES_DIR / "demo_model"
 DEMO_DRAFT_DIR = RESOURCES_DIR / "demo_draft"  # the demo model's speculative draft
 

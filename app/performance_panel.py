@@ -21,7 +21,7 @@ from app.gpu_probe import VramSample
 from app.process_usage import ProcessSample, ProcessSampler, is_supported
 from app.ring_buffer import RingBuffer
 from engine.events import Loaded, Stats
-from engine.gpu import GpuReport
+from engine.platform.gpu import GpuReport
 
 GiB = fit_check.GiB
 REDRAW_INTERVAL_MS = 100

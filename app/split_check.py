@@ -1,6 +1,6 @@
 """Several GPUs in the model picker: the split to suggest (tensor parallelism over this machine's
 GPUs, or over cards like this one when it is too small) and the fit per GPU when N of them share
-the model. The app's door into engine.plan_multi (torch-free); fit_check.py is one card's.
+the model. The app's door into engine.plan.multi_gpu (torch-free); fit_check.py is one card's.
 """
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app import fit_check
-from engine import plan as planner
-from engine.gpu import GpuInfo, GpuReport
-from engine.plan_multi import (
+from engine.plan import memory as planner
+from engine.plan.multi_gpu import (
     ENGINE_TP_FORMATS,
     MAX_DEVICES,
     allreduce_bytes,
     rank_shape,
     recommend_split,
 )
+from engine.platform.gpu import GpuInfo, GpuReport
 
 GiB = planner.GiB
 

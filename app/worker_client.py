@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
 from app.paths import REPO_ROOT
-from engine.child_env import NO_MULTICAST
 from engine.events import (
     CancelRequest,
     Failed,
@@ -29,10 +28,11 @@ from engine.events import (
     event_from_json,
     request_to_json,
 )
+from engine.platform.child_env import NO_MULTICAST
 
 log = logging.getLogger("hearth.worker")
 
-DEFAULT_COMMAND = (sys.executable, "-m", "engine.worker")
+DEFAULT_COMMAND = (sys.executable, "-m", "engine.serve.worker")
 SHUTDOWN_TIMEOUT_MS = 3000
 NUM_STDERR_LINES_KEPT = 40
 
@@ -69,7 +69,8 @@ class JsonLineReader:
 
 
 class WorkerClient(QObject):
-    """Starts `python -m engine.worker` (or `command`), writes requests, re-emits its events."""
+    """Starts `python -m engine.serve.worker` (or `command`), writes requests, re-emits its
+    events."""
 
     sig_started = Signal()
     """The worker process is running."""

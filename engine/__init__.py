@@ -12,8 +12,8 @@ if "PYTORCH_ALLOC_CONF" not in os.environ:
 
 # torch's CPU threads: one per physical core, waiting passively (child_env.thread_policy), for
 # this process where torch is not imported yet and for every process it starts (the app's worker)
-from engine.child_env import apply_thread_policy  # noqa: E402 (after the settings above)
-from engine.library_noise import hush  # noqa: E402
+from engine.platform.child_env import apply_thread_policy  # noqa: E402 (after the settings above)
+from engine.platform.library_noise import hush  # noqa: E402
 
 apply_thread_policy()
 hush()  # third-party notes stay off the terminal and the app's log unless HEARTH_DEBUG=1

@@ -67,8 +67,8 @@ class LoadRequest:
     compile: bool = False  # torch.compile the fused layer (slow first load, cached after)
     draft: str | None = None  # a draft model folder (same tokenizer): speculative decoding
     num_speculative_tokens: int | None = None  # fixed K for every generation; None: adaptive
-    tensor_parallel: int = 1  # GPUs the model is cut across (tp_session.py); 1: one device
-    lm_head: str = "16bit"  # "int8" / "int4": a quantized copy of the lm_head (lm_head.py)
+    tensor_parallel: int = 1  # GPUs the model is cut across (parallel/session.py); 1: one device
+    lm_head: str = "16bit"  # "int8" / "int4": a quantized copy of the lm_head (quant/lm_head.py)
 
     def validate(self) -> None:
         for name in ("model", "draft"):
@@ -104,7 +104,8 @@ class LoadRequest:
                              f"got {n!r}")
         if n == 1:
             return
-        # what tensor_parallel.py cuts and tp_worker.py caches today: 16-bit weights and KV
+        # what parallel/sharded_step.py cuts and parallel/follower.py caches today: 16-bit weights
+        # and KV
         if self.quant in ("int8", "nf4", "awq"):
             raise BadRequest(f"--tensor-parallel cuts 16-bit weights only so far; use --quant "
                              f"bf16 or auto, not {self.quant}")

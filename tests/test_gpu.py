@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine import plan_report
-from engine.gpu import GpuReport, detect_gpus, process_used_bytes
+from engine.platform.gpu import GpuReport, detect_gpus, process_used_bytes
+from engine.tools import plan_report
 
 GiB = 1 << 30
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine import cli, plan_report
+from engine.serve import cli
+from engine.tools import plan_report
 
 
 def _fail(*_args, **_kwargs):

@@ -9,7 +9,9 @@ import sys
 import tomllib
 from pathlib import Path
 
-from engine import cli, desktop_entry, model_folder
+from engine.files import model_folder
+from engine.serve import cli
+from engine.tools import desktop_entry
 from hearth_resources import folder
 from tests.engine.helpers import REPO
 

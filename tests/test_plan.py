@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import plan_report
-from engine.plan import (
+from engine.plan.memory import (
     CUDA_CONTEXT_BYTES,
     GiB,
     ModelShape,
@@ -25,6 +24,7 @@ from engine.plan import (
     seed_kv_cache_size,
     weight_bytes,
 )
+from engine.tools import plan_report
 
 REPO = Path(__file__).resolve().parents[1]
 QWEN7B = dict(model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=3584,
@@ -408,7 +408,7 @@ def test_run_plan_bad_input(tmp_path, q7_folder, capsys, case):
 @pytest.mark.parametrize("flags", [["--vram", "1e308"], ["--vram", "inf"], ["--vram", "-0"],
                                    ["--context", str(10**400)]])
 def test_cli_plan_extreme_numbers_exit_2_in_one_line(q7_folder, capsys, flags):
-    from engine import cli
+    from engine.serve import cli
 
     assert cli.main(["plan", "--model", str(q7_folder), *flags]) == 2
     cap = capsys.readouterr()
@@ -417,8 +417,8 @@ def test_cli_plan_extreme_numbers_exit_2_in_one_line(q7_folder, capsys, flags):
 
 
 def test_planner_modules_import_without_torch():
-    code = ("import sys, engine.gpu, engine.plan, engine.plan_report; "
-            "engine.gpu.detect_gpus(); "
+    code = ("import sys, engine.platform.gpu, engine.plan.memory, engine.tools.plan_report; "
+            "engine.platform.gpu.detect_gpus(); "
             "bad = [m for m in ('torch', 'transformers', 'PySide6') if m in sys.modules]; "
             "assert not bad, bad")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.plan import GiB, ModelShape, PlanError, kv_bytes_per_token, plan, weight_bytes
-from engine.plan_multi import (
+from engine.plan.memory import GiB, ModelShape, PlanError, kv_bytes_per_token, plan, weight_bytes
+from engine.plan.multi_gpu import (
     NCCL_BUFFERS_BYTES,
     TP_FAMILY,
     plan_multi,
@@ -33,12 +33,12 @@ shape = ModelShape.from_config
 
 
 def test_the_planner_needs_no_torch():
-    code = "import sys, engine.plan_multi; assert 'torch' not in sys.modules"
+    code = "import sys, engine.plan.multi_gpu; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 
 
 def test_family_is_the_engines():
-    from engine.layers import FAMILY
+    from engine.models.layers import FAMILY
 
     assert TP_FAMILY == FAMILY
 
@@ -135,8 +135,8 @@ def test_a_card_holds_its_share_and_the_replicated_rest(kv, group, layers, n, ti
 def test_arithmetic_equals_the_real_cut(arch, tiny_models):
     """The planner's bytes per card against the tensors tensor_parallel.py gives a rank."""
     from engine.events import LoadRequest
-    from engine.session import Session
-    from engine.tensor_parallel import shard, spec_of
+    from engine.generate.session import Session
+    from engine.parallel.sharded_step import shard, spec_of
 
     model = Session.load(LoadRequest(str(tiny_models[arch]), device="cpu", eager=True)).lm.model
     spec = spec_of(model, 2, 256, "fp32")

@@ -9,11 +9,12 @@ import sys
 
 import pytest
 
-from engine import cli, plan_multi_report, plan_report
-from engine.gpu import GpuInfo, GpuReport
-from engine.model_shape import ModelShape
-from engine.plan import GiB
-from engine.plan_multi import NCCL_BUFFERS_BYTES, plan_multi
+from engine.formats.model_shape import ModelShape
+from engine.plan.memory import GiB
+from engine.plan.multi_gpu import NCCL_BUFFERS_BYTES, plan_multi
+from engine.platform.gpu import GpuInfo, GpuReport
+from engine.serve import cli
+from engine.tools import plan_multi_report, plan_report
 from tests.test_plan import QWEN7B
 from tests.test_plan_multi import QWEN14B
 
@@ -114,7 +115,8 @@ def test_this_machines_gpus(folders, capsys, monkeypatch):
 
 
 def test_the_report_needs_no_torch():
-    code = ("import sys, engine.plan_multi_report, engine.tp_request, engine.child_env; "
+    code = ("import sys, engine.tools.plan_multi_report, engine.parallel.request, "
+            "engine.platform.child_env; "
             "bad = [m for m in ('torch', 'transformers', 'PySide6') if m in sys.modules]; "
             "assert not bad, bad")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)

@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-from engine import cli
 from engine.events import BadRequest, Failed, Finished, GenerateRequest, Stats, Token
 from engine.remote import (
     CancelToken,
@@ -22,6 +21,7 @@ from engine.remote import (
 )
 from engine.remote.answer_stream import AnswerStream
 from engine.remote.sse import ServerEvent
+from engine.serve import cli
 from tests.fake_endpoint import ANSWER, FakeEndpoint, closed_port_url
 
 KEY = "sk-test-0123456789abcdefXYZ"

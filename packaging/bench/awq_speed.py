@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from graph_timing import time_us  # noqa: E402  (beside this script)
 
-from engine import awq_format  # noqa: E402
-from engine.int4_linear import Int4Linear, kernel_fits  # noqa: E402
-from engine.int8_linear import Int8Linear  # noqa: E402
+from engine.quant import awq_format  # noqa: E402
+from engine.quant.int4_linear import Int4Linear, kernel_fits  # noqa: E402
+from engine.quant.int8_linear import Int8Linear  # noqa: E402
 
 SHAPES = {  # (name, N, K): fused q/k/v and gate/up, as the decode step runs them
     "qwen2.5-7b": [("qkv", 4608, 3584), ("o", 3584, 3584), ("gate_up", 37888, 3584),
@@ -128,7 +128,7 @@ def measure(model: str, name: str, N: int, K: int, dev, args, gptq) -> list[dict
 
 
 def triton_mm(x, lin, cfg):
-    from engine import int4_kernel
+    from engine.kernels import int4_kernel
 
     return int4_kernel.int4_matmul(x, lin.packed, lin.scales_zeros, G, cfg)
 

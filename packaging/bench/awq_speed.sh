@@ -12,9 +12,9 @@
 set -u
 source packaging/bench/device_env.sh
 B=packaging/bench
-echo "== GPU tests: tests/engine/test_awq.py" | tee -a "$LOG"
-timeout 100 python3 -m pytest -q -p no:cacheprovider tests/engine/test_awq.py \
-    tests/engine/test_awq_quantize.py -k "gpu or graph" >"$OUT/awq_tests.txt" 2>&1; tail -3 "$OUT/awq_tests.txt" | tee -a "$LOG"
+echo "== GPU tests: tests/engine/quant/test_awq.py" | tee -a "$LOG"
+timeout 100 python3 -m pytest -q -p no:cacheprovider tests/engine/quant/test_awq.py \
+    tests/engine/tools/test_awq_quantize.py -k "gpu or graph" >"$OUT/awq_tests.txt" 2>&1; tail -3 "$OUT/awq_tests.txt" | tee -a "$LOG"
 echo "== kernels: awq_speed.py" | tee -a "$LOG"
 # gptqmodel's wheel sits apart in .whl/awq (device_env.sh installs .whl/*.whl for every script),
 # on the path of this step alone: its package needs dependencies that are not carried
@@ -27,7 +27,7 @@ PYTHONPATH=/tmp/site-awq:$PYTHONPATH timeout 200 python3 $B/awq_speed.py \
 bench() {  # label, then hearth bench arguments (the environment passes through)
     local label=$1; shift
     echo "== $label: ${HEARTH_INT4_KERNEL:+HEARTH_INT4_KERNEL=$HEARTH_INT4_KERNEL }hearth bench $*" | tee -a "$LOG"
-    if timeout 75 python3 -m engine.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
+    if timeout 75 python3 -m engine.serve.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
         python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; r['args']=sys.argv[2]; print(json.dumps(r))" "$label" "$*" >>"$OUT/bench.jsonl"
         python3 $B/summarize.py "$OUT/bench.jsonl" >"$OUT/summary.md"  # so far, if time runs out
     else echo "FAILED $label" | tee -a "$LOG"; tail -3 "$LOG"; fi

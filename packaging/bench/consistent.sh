@@ -9,8 +9,8 @@
 set -u
 source packaging/bench/device_env.sh
 B=packaging/bench
-timeout 150 python3 -m pytest -q -p no:cacheprovider -rf --tb=short tests/engine/test_fused_ops.py \
-    tests/engine/test_quantized_kv.py -k "gpu or triton or graph or fused" \
+timeout 150 python3 -m pytest -q -p no:cacheprovider -rf --tb=short tests/engine/models/test_fused_ops.py \
+    tests/engine/cache/test_quantized_kv.py -k "gpu or triton or graph or fused" \
     2>&1 | tail -40 | tee "$OUT/pytest.txt"
 echo "== verify_consistency.py" | tee -a "$LOG"
 timeout 120 python3 $B/verify_consistency.py --model $B/qwen2.5-7b --backends triton triton-per-pass \
@@ -18,7 +18,7 @@ timeout 120 python3 $B/verify_consistency.py --model $B/qwen2.5-7b --backends tr
 run() {  # jsonl, label, then hearth bench arguments
     local out=$1 label=$2; shift 2
     echo "== $label: hearth bench $*" | tee -a "$LOG"
-    if timeout 90 python3 -m engine.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
+    if timeout 90 python3 -m engine.serve.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
         python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; r['args']=sys.argv[2]; r['config']=sys.argv[3]; print(json.dumps(r))" "$label" "$*" "${HEARTH_DECODE_ATTENTION_CONFIG:-}" >>"$OUT/$out"
     else echo "FAILED $label" | tee -a "$LOG"; tail -3 "$LOG"; fi
 }

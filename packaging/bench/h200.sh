@@ -10,7 +10,7 @@ check() { timeout 240 python3 $B/graph_check.py "$@" 2>>"$LOG" | tee -a "$OUT/gr
 bench() {  # label, then hearth bench arguments
     local label=$1; shift
     echo "== $label: hearth bench $*" | tee -a "$LOG"
-    if timeout 300 python3 -m engine.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
+    if timeout 300 python3 -m engine.serve.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
         python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; r['args']=sys.argv[2]; print(json.dumps(r))" "$label" "$*" >>"$OUT/bench.jsonl"
     else echo "FAILED $label" | tee -a "$LOG"; tail -3 "$LOG"; fi
 }
@@ -36,8 +36,8 @@ fused)  # after fusing the pieces between linears (NF4 too) and planner-sized pr
 triton)  # the step's small pieces as one Triton launch each (norms, SiLU * up, RoPE with the
     # K/V stores: the default since fused_ops.py) against PyTorch's pieces (HEARTH_FUSED_OPS=off)
     # and against --compile; GPU tests first
-    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/engine/test_fused_ops.py \
-        tests/engine/test_quantized_kv.py -k "fused or short_prefill or graph" 2>&1 | tail -3 | tee -a "$LOG"
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/engine/models/test_fused_ops.py \
+        tests/engine/cache/test_quantized_kv.py -k "fused or short_prefill or graph" 2>&1 | tail -3 | tee -a "$LOG"
     bench 7b-bf16-fused --model $B/qwen2.5-7b --random-weights --quant bf16 --baseline-hf
     HEARTH_FUSED_OPS=off bench 7b-bf16-pytorch-pieces --model $B/qwen2.5-7b --random-weights --quant bf16
     bench 7b-bf16-compile --model $B/qwen2.5-7b --random-weights --quant bf16 --compile

@@ -12,12 +12,12 @@
 set -u
 source packaging/bench/device_env.sh
 B=packaging/bench
-timeout 120 python3 -m pytest -q -p no:cacheprovider -rf --tb=short tests/engine/test_quantized_kv.py \
-    tests/engine/test_paged_decode_kernel.py -k "prefill or graph" 2>&1 | tail -20 | tee "$OUT/pytest.txt"
+timeout 120 python3 -m pytest -q -p no:cacheprovider -rf --tb=short tests/engine/cache/test_quantized_kv.py \
+    tests/engine/kernels/test_paged_decode_kernel.py -k "prefill or graph" 2>&1 | tail -20 | tee "$OUT/pytest.txt"
 run() {  # jsonl, label, then hearth bench arguments
     local out=$1 label=$2; shift 2
     echo "== $label: hearth bench $*" | tee -a "$LOG"
-    if timeout 100 python3 -m engine.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
+    if timeout 100 python3 -m engine.serve.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
         python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; print(json.dumps(r))" "$label" >>"$OUT/$out"
     else echo "FAILED $label" | tee -a "$LOG"; tail -3 "$LOG"; fi
 }

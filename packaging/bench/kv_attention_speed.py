@@ -27,8 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from graph_timing import time_us  # noqa: E402  (beside this script)
 
-from engine import decode_attention, kv_arena  # noqa: E402
-from engine.kv_cache import KVCache  # noqa: E402
+from engine.attention import decode_attention  # noqa: E402
+from engine.cache import kv_arena
+from engine.cache.kv_cache import KVCache  # noqa: E402
 
 H, HKV, D = 32, 8, 128
 CALLS = 50
@@ -84,7 +85,7 @@ def sdpa(q, kv, pos, kv_len, scaling, config=None):
 
 
 def triton_kernel(q, kv, pos, kv_len, scaling, config=None):
-    from engine import decode_attention_kernel
+    from engine.kernels import decode_attention_kernel
 
     return decode_attention_kernel.decode_attention(q, kv, pos, kv_len, scaling, config)
 

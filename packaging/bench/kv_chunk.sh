@@ -17,7 +17,7 @@ B=packaging/bench
 STEPS=${STEPS:-1 2 3 4}
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 if want 1; then echo "== 1. GPU tests ($(date +%T))" | tee -a "$LOG"
-timeout 200 python3 -m pytest -q -p no:cacheprovider -rfs --tb=short tests/engine/test_quantized_kv.py \
+timeout 200 python3 -m pytest -q -p no:cacheprovider -rfs --tb=short tests/engine/cache/test_quantized_kv.py \
     -k "settings or verify_blocks or triton_kernel or compiled or chunked or graph_decode" \
     >"$OUT/pytest.txt" 2>&1
 echo "pytest exit $?: $(tail -1 "$OUT/pytest.txt")" | tee -a "$LOG"; fi

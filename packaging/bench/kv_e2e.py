@@ -1,6 +1,7 @@
-"""On a GPU: `hearth bench`'s measurement (engine/bench.py: greedy, batch 1, median decode of 3
+"""On a GPU: `hearth bench`'s measurement (engine/tools/bench.py: greedy, batch 1, median decode of
+3
 runs, the roofline of the same run) for several KV caches and prompt lengths over ONE
-random-weight model: an 8B NF4 model built on the CPU (engine/loader.py) takes minutes, which a
+random-weight model: an 8B NF4 model built on the CPU (engine/load/loader.py) takes minutes, which a
 benchmark of 7 settings in one device call cannot pay 7 times. By default the model is built on
 the GPU in bf16 and quantized in place (the card has room), as `hearth bench` did before.
 
@@ -28,8 +29,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from engine import attention, attention_backend, loader  # noqa: E402
-from engine.bench import (  # noqa: E402
+from engine.attention import prefill as attention  # noqa: E402
+from engine.events import LoadRequest  # noqa: E402
+from engine.generate.session import Session  # noqa: E402
+from engine.kernels import attention_backend
+from engine.load import loader
+from engine.tools.bench import (  # noqa: E402
     NUM_RUNS,
     _folder_for_random,
     _prompts,
@@ -37,15 +42,13 @@ from engine.bench import (  # noqa: E402
     copy_bandwidth,
     decode_bytes,
 )
-from engine.events import LoadRequest  # noqa: E402
-from engine.session import Session  # noqa: E402
 
 
 def build_on_gpu(folder, req: LoadRequest) -> loader.LoadedModel:
     """loader.random_model, but built on the GPU in 16 bits and quantized in place."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from engine.quantize_bnb import quantize_linears
+    from engine.quant.bnb import quantize_linears
 
     device, quant, dtype = loader._placement(req, folder)
     config = AutoConfig.from_pretrained(folder.path, trust_remote_code=False)

@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from engine.events import GenerateRequest, LoadRequest, SamplingParams, Token  # noqa: E402
-from engine.session import Session  # noqa: E402
+from engine.generate.session import Session  # noqa: E402
 
 HELDOUT = Path(__file__).resolve().parents[1] / "demo_model" / "heldout.txt"
 

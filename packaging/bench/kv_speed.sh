@@ -3,11 +3,11 @@
 # the device tool: about 8 minutes; each step runs under `timeout` (11 minutes if all ran out),
 # so one hang cannot take the rest, and the steps come in order of importance:
 #  1. the GPU tests: the Triton kernel against the PyTorch reference, graph decode over int8/fp8
-#     KV against the eager step (tests/engine/test_quantized_kv.py, its CPU tests included);
+#     KV against the eager step (tests/engine/cache/test_quantized_kv.py, its CPU tests included);
 #  2. one layer's decode attention at the Llama-3.1-8B shape (32/8 heads, dim 128) at 1K, 8K and
 #     32K tokens: bf16 SDPA, and the Triton kernel over bf16, int8 and fp8 caches; then the
 #     kernel's launch settings swept at 32K;
-#  3. end to end, `hearth bench`'s measurement (engine/bench.py) over one random-weight
+#  3. end to end, `hearth bench`'s measurement (engine/tools/bench.py) over one random-weight
 #     Llama-3.1-8B-shaped AWQ model (issue 6's target: the fastest 4-bit weights, where the KV
 #     read is the largest share of a step) at 1K- and 32K-token prompts: KV bf16, int8, fp8 (all
 #     read by the Triton kernel) and bf16 read by SDPA (the default for 16-bit caches). One model
@@ -28,9 +28,9 @@ want() { [[ " $STEPS " == *" $1 "* ]]; }
 step() { echo "== $1 ($(date +%T))" | tee -a "$LOG"; }
 
 if want 1; then step "1. GPU tests"
-timeout ${T1:-240} python3 -m pytest -q -p no:cacheprovider -rfs --tb=short tests/engine/test_quantized_kv.py \
-    tests/engine/test_kv_write_kernel.py tests/engine/test_fused_ops.py tests/engine/test_speculative.py \
-    tests/engine/test_engine_env.py \
+timeout ${T1:-240} python3 -m pytest -q -p no:cacheprovider -rfs --tb=short tests/engine/cache/test_quantized_kv.py \
+    tests/engine/kernels/test_kv_write_kernel.py tests/engine/models/test_fused_ops.py tests/engine/spec/test_speculative.py \
+    tests/engine/platform/test_engine_env.py \
     >"$OUT/pytest.txt" 2>&1
 echo "pytest exit $?: $(tail -1 "$OUT/pytest.txt")" | tee -a "$LOG"; fi
 
@@ -57,7 +57,7 @@ timeout 80 python3 $B/kv_quality.py --device cuda --windows 8 >"$OUT/quality.md"
 cat "$OUT/quality.md"; fi
 
 if want 5; then step "5. hearth bench, int8 KV, through the CLI"
-timeout 90 python3 -m engine.cli bench --model $B/llama-3.1-8b --random-weights --quant bf16 \
+timeout 90 python3 -m engine.serve.cli bench --model $B/llama-3.1-8b --random-weights --quant bf16 \
     --kv-dtype int8 --prompt-len 32768 --new-tokens 64 --num-prompts 1 --out "$OUT/cli_bench.json" \
     >>"$LOG" 2>&1 || echo "FAILED or cut short: hearth bench" | tee -a "$LOG"; fi
 step "done"

@@ -18,9 +18,9 @@ want() { [[ " $STEPS " == *" $1 "* ]]; }
 step() { echo "== $1 ($(date +%T))" | tee -a "$LOG"; }
 
 if want 1; then step "1. GPU tests"
-timeout 200 python3 -m pytest -q -p no:cacheprovider -rs tests/engine/test_quantized_kv.py \
-    tests/engine/test_kv_write_kernel.py tests/engine/test_paged_decode_kernel.py \
-    tests/engine/test_speculative.py tests/engine/test_prefix_cache.py \
+timeout 200 python3 -m pytest -q -p no:cacheprovider -rs tests/engine/cache/test_quantized_kv.py \
+    tests/engine/kernels/test_kv_write_kernel.py tests/engine/kernels/test_paged_decode_kernel.py \
+    tests/engine/spec/test_speculative.py tests/engine/cache/test_prefix_cache.py \
     >"$OUT/pytest.txt" 2>&1
 echo "pytest exit $?: $(tail -1 "$OUT/pytest.txt")" | tee -a "$LOG"; fi
 

@@ -81,18 +81,18 @@ class PeakPoller:
 
 
 def _recommendation(shape_dir: Path, gib: float, cc, kv_dtype: str):
-    from engine.model_shape import ModelShape
-    from engine.plan import GiB, recommend
+    from engine.formats.model_shape import ModelShape
+    from engine.plan.memory import GiB, recommend
 
     shape = ModelShape.from_folder(shape_dir)
     return shape, recommend(shape, int(gib * GiB), cc, kv_dtype=kv_dtype)
 
 
 def _load(shape_dir: Path, quant: str, context: int, gib: float, kv_dtype: str = "bf16"):
-    from engine import loader
-    from engine.bench import _folder_for_random
     from engine.events import LoadRequest
-    from engine.session import Session
+    from engine.generate.session import Session
+    from engine.load import loader
+    from engine.tools.bench import _folder_for_random
 
     req = LoadRequest(model=str(shape_dir), quant=quant, kv_dtype=kv_dtype, context=context,
                       memory_limit_gib=gib)
@@ -114,7 +114,7 @@ def _generate(session, prompt_len: int):
 def one(name: str, gib: float, kv_dtype: str = "bf16") -> dict:
     import torch
 
-    from engine.plan import plan
+    from engine.plan.memory import plan
 
     props = torch.cuda.get_device_properties(0)
     cc = (props.major, props.minor)
@@ -157,7 +157,7 @@ def one(name: str, gib: float, kv_dtype: str = "bf16") -> dict:
 
 def oom_then_recover() -> dict:
     """bf16 7B on an 8 GiB card: the load must fail with a hint; the hint's load must work."""
-    from engine.oom import OutOfMemory, out_of_memory
+    from engine.plan.oom import OutOfMemory, out_of_memory
 
     shape_dir = ROOT / "packaging/bench/qwen2.5-7b"
     row, oom = dict(check="7B bf16 forced on an 8 GiB card, then the recommended load"), False

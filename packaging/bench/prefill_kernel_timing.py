@@ -22,14 +22,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from engine.kv_cache import KVCache  # noqa: E402
+from engine.cache.kv_cache import KVCache  # noqa: E402
 
 H, HKV, D = 28, 4, 128
 
 
 def load(path: str | None):
     if path is None:
-        from engine import decode_attention_kernel
+        from engine.kernels import decode_attention_kernel
         return decode_attention_kernel
     spec = importlib.util.spec_from_file_location("kernel_under_test", path)
     module = importlib.util.module_from_spec(spec)

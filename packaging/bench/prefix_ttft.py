@@ -27,8 +27,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from engine import loader  # noqa: E402
-from engine.bench import _folder_for_random  # noqa: E402
 from engine.events import (  # noqa: E402
     Failed,
     Finished,
@@ -37,7 +35,9 @@ from engine.events import (  # noqa: E402
     SamplingParams,
     Token,
 )
-from engine.session import Session  # noqa: E402
+from engine.generate.session import Session  # noqa: E402
+from engine.load import loader  # noqa: E402
+from engine.tools.bench import _folder_for_random  # noqa: E402
 
 
 def generate(session: Session, ids: list[int], new_tokens: int) -> tuple[Finished, list[int]]:

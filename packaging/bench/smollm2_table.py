@@ -26,9 +26,9 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from engine.eval import perplexity, windows  # noqa: E402
 from engine.events import GenerateRequest, LoadRequest, SamplingParams, Token  # noqa: E402
-from engine.session import Session  # noqa: E402
+from engine.generate.session import Session  # noqa: E402
+from engine.tools.eval import perplexity, windows  # noqa: E402
 
 CHANGELOG = Path("/usr/share/doc/libc6/changelog.Debian.gz")
 CHATS = (

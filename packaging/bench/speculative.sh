@@ -8,17 +8,17 @@
 # Usage (repo root, bitsandbytes wheel in .whl as for h200.sh): bash packaging/bench/speculative.sh
 set -u
 source packaging/bench/device_env.sh
-timeout 300 python3 -m pytest -q -p no:cacheprovider -rf --tb=short tests/engine/test_speculative.py \
-    tests/engine/test_speculative_cli.py tests/engine/test_fused_ops.py \
+timeout 300 python3 -m pytest -q -p no:cacheprovider -rf --tb=short tests/engine/spec/test_speculative.py \
+    tests/engine/spec/test_speculative_cli.py tests/engine/models/test_fused_ops.py \
     2>&1 | tail -60 | tee "$OUT/pytest.txt"
 # the decode kernel (one compiled kernel for every query length) and graphs over quantized caches
-timeout 200 python3 -m pytest -q -p no:cacheprovider -rf --tb=short tests/engine/test_quantized_kv.py \
+timeout 200 python3 -m pytest -q -p no:cacheprovider -rf --tb=short tests/engine/cache/test_quantized_kv.py \
     -k "triton or compiled or graph or prefill" 2>&1 | tail -30 | tee -a "$OUT/pytest.txt"
 B=packaging/bench
 bench() {  # label, then hearth bench arguments
     local label=$1; shift
     echo "== $label: hearth bench $*" | tee -a "$LOG"
-    if timeout 120 python3 -m engine.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
+    if timeout 120 python3 -m engine.serve.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
         python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; r['args']=sys.argv[2]; print(json.dumps(r))" "$label" "$*" >>"$OUT/spec.jsonl"
     else echo "FAILED $label" | tee -a "$LOG"; tail -3 "$LOG"; fi
 }

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from engine.spec_controller import Controller  # noqa: E402
+from engine.spec.controller import Controller  # noqa: E402
 
 T = 0.0048  # seconds a plain 7B step (bf16, CUDA graph)
 C = 0.2425  # the draft's step over the target's, measured by the bench

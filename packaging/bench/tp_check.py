@@ -33,14 +33,15 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).res
 
 from graph_check import BF16_ROUNDING, Tally, new_cache  # noqa: E402
 
-from engine import gpu, loader  # noqa: E402
-from engine.bench import _folder_for_random  # noqa: E402
-from engine.decode import Decoder  # noqa: E402
 from engine.events import LoadRequest  # noqa: E402
-from engine.model_shape import ModelShape  # noqa: E402
-from engine.plan_multi import plan_multi  # noqa: E402
-from engine.tp_leader import TPLeader  # noqa: E402
-from engine.tp_session import random_host_model  # noqa: E402
+from engine.formats.model_shape import ModelShape  # noqa: E402
+from engine.load import loader  # noqa: E402
+from engine.parallel.leader import TPLeader  # noqa: E402
+from engine.parallel.session import random_host_model  # noqa: E402
+from engine.plan.multi_gpu import plan_multi  # noqa: E402
+from engine.platform import gpu  # noqa: E402
+from engine.step.decode import Decoder  # noqa: E402
+from engine.tools.bench import _folder_for_random  # noqa: E402
 
 
 class PeakSampler:

@@ -24,10 +24,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from engine import attention_backend, loader  # noqa: E402
-from engine.bench import _folder_for_random, _prompts  # noqa: E402
 from engine.events import LoadRequest  # noqa: E402
-from engine.session import Session  # noqa: E402
+from engine.generate.session import Session  # noqa: E402
+from engine.kernels import attention_backend  # noqa: E402
+from engine.load import loader
+from engine.tools.bench import _folder_for_random, _prompts  # noqa: E402
 
 
 @torch.inference_mode()

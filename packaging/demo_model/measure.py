@@ -1,7 +1,7 @@
 """Training-time figures on held-out text: perplexity of each model, and how often each draft
 agrees with the target, teacher-forced.
 
-Same strided windows as `hearth eval` (engine/eval.py `windows`), but on the in-memory
+Same strided windows as `hearth eval` (engine/tools/eval.py `windows`), but on the in-memory
 transformers models in fp32: the engine's figure on the bundled bf16 weights is measured apart.
 """
 
@@ -12,7 +12,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from engine.eval import windows
+from engine.tools.eval import windows
 
 
 @torch.no_grad()

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))  # the repository: engine.eval's windows
+sys.path.insert(0, str(HERE.parents[1]))  # the repository: engine.tools.eval's windows
 
 import corpus  # noqa: E402
 import data  # noqa: E402

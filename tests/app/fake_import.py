@@ -1,4 +1,5 @@
-"""A stand-in for `python -m engine.cli import FILE --json` (no torch, no dequantizing): prints
+"""A stand-in for `python -m engine.serve.cli import FILE --json` (no torch, no dequantizing):
+prints
 the import's JSON lines and makes a model folder the way the engine does (a hidden work folder
 renamed into place). HEARTH_FAKE_IMPORT=hang stops after stage 3, its work folder half written,
 until it is killed."""

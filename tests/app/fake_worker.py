@@ -1,4 +1,4 @@
-"""A stand-in for `python -m engine.worker` that replays recorded event streams (no torch).
+"""A stand-in for `python -m engine.serve.worker` that replays recorded event streams (no torch).
 
 Reads JSON-line commands on stdin like the real worker and answers each load or generate with a
 recording from tests/app/recordings/. Behaviour is set through environment variables:
@@ -136,7 +136,7 @@ def main() -> int:
             return 0
         elif isinstance(request, UnloadRequest):
             is_loaded = False
-            emit({"event": "finished", "reason": "unloaded", "stats": {}})  # as engine/worker.py
+            emit({"event": "finished", "reason": "unloaded", "stats": {}})  # as the worker
         elif isinstance(request, LoadRequest):
             events = recording("HEARTH_FAKE_LOAD", "load.jsonl")
             is_loaded = events[-1]["event"] == "loaded"

@@ -16,7 +16,7 @@ from app.get_model_panel import size_text
 from app.hub_download import DownloadCancelled
 from app.hub_listing import HubError, fetch_listing
 from app.model_picker_dialog import ENTRY_ROLE, ModelPickerDialog
-from engine import model_folder
+from engine.files import model_folder
 from tests.app.fake_hub import FakeHub, folder_files
 from tests.app.test_model_picker import card
 

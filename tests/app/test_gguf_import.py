@@ -19,7 +19,7 @@ from app.gguf_import_job import GGUFImportJob
 from app.model_catalog import default_load_name, imported_entries
 from app.model_picker_dialog import ENTRY_ROLE, ModelPickerDialog
 from app.paths import DEMO_MODEL_DIR
-from engine.model_home import STARTER_NAME, models_dir, starter_dir
+from engine.files.model_home import STARTER_NAME, models_dir, starter_dir
 
 FAKE_IMPORT = Path(__file__).resolve().parent / "fake_import.py"
 FAKE_COMMAND = (sys.executable, str(FAKE_IMPORT))
@@ -61,7 +61,7 @@ def test_a_bad_gguf_fails_with_the_child_s_one_sentence(qtbot, settings, home, t
                                                          sentence):
     bad = tmp_path / "bad.Q4_K_M.gguf"
     bad.write_bytes(b"GGUF" + header + b"\0" * 4072)
-    dialog = picker(qtbot, settings)  # the real `python -m engine.cli import` child
+    dialog = picker(qtbot, settings)  # the real `python -m engine.serve.cli import` child
     panel = dialog.gguf_import_panel
     with qtbot.waitSignal(dialog.gguf_import.sig_failed, timeout=30_000) as failed:
         panel.import_file(bad)

@@ -6,7 +6,7 @@ import threading
 
 from app import fit_check
 from app.gpu_probe import GpuProbe
-from engine.gpu import GpuInfo, GpuReport
+from engine.platform.gpu import GpuInfo, GpuReport
 
 GiB = 1 << 30
 REPORT = GpuReport((GpuInfo(0, "Fake", "GPU-fake", 24 * GiB, 20 * GiB, 4 * GiB, (8, 9),

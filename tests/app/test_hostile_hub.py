@@ -15,7 +15,7 @@ from app import hub_download, hub_listing, model_catalog
 from app.get_model_panel import GetModelPanel
 from app.hub_listing import HubError, fetch_listing, parse_repo_id
 from app.model_download import ModelDownload
-from engine import model_folder
+from engine.files import model_folder
 from tests.app.fake_hub import ENDLESS, FakeHub, Lie, folder_files
 
 REPO = "hearth-test/tiny-qwen2"

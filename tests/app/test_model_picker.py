@@ -12,7 +12,7 @@ from app.model_catalog import all_entries, hub_entries
 from app.model_picker_dialog import ModelPickerDialog
 from app.paths import DEMO_DRAFT_DIR
 from engine.events import GenerateRequest, LoadRequest
-from engine.gpu import GpuInfo, GpuReport
+from engine.platform.gpu import GpuInfo, GpuReport
 
 GiB = 1 << 30
 QWEN_7B = {  # Qwen2.5-7B-Instruct's config.json, the fields the planner reads

@@ -9,9 +9,9 @@ import json
 import pytest
 
 from app.model_picker_dialog import ModelPickerDialog
-from engine.gpu import GpuInfo, GpuReport
-from engine.model_shape import ModelShape
-from engine.plan_multi import recommend_split
+from engine.formats.model_shape import ModelShape
+from engine.plan.multi_gpu import recommend_split
+from engine.platform.gpu import GpuInfo, GpuReport
 from tests.app.test_model_picker import QWEN_7B, fits_column
 
 GiB = 1 << 30

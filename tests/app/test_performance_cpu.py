@@ -15,7 +15,7 @@ from app.chart_axis import MAX_GAP_S, WINDOWS_S
 from app.performance_panel import MIN_PREFILL_TOKENS, PerformancePanel
 from app.process_usage import ProcessSample, read_usage
 from engine.events import Loaded, Stats
-from engine.gpu import GpuReport
+from engine.platform.gpu import GpuReport
 
 GiB = 1 << 30
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

@@ -10,7 +10,7 @@ from app.gpu_probe import VramSample
 from app.performance_panel import REDRAW_INTERVAL_MS, PerformancePanel
 from app.ring_buffer import RingBuffer
 from engine.events import Loaded, Stats
-from engine.gpu import GpuReport
+from engine.platform.gpu import GpuReport
 
 GiB = 1 << 30
 

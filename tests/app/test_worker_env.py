@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.child_env import NO_MULTICAST
+from engine.platform.child_env import NO_MULTICAST
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc (Linux)")

@@ -48,7 +48,8 @@ def interpreted(code: str, *args: str) -> None:
 def through_the_kernel():
     """Every decode attention chosen as the Triton kernel (after a load: no load check), for
     scripts run by `interpreted`; yields the (path, query tokens) of each attention call."""
-    from engine import attention_backend, decode_attention
+    from engine.attention import decode_attention
+    from engine.kernels import attention_backend
 
     calls: list[tuple[str, int]] = []
     attend, choose = decode_attention.attend, attention_backend.choose
@@ -111,7 +112,7 @@ class WorkerProcess:
 
     def __init__(self):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "engine.worker"], cwd=REPO, stdin=subprocess.PIPE,
+            [sys.executable, "-m", "engine.serve.worker"], cwd=REPO, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
 
     def send(self, **command) -> None:

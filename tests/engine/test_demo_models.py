@@ -9,10 +9,10 @@ import re
 
 import pytest
 
-from engine.eval import run_eval
 from engine.events import Finished, GenerateRequest, LoadRequest, SamplingParams, Token
-from engine.model_folder import DEMO_MODEL_DIR, check, resolve
-from engine.session import Session
+from engine.files.model_folder import DEMO_MODEL_DIR, check, resolve
+from engine.generate.session import Session
+from engine.tools.eval import run_eval
 from tests.engine.helpers import REPO
 
 DEMO = REPO / "hearth_resources" / "demo_model"

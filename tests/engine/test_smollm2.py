@@ -11,9 +11,9 @@ import math
 import pytest
 import torch
 
-from engine.eval import perplexity, windows
 from engine.events import GenerateRequest, LoadRequest, SamplingParams
-from engine.session import Session
+from engine.generate.session import Session
+from engine.tools.eval import perplexity, windows
 from tests.engine.helpers import token_ids
 
 N_NEW = 64

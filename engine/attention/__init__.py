@@ -1,0 +1,1 @@
+"""Attention over the paged cache: prefill through SDPA, decode through the kernels."""

@@ -1,0 +1,143 @@
+"""The paged KV arena's storage: fixed-size blocks per layer, written and read through a block
+table (cache/block_manager.py decides which block holds what; kv_cache.KVCache puts the two together
+and is what the engine runs on).
+
+Layout per layer: k, v [num_blocks, H_kv, B, D] in the storage dtype (+ k_scale, v_scale
+[num_blocks, H_kv, B] fp16 for int8/fp8, one scale per token per head as in kernels/kv_quant.py),
+so one
+head's block is one contiguous [B, D] tile. Position p of a sequence lives at block
+table[p // B], slot p % B. Writes and reads are fixed-shape tensor ops with the table on the
+device (no host sync), so a step over them can be graph-captured.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.kernels import attention_backend, kv_quant
+
+# --kv-dtype name -> storage dtype; int8 and fp8 add one fp16 scale per token per KV head
+STORAGE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+           **kv_quant.STORAGE}
+DEQUANT_CHUNK_BLOCKS = 256  # 4,096 tokens: the fp32 transient of one chunk, not of the context
+
+
+def store(values: torch.Tensor, scales: torch.Tensor | None, table: torch.Tensor,
+          positions: torch.Tensor, x: torch.Tensor) -> None:
+    """Write x: [1, H_kv, T, D] at `positions` ([T] int64) of the sequence whose block table is
+    `table` ([max_blocks] int32) into values: [num_blocks, H_kv, B, D] (+ scales:
+    [num_blocks, H_kv, B], quantized first for int8/fp8), in place."""
+    B = values.shape[2]
+    x = x[0].transpose(0, 1)  # [T, H_kv, D]: advanced indices first, as values[b, :, s]
+    if (scales is not None and values.is_cuda and not torch.compiler.is_compiling()
+            and attention_backend.fused_write(values)):
+        from engine.kernels import kv_write_kernel  # Triton: imported only where it runs
+
+        kv_write_kernel.quantize_store(values, scales, table, positions, x)
+        return
+    blocks, slots = table[positions // B].long(), positions % B  # [T], [T]
+    if scales is None:
+        values[blocks, :, slots] = x.to(values.dtype)
+        return
+    q, s = kv_quant.quantize(x, values.dtype)  # q: [T, H_kv, D], s: [T, H_kv]
+    if values.dtype is not torch.int8:  # fp8 has no index_put_: write its bytes
+        values, q = values.view(torch.uint8), q.view(torch.uint8)
+    values[blocks, :, slots] = q
+    scales[blocks, :, slots] = s
+
+
+def contiguous(values: torch.Tensor, table: torch.Tensor, end: int) -> torch.Tensor:
+    """values [num_blocks, H_kv, B, ...] -> positions 0..end-1 as stored: [1, H_kv, end, ...].
+    A gather with shapes fixed by `end` (a host int): graph-capturable."""
+    B = values.shape[2]
+    n = -(-end // B)
+    x = values[table[:n].long()]  # [n, H_kv, B, ...]
+    x = x.transpose(0, 1).reshape(x.shape[1], n * B, *x.shape[3:])  # [H_kv, n B, ...]
+    return x[None, :, :end]
+
+
+def gather(k: torch.Tensor, v: torch.Tensor, k_scale: torch.Tensor | None,
+           v_scale: torch.Tensor | None, table: torch.Tensor, end: int, dtype: torch.dtype
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """K, V of positions 0..end-1 as contiguous copies [1, H_kv, end, D] in `dtype`
+    (dequantized for int8/fp8): what prefill's SDPA, the SDPA decode path and the PyTorch
+    reference read. The Triton kernel reads the blocks in place instead."""
+    out = []
+    for values, scales in ((k, k_scale), (v, v_scale)):
+        if scales is None:
+            out.append(contiguous(values, table, end).to(dtype))
+        else:
+            out.append(dequantized(values, scales, table, end, dtype))
+    return out[0], out[1]
+
+
+def dequantized(values: torch.Tensor, scales: torch.Tensor, table: torch.Tensor, end: int,
+                dtype: torch.dtype, chunk_blocks: int = DEQUANT_CHUNK_BLOCKS) -> torch.Tensor:
+    """Positions 0..end-1 of an int8/fp8 layer dequantized into one [1, H_kv, end, D] tensor,
+    chunk_blocks blocks at a time: done whole, the fp32 products of a long context stood at
+    8x its int8 bytes at once (0.6 GiB over the planner's count for the Llama-3.1-8B shape at
+    76,800 tokens, measured on the H200). Elementwise, so the bits equal the whole-tensor way."""
+    B, H, D = values.shape[2], values.shape[1], values.shape[3]
+    n = -(-end // B)
+    ids = table[:n].long()
+    out = torch.empty(H, n, B, D, dtype=dtype, device=values.device)
+    for i in range(0, n, chunk_blocks):
+        j = min(n, i + chunk_blocks)
+        x = kv_quant.dequantize(values[ids[i:j]], scales[ids[i:j]], dtype)  # [c, H_kv, B, D]
+        out[:, i:j].copy_(x.transpose(0, 1))
+    return out.view(H, n * B, D)[None, :, :end]
+
+
+class KVArena:
+    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, num_blocks: int,
+                 block_size: int, kv_dtype: str, device: torch.device | str):
+        self.kv_dtype, self.dtype = kv_dtype, STORAGE[kv_dtype]
+        self.quantized = kv_dtype in kv_quant.STORAGE
+        self.block_size, self.num_blocks = block_size, num_blocks
+        shape = (num_blocks, num_kv_heads, block_size, head_dim)
+        new = lambda: torch.zeros(shape, dtype=self.dtype, device=device)
+        self.k = [new() for _ in range(num_layers)]
+        self.v = [new() for _ in range(num_layers)]
+        self.k_scale = self.v_scale = None
+        if self.quantized:
+            scale = lambda: torch.ones(shape[:3], dtype=torch.float16, device=device)
+            self.k_scale = [scale() for _ in range(num_layers)]
+            self.v_scale = [scale() for _ in range(num_layers)]
+
+    @staticmethod
+    def bytes_per_block(num_layers: int, num_kv_heads: int, head_dim: int, block_size: int,
+                        kv_dtype: str) -> int:
+        """K and V of one block across all layers, scales included: what the planner divides
+        its KV budget by to size the arena."""
+        values = STORAGE[kv_dtype].itemsize * head_dim
+        scales = 2 if kv_dtype in kv_quant.STORAGE else 0  # one fp16 per token per head
+        return 2 * num_layers * num_kv_heads * block_size * (values + scales)
+
+    @property
+    def num_bytes(self) -> int:
+        tensors = self.k + self.v + (self.k_scale or []) + (self.v_scale or [])
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def _scales(self, layer: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        if not self.quantized:
+            return None, None
+        return self.k_scale[layer], self.v_scale[layer]
+
+    def write(self, layer: int, table: torch.Tensor, positions: torch.Tensor, k: torch.Tensor,
+              v: torch.Tensor) -> None:
+        """k, v: [1, H_kv, T, D] at `positions` ([T] int64) of the sequence whose block table
+        is `table` ([max_blocks] int32, same device)."""
+        ks, vs = self._scales(layer)
+        store(self.k[layer], ks, table, positions, k)
+        store(self.v[layer], vs, table, positions, v)
+
+    def gather(self, layer: int, table: torch.Tensor, end: int, dtype: torch.dtype
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """K, V of positions 0..end-1, contiguous: [1, H_kv, end, D] in `dtype` (see gather)."""
+        return gather(self.k[layer], self.v[layer], *self._scales(layer), table, end, dtype)
+
+    def copy_block(self, src: int, dst: int) -> None:
+        """Every layer's K/V (and scales) of block `src` into block `dst` (a shared partial
+        block that a sequence is about to write into gets its own copy)."""
+        for t in self.k + self.v + (self.k_scale or []) + (self.v_scale or []):
+            t[dst].copy_(t[src])

@@ -1,0 +1,215 @@
+"""The engine's KV cache for one sequence at batch 1: a paged arena of fixed-size blocks
+(cache/kv_arena.py) drawn on as the conversation grows, through a block table held in a device
+tensor,
+with full blocks shared across conversations by the hash of their token prefix
+(cache/block_manager.py).
+
+Not transformers' Cache: the model runs with no transformers cache at all, and the engine's
+attention function (attention/prefill.py) and decode step (models/layers.py) write K/V here at
+explicit
+positions. The arena and the table are allocated once and never move (captured CUDA graphs hold
+their addresses); the table's entries change in place, from the host, between steps. In int8 or
+fp8 every token is quantized as it is written (kernels/kv_quant.py), before anything reads it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from engine.cache import kv_arena
+from engine.cache.block_manager import BlockManager, Sequence
+from engine.cache.kv_arena import STORAGE, KVArena  # noqa: F401 (STORAGE re-exported)
+from engine.kernels import kv_quant
+from engine.plan.memory import KV_BLOCK_SIZE
+
+# tokens a block (plan.KV_BLOCK_SIZE, 16): small enough that a short system prompt fills a
+# shareable block and a chat wastes under a block at its tail; the Triton kernel loads keys one
+# by one through the table, so its tiles need not match it
+BLOCK_SIZE = KV_BLOCK_SIZE
+FEW_CHANGES = 8  # table entries written one by one (fill_, no sync); more: one copy
+
+
+class LayerKV(NamedTuple):
+    """One layer's arena: k, v [num_blocks, H_kv, B, D]; k_scale, v_scale [num_blocks, H_kv, B]
+    fp16 or None; table [max_blocks] int32: position p at block table[p // B], slot p % B."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    k_scale: torch.Tensor | None
+    v_scale: torch.Tensor | None
+    table: torch.Tensor
+
+
+class KVCache:
+    """K and V of one sequence of up to `max_len` tokens, in blocks of an arena of `num_blocks`
+    (default: just enough for max_len; blocks the live sequence does not use keep earlier
+    conversations' prefixes until they are needed).
+
+    `token_ids` are the tokens whose K/V sit at positions 0..len-1 (what a later turn may reuse);
+    callers extend it after writing. Positions are written only below `reserve`'s bound.
+    `share_prefixes`: look up a new prompt's blocks by hash (off for tensor-parallel ranks, whose
+    followers never see the leader's cache decisions: they keep one position-to-block mapping).
+    """
+
+    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, max_len: int,
+                 dtype: torch.dtype | str, device: torch.device | str, *,
+                 block_size: int = BLOCK_SIZE, num_blocks: int | None = None,
+                 share_prefixes: bool = True):
+        if isinstance(dtype, str):
+            self.kv_dtype = dtype
+        else:
+            self.kv_dtype = next(name for name, d in STORAGE.items() if d == dtype)
+        self.dtype = STORAGE[self.kv_dtype]
+        self.quantized = self.kv_dtype in kv_quant.STORAGE
+        self.max_len, self.block_size = max_len, block_size
+        self.num_kv_heads, self.head_dim = num_kv_heads, head_dim
+        self.share_prefixes = share_prefixes
+        max_blocks = -(-max_len // block_size)
+        self.num_blocks = max(num_blocks or 0, max_blocks)  # the live sequence always fits
+        # one more block, never handed out: the scratch block that table entries past the
+        # sequence's blocks name. Reads there are masked (keys past a query's position); a write
+        # there (a step run without reserve: graph warm-up, a test's eager step) lands in it
+        # and reads back within its own pass, and never touches a block holding K/V
+        self.scratch = self.num_blocks
+        self.arena = KVArena(num_layers, num_kv_heads, head_dim, self.num_blocks + 1,
+                             block_size, self.kv_dtype, device)
+        self.device = self.arena.k[0].device  # with its index: "cuda:0", as kernels report it
+        self.blocks = BlockManager(self.num_blocks, block_size)
+        self.seq = Sequence()
+        self.table = torch.full((max_blocks,), self.scratch, dtype=torch.int32, device=device)
+        self._table = [self.scratch] * max_blocks  # what the device table holds
+        self._num_named = 0  # entries from here on name the scratch block
+        self.token_ids: list[int] = []
+
+    # ------------------------------------------------------------------ storage
+
+    @property
+    def k(self) -> list[torch.Tensor]:
+        return self.arena.k
+
+    @property
+    def v(self) -> list[torch.Tensor]:
+        return self.arena.v
+
+    @property
+    def k_scale(self) -> list[torch.Tensor] | None:
+        return self.arena.k_scale
+
+    @property
+    def v_scale(self) -> list[torch.Tensor] | None:
+        return self.arena.v_scale
+
+    @property
+    def num_bytes(self) -> int:
+        """Every buffer allocated, scales included."""
+        return self.arena.num_bytes
+
+    @property
+    def bytes_per_token(self) -> int:
+        return self.num_bytes // (self.arena.num_blocks * self.block_size)  # scratch included
+
+    def layer(self, i: int) -> LayerKV:
+        a = self.arena
+        return LayerKV(a.k[i], a.v[i], a.k_scale[i] if self.quantized else None,
+                       a.v_scale[i] if self.quantized else None, self.table)
+
+    def write(self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        """k, v: [1, H_kv, T, D] at `positions` ([T], int64, same device), below reserve's bound."""
+        self.arena.write(layer, self.table, positions, k, v)
+
+    def read(self, layer: int, end: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """K, V of positions 0..end-1: contiguous copies [1, H_kv, end, D], gathered through the
+        table; a 16-bit cache in its own dtype, a quantized one dequantized to `dtype`."""
+        return self.arena.gather(layer, self.table, end, dtype if self.quantized else self.dtype)
+
+    def stored(self, layer: int, end: int) -> LayerKV:
+        """Positions 0..end-1 as stored (values and scales, not dequantized), contiguous:
+        k, v [1, H_kv, end, D], scales [1, H_kv, end]; table None. For tests and tools."""
+        kv = self.layer(layer)
+        get = lambda x: None if x is None else kv_arena.contiguous(x, self.table, end)
+        return LayerKV(get(kv.k), get(kv.v), get(kv.k_scale), get(kv.v_scale), None)
+
+    # ------------------------------------------------------------------ blocks
+
+    def reserve(self, end: int) -> None:
+        """Blocks for positions 0..end-1 before a pass writes there (host ints: no sync);
+        every pass that writes K/V worth keeping reserves first (Decoder, attention.StepContext,
+        the tensor-parallel ranks)."""
+        if end <= self.seq.num_tokens:
+            return
+        if end > self.max_len:
+            raise ValueError(f"position {end - 1} is past the cache's {self.max_len} tokens")
+        have = len(self.seq.block_ids)
+        self.blocks.append(self.seq, end)
+        self._sync_table(have)
+
+    def crop(self, length: int) -> None:
+        """Forget everything from `length` on: later writes overwrite it, reads stop before it.
+        Blocks past it go back to the arena (full ones stay cached by hash until evicted)."""
+        self.blocks.commit(self.seq, self.token_ids)
+        del self.token_ids[length:]
+        # keep_cached: a keyed block cut in two is copied, not rewritten in place, so the
+        # conversation it came from still finds it (a next turn that left it: an edit, a switch)
+        for src, dst in self.blocks.crop(self.seq, min(length, self.seq.num_tokens),
+                                         keep_cached=True):
+            self.arena.copy_block(src, dst)
+        self._sync_table(0)
+
+    def reusable_prefix(self, ids: list[int]) -> int:
+        """How many leading tokens of `ids` already have their K/V in the live sequence."""
+        n = 0
+        for a, b in zip(self.token_ids, ids, strict=False):
+            if a != b:
+                break
+            n += 1
+        return n
+
+    def reuse(self, ids: list[int]) -> int:
+        """Get ready to prefill prompt `ids`: -> how many leading tokens need no prefill (at
+        most len(ids) - 1: the last token's logits start the answer); token_ids become them.
+
+        Within the live conversation (it shares the longest prefix): crop it there, as for a
+        next turn, a regenerate or an edit. Otherwise (a different conversation whose start is
+        cached by hash, a shared system prompt say): release the live sequence, whose full
+        blocks stay cached, and start a new one over the cached blocks, without copying them.
+        """
+        self.blocks.commit(self.seq, self.token_ids)
+        live = min(self.reusable_prefix(ids), len(ids) - 1)
+        cached = 0
+        if self.share_prefixes and len(ids) > 1:
+            cached = len(self.blocks.cached_prefix(ids[:-1])) * self.block_size
+        if cached <= live:
+            self.crop(live)
+            return live
+        self.release()
+        start = self.blocks.allocate(self.seq, ids)
+        self.token_ids = list(ids[:start])
+        self._sync_table(0)
+        return start
+
+    def release(self) -> None:
+        """Close the live sequence: its blocks go back, its committed full blocks stay cached."""
+        self.crop(0)
+
+    def clear(self) -> None:
+        """Forget everything, cached prefixes included: the next prompt is prefilled whole."""
+        self.release()
+        self.blocks = BlockManager(self.num_blocks, self.block_size)
+
+    def _sync_table(self, first: int) -> None:
+        """Copy the sequence's block ids from index `first` on into the device table, in place
+        (the address captured graphs read stays); entries past them name the scratch block."""
+        ids, mirror = self.seq.block_ids, self._table
+        end = max(len(ids), self._num_named) if first == 0 else len(ids)
+        want = lambda i: ids[i] if i < len(ids) else self.scratch
+        changed = [i for i in range(first, end) if mirror[i] != want(i)]
+        self._num_named = len(ids)
+        for i in changed:
+            mirror[i] = want(i)
+        if len(changed) <= FEW_CHANGES:
+            for i in changed:  # a fill kernel each: no host sync on the decode path
+                self.table[i:i + 1].fill_(mirror[i])
+        else:
+            self.table.copy_(torch.tensor(mirror, dtype=torch.int32))

@@ -1,0 +1,1 @@
+"""What a model and its numbers are, with no torch: shapes, families, weight formats, KV dtypes."""

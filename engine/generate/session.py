@@ -1,0 +1,354 @@
+"""`Session.generate(request, cancel) -> Iterator[Event]`: the only door into generation.
+
+Every stream ends in exactly one `Finished` or `Failed`; cancel is checked between two steps.
+The cache keeps the tokens it holds, so a next turn that repeats the conversation so far
+prefills only what is new (generate/prompt.py keeps earlier answers as the ids the model generated,
+and
+leaves out the oldest turns of a chat that outgrew the context), and a new conversation that
+starts as an earlier one did (a system prompt) reuses its cached blocks (KVCache.reuse).
+Tokens come from one of two strategies: PlainDecoding (one step a token) or
+speculative.SpeculativeDecoding (a draft model or prompt lookup, verified in blocks).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+
+from engine.attention import decode_attention
+from engine.cache.kv_cache import KVCache
+from engine.events import (
+    BadRequest,
+    Failed,
+    Finished,
+    GenerateRequest,
+    Loaded,
+    LoadProgress,
+    LoadRequest,
+    PrefillProgress,
+    Stats,
+    Token,
+)
+from engine.files.model_folder import check
+from engine.formats.model_shape import ModelShape
+from engine.generate.detokenizer import Detokenizer, StopMatcher
+from engine.generate.prompt import Prompt
+from engine.generate.prompt import build as build_prompt
+from engine.generate.template_guard import RenderCancelled
+from engine.load import loader
+from engine.plan.kv_dtype import PLANNED_WEIGHTS, choose_kv_dtype
+from engine.plan.memory import PREFILL_CHUNK, GiB, largest_prefill_chunk
+from engine.plan.oom import memory_kind, out_of_memory
+from engine.platform import telemetry
+from engine.spec.controller import MAX_ADAPTIVE_K, Controller
+from engine.spec.proposers import DraftModel, PromptLookup, check_same_tokenizer
+from engine.spec.speculative import SpeculativeDecoding
+from engine.step.decode import Decoder
+from engine.step.plain_decoding import PlainDecoding
+from engine.step.sampling import Sampler, resolve
+
+STATS_INTERVAL_S = 0.25
+NATIVE_KV = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+class _NoText:
+    """Random-weight benchmarks have no tokenizer: tokens only."""
+
+    def add(self, token_id: int) -> str:
+        return ""
+
+
+class Session:
+    def __init__(self, lm: loader.LoadedModel, kv_dtype: str = "auto", fast_path: bool = True,
+                 compile_layers: bool = False):
+        self.lm = lm
+        self._init_speculation()
+        cfg = lm.model.config
+        self.kv_dtype, self.kv_reason = self._kv_dtype(kv_dtype)
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        self.cache = KVCache(cfg.num_hidden_layers, kv_heads, head_dim, lm.context, self.kv_dtype,
+                             lm.device)
+        self.kernel_note = decode_attention.check_kernel(self.cache, cfg.num_attention_heads,
+                                                         lm.compute_dtype)
+        self.decoder = Decoder(lm.model, self.cache, lm.device)
+        self.prefill_chunk = self._prefill_chunk()
+        if fast_path:
+            # LLM.int8's outlier columns have data-dependent shapes: no graph capture
+            self.decoder.setup_fast_path(allow_graph=lm.quant != "int8",
+                                         compile_layers=compile_layers)
+
+    def _init_speculation(self, num_speculative_tokens: int | None = None) -> None:
+        """Speculative decoding's state (attach_draft; GenerateRequest.prompt_lookup needs no
+        setup): shared with TPSession, whose ranks decode the same way."""
+        self.draft: Session | None = None
+        self.synthetic = None  # bench only: a proposers.SyntheticDraft over self.draft
+        self.num_speculative_tokens = num_speculative_tokens  # fixed K; None: adaptive
+        self.adaptive, self.switch_off = True, True  # tests and benchmarks may turn them off
+        # one per way of speculating; they remember timings and switch-offs across generations
+        self.controllers: dict[tuple, Controller] = {}
+
+    def _budget(self) -> int:
+        """What the allocator may take on this GPU (less with --memory-limit)."""
+        device = self.lm.device
+        total = torch.cuda.get_device_properties(device).total_memory
+        return int(total * torch.cuda.get_per_process_memory_fraction(device.index or 0))
+
+    def _kv_dtype(self, requested: str) -> tuple[str, str]:
+        """(KV dtype name, why): as asked, or for "auto" the model's own dtype unless the planner
+        finds memory tight on this GPU (plan/kv_dtype.py)."""
+        lm = self.lm
+        native = NATIVE_KV[lm.compute_dtype]
+        if requested != "auto":
+            return requested, "as asked"
+        if lm.device.type != "cuda":
+            return native, f"auto: the model's own {native} on the CPU"
+        cc = torch.cuda.get_device_capability(lm.device)
+        try:
+            shape = ModelShape.from_config(lm.folder.config)
+            return choose_kv_dtype(native, shape, lm.quant, lm.context, self._budget(), cc)
+        except Exception:  # the planner cannot read this config: the model's own dtype
+            return native, f"auto: the model's own {native} (the planner cannot size this model)"
+
+    def _prefill_chunk(self) -> int:
+        """The planner's choice on a GPU (the allocator's budget); the smallest pass on CPU."""
+        lm = self.lm
+        if lm.device.type != "cuda":
+            return PREFILL_CHUNK
+        quant = lm.quant if lm.quant in PLANNED_WEIGHTS else "bf16"
+        try:
+            shape = ModelShape.from_config(lm.folder.config)
+            return largest_prefill_chunk(shape, quant, self.kv_dtype, lm.context, self._budget())
+        except Exception:  # the planner cannot read this config: stay with the safe size
+            return PREFILL_CHUNK
+
+    @classmethod
+    def load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None] = lambda e: None,
+             cancel: threading.Event | None = None) -> Session:
+        """Raises oom.OutOfMemory (memory released, a hint that fits) when the card is full."""
+        try:
+            return cls._load(req, progress, cancel)
+        except Exception as e:  # torch.OutOfMemoryError, or the CPU allocator's RuntimeError
+            kind = memory_kind(e)
+            if kind is None:
+                raise
+        # answered out of the except block: its traceback holds the half-loaded model
+        config = check(req.model).config
+        vram = int(req.memory_limit_gib * GiB) if req.memory_limit_gib else None
+        where = "this GPU's memory" if kind == "GPU" else "this computer's memory (RAM)"
+        raise out_of_memory(f"the model does not fit in {where}", config, req.quant,
+                            req.context or config.get("max_position_embeddings") or 4096, vram,
+                            on_cpu=kind == "CPU")
+
+    @classmethod
+    def _load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None],
+              cancel: threading.Event | None) -> Session:
+        req.validate()
+        folder = check(req.model)
+        tok = draft_tok = None
+        if req.draft is not None:  # a wrong draft fails before any weights load
+            from transformers import AutoTokenizer
+
+            tok, draft_tok = (AutoTokenizer.from_pretrained(f.path, trust_remote_code=False)
+                              for f in (folder, check(req.draft)))
+            check_same_tokenizer(tok, draft_tok, req.draft)
+        lm = loader.load(folder, req, progress, cancel, tokenizer=tok)
+        session = cls(lm, req.kv_dtype, fast_path=not req.eager, compile_layers=req.compile)
+        session.num_speculative_tokens = req.num_speculative_tokens
+        if req.draft is not None:
+            session.attach_draft(cls._load_draft(req, lm, progress, cancel, draft_tok))
+        return session
+
+    @classmethod
+    def _load_draft(cls, req: LoadRequest, lm: loader.LoadedModel,
+                    progress: Callable[[LoadProgress], None], cancel, tokenizer) -> Session:
+        folder = check(req.draft)
+        dreq = LoadRequest(model=req.draft, device=lm.device.type, context=lm.context,
+                           eager=req.eager, compile=req.compile)
+        tagged = lambda e: progress(LoadProgress(f"draft {e.stage}", e.done, e.total,
+                                                 e.message and f"draft: {e.message}"))
+        try:
+            dlm = loader.load(folder, dreq, tagged, cancel, tokenizer=tokenizer)
+        except BadRequest as e:
+            raise BadRequest(f"draft model: {e}") from None
+        return cls(dlm, "auto", fast_path=not req.eager, compile_layers=req.compile)
+
+    def attach_draft(self, draft: Session) -> None:
+        """Speculate with `draft` (same tokenizer, same device) from the next generation on."""
+        self.draft = draft
+        self.decoder.capture_blocks(range(2, (self.num_speculative_tokens or MAX_ADAPTIVE_K) + 2))
+
+    def loaded_event(self) -> Loaded:
+        lm = self.lm
+        kv = (f"KV cache: {self.kv_dtype} ({self.kv_reason}), "
+              f"{self.cache.num_bytes / 2**20:,.1f} MiB for {self.cache.max_len:,} tokens"
+              + (", one fp16 scale per token per KV head included" if self.cache.quantized
+                 else "")
+              + f", in blocks of {self.cache.block_size} tokens"
+              + (" that later conversations share by prefix" if self.cache.share_prefixes
+                 else ""))
+        notes = (*lm.notes, kv, f"decode path: {self.decoder.mode}",
+                 decode_attention.describe(self.cache),
+                 *([self.kernel_note] if self.kernel_note else []), *self.decoder.notes)
+        if self.draft is not None:
+            d = self.draft
+            notes += (f"speculative decoding with the draft {d.lm.folder.path} "
+                      f"({d.lm.quant}, decode path: {d.decoder.mode})",)
+        return Loaded(str(lm.folder.path), lm.folder.architecture, str(lm.device), lm.quant,
+                      self.kv_dtype, lm.context, lm.weights_bytes, self.cache.num_bytes, notes,
+                      os.getpid())
+
+    def prompt(self, req: GenerateRequest, cancel: threading.Event | None = None) -> Prompt:
+        """The ids to prefill, given what the cache holds now (generate/prompt.py)."""
+        return build_prompt(self.lm.tokenizer, req, self.cache.token_ids, self.lm.context,
+                            cancel)
+
+    def prompt_ids(self, req: GenerateRequest) -> list[int]:
+        return self.prompt(req).ids
+
+    def generate(self, req: GenerateRequest, cancel: threading.Event | None = None
+                 ) -> Iterator[Token | Stats | PrefillProgress | Finished | Failed]:
+        cancel = cancel or threading.Event()
+        oom = None  # "GPU" or "CPU" when an allocator ran out of memory
+        try:
+            yield from self._generate(req, cancel)
+        except BadRequest as e:
+            yield Failed(str(e), bad_input=True)
+        except RenderCancelled:  # cancelled while the chat template rendered: nothing ran yet
+            yield Finished("cancelled", Stats(pid=os.getpid()))
+        except torch.OutOfMemoryError:
+            oom = "GPU"  # answered below, outside the except block that holds the activations
+        except Exception as e:  # the stream must end in one Failed, whatever broke
+            oom = memory_kind(e)  # the CPU allocator's RuntimeError, a MemoryError
+            if oom is None:
+                self._forget()
+                yield Failed(f"generation failed: {type(e).__name__}: {e}")
+        if oom:
+            self._forget()
+            lm = self.lm
+            where = "the GPU" if oom == "GPU" else "the computer (RAM)"
+            e = out_of_memory(f"{where} ran out of memory during generation", lm.folder.config,
+                              lm.quant, lm.context, None, on_cpu=oom == "CPU")
+            yield Failed(str(e), hint=e.hint)
+
+    def _forget(self) -> None:
+        # whatever broke mid-pass, no cached block is trusted
+        self.cache.clear()
+        if self.draft is not None:
+            self.draft.cache.clear()
+
+    def _decoding(self, req: GenerateRequest, sampler: Sampler, ids: list[int]):
+        """The loop's strategy for this request: plain steps, or speculation."""
+        k = req.num_speculative_tokens
+        k, proposer = self.num_speculative_tokens if k is None else k, None
+        if req.prompt_lookup:
+            proposer = PromptLookup(self.lm.device)
+        elif self.draft is not None:
+            proposer = self.synthetic or DraftModel(self.draft, self.lm.model.config.vocab_size)
+        elif req.num_speculative_tokens:
+            raise BadRequest("speculative tokens need a draft model (--draft) or prompt lookup")
+        if proposer is None or k == 0:
+            return PlainDecoding(self.decoder, self.cache, sampler)
+        max_k = k or MAX_ADAPTIVE_K
+        self.decoder.capture_blocks(range(2, max_k + 2))  # once; a no-op without CUDA graphs
+        key = (proposer.name, max_k, k is None and self.adaptive, self.switch_off)
+        control = self.controllers.get(key)
+        if control is None:
+            known = [c.plain_step_s for c in self.controllers.values() if c.plain_step_s]
+            control = self.controllers[key] = Controller(max_k, *key[2:], *known[:1])
+        control.new_generation()
+        return SpeculativeDecoding(self.decoder, self.cache, sampler, proposer, control,
+                                   list(ids))
+
+    def _generate(self, req: GenerateRequest, cancel: threading.Event):
+        req.validate()
+        t_start = time.perf_counter()
+        ids, dropped = self.prompt(req, cancel)
+        context = self.lm.context
+        if not ids:
+            raise BadRequest("the prompt is empty")
+        vocab = self.lm.model.config.vocab_size
+        if req.prompt_ids is not None and max(ids) >= vocab:
+            raise BadRequest(f"prompt_ids holds a token id past the vocabulary's {vocab:,}")
+        if len(ids) >= context:
+            raise BadRequest(f"the prompt has {len(ids)} tokens but the context holds {context}")
+        max_new = min(req.max_new_tokens, context - len(ids))
+        sampling = resolve(req.sampling, self.lm.gen_config)
+        tensor = torch.tensor(ids, dtype=torch.long, device=self.lm.device)  # one copy, two uses
+        sampler = Sampler(sampling, self.lm.model.config.vocab_size, self.lm.device, tensor)
+        decoding = self._decoding(req, sampler, ids)  # before prefill: it may capture graphs
+        # the live conversation's prefix, or another's cached by hash (a shared system prompt);
+        # at least the last prompt token is computed: its logits start the answer
+        start = self.cache.reuse(ids)
+
+        chunk = self.prefill_chunk
+        chunked = len(ids) - start > chunk
+        logits = None
+        for lo in range(start, len(ids), chunk):
+            if cancel.is_set():
+                return (yield Finished("cancelled",
+                                       self._stats(ids, 0, t_start, None, start, dropped)))
+            hi = min(lo + chunk, len(ids))
+            logits = self.decoder.forward(tensor[lo:hi], lo)
+            self.cache.token_ids = ids[:hi]
+            if chunked:
+                yield PrefillProgress(hi - start, len(ids) - start)
+
+        detok = Detokenizer(self.lm.tokenizer, ids) if self.lm.tokenizer else _NoText()
+        stop = StopMatcher(req.stop)
+        last_stats = time.perf_counter()
+        n_new = 0
+        new = decoding.first(logits)  # then 1 token a plain step, up to K + 1 a round
+        t_first = time.perf_counter()
+        stats = lambda: self._stats(ids, n_new, t_start, t_first, start, dropped, decoding)
+        while True:
+            text, shown = "", []
+            for tid in new:
+                n_new += 1
+                shown.append(tid)
+                if tid in self.lm.eos_ids and not req.ignore_eos:
+                    yield Token(text, tuple(shown))
+                    return (yield Finished("eos", stats()))
+                piece, stopped = stop.feed(detok.add(tid))
+                text += piece
+                if stopped or n_new == max_new:
+                    text += "" if stopped else stop.flush()
+                    yield Token(text, tuple(shown))
+                    reason = "stop_string" if stopped else "max_tokens"
+                    return (yield Finished(reason, stats()))
+            yield Token(text, tuple(shown))
+            if cancel.is_set():
+                tail = stop.flush()
+                if tail:
+                    yield Token(tail, ())
+                return (yield Finished("cancelled", stats()))
+            if time.perf_counter() - last_stats > STATS_INTERVAL_S:
+                last_stats = time.perf_counter()
+                yield stats()
+            # the pending token (the last shown) goes at len(ids) + n_new - 1
+            new = decoding.next(len(ids) + n_new - 1, max_new - n_new)
+
+    def _stats(self, ids, n_new, t_start, t_first, start, dropped, decoding=None) -> Stats:
+        now = time.perf_counter()
+        prefilled = len(ids) - start
+        ttft = (t_first - t_start) if t_first else 0.0
+        decode_s = now - t_first if t_first else 0.0
+        return Stats(
+            prompt_tokens=len(ids),
+            new_tokens=n_new,
+            ttft_ms=round(ttft * 1000, 2),
+            prefill_tokens_per_s=round(prefilled / ttft, 1) if ttft > 0 else 0.0,
+            decode_tokens_per_s=round((n_new - 1) / decode_s, 2) if n_new > 1 and decode_s else 0.0,
+            vram_used_bytes=telemetry.vram_used_bytes(self.lm.device),
+            kv_cache_bytes=self.cache.num_bytes,
+            context_used_tokens=len(ids) + n_new,
+            cached_prompt_tokens=start,
+            computed_prompt_tokens=prefilled,
+            dropped_messages=dropped,
+            pid=os.getpid(),
+            **(decoding.stats() if decoding is not None else {}),
+        )

@@ -1,0 +1,1 @@
+"""Triton kernels, which one runs here, and the PyTorch math they match bit for bit."""

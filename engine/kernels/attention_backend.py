@@ -1,0 +1,89 @@
+"""Which path reads a KV cache in decode steps: the Triton kernel, SDPA over a gathered copy, or
+the PyTorch reference (attention/decode_attention.py holds all three), chosen per device and KV
+dtype from
+`HEARTH_DECODE_ATTENTION` and what this machine has; and whether K/V writes are quantized by
+one Triton launch, which follows the same choice so eager steps and captured graphs agree.
+
+A leaf (torch and kv_quant only): the cache, the arena, the kernels and the attention paths all
+ask it, and it asks none of them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+
+import torch
+
+from engine.kernels import kv_quant
+
+# auto: every cache through the Triton kernel on a GPU where Triton runs: a paged arena cannot be
+# read in place by SDPA, and on the H200 (Llama-3.1-8B shape, AWQ weights, whole decode steps in
+# CUDA graphs, the flat cache before paging) a bf16 cache decoded 169 tokens/s through the kernel
+# against 40 through SDPA at 32K tokens, and 205 against 161 at 1K (BENCHMARKS.md: SDPA's masked
+# grouped-query path reads at about 0.2 TB/s). Elsewhere int8/fp8 through the PyTorch reference
+# and 16-bit caches through SDPA over a gathered contiguous copy (the numerics of prefill and of
+# transformers' modules, so the fused step stays token-identical to them on CPU). triton: the
+# same as auto. sdpa: SDPA over a gathered copy for 16-bit caches, the reference for quantized
+# ones. reference: the PyTorch split algorithm for every cache (if Triton misbehaves somewhere)
+ENV = "HEARTH_DECODE_ATTENTION"
+CONFIG_ENV = "HEARTH_DECODE_ATTENTION_CONFIG"  # JSON over the kernel's CONFIGS, for benchmarks
+SETTINGS = ("auto", "triton", "sdpa", "reference")
+_FAILED: set[tuple[str, str]] = set()  # (device, KV dtype) where the kernel failed to run
+
+
+@functools.cache
+def triton_available() -> bool:
+    """Triton imports and can build its launcher: it needs a host C compiler (CPU torch has no
+    Triton at all)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return any(shutil.which(c) for c in (os.environ.get("CC") or "cc", "gcc", "clang"))
+
+
+def backend(device: torch.device | str, kv_dtype: str) -> str:
+    """How decode steps read a cache of `kv_dtype` on `device`: "sdpa" (16-bit only), "triton"
+    or "reference"."""
+    how = choose(str(device), kv_dtype, os.environ.get(ENV, "auto"))
+    if how == "triton" and (str(device), kv_dtype) in _FAILED:
+        return "reference" if kv_dtype in kv_quant.STORAGE else "sdpa"
+    return how
+
+
+@functools.cache
+def choose(device: str, kv_dtype: str, setting: str) -> str:
+    if setting not in SETTINGS:
+        raise ValueError(f"{ENV} must be one of {', '.join(SETTINGS)}, not {setting!r}")
+    quantized = kv_dtype in kv_quant.STORAGE
+    if setting == "reference" or (setting == "sdpa" and quantized):
+        return "reference"
+    if setting == "sdpa":
+        return "sdpa"
+    on_gpu = torch.device(device).type == "cuda"
+    # Triton converts fp8 e4m3 in hardware from compute capability 8.9 (Ada, Hopper) on
+    if on_gpu and triton_available() and (
+            kv_dtype != "fp8" or torch.cuda.get_device_capability(device) >= (8, 9)):
+        return "triton"
+    return "reference" if quantized else "sdpa"
+
+
+def kernel_reads(device: torch.device, kv_dtype: str) -> bool:
+    """Whether the Triton kernel reads caches of `kv_dtype` on `device` (it then runs too)."""
+    return backend(device, kv_dtype) == "triton"
+
+
+def mark_failed(device: torch.device | str, kv_dtype: str) -> None:
+    """The kernel failed its load check here: this process reads such caches another way."""
+    _FAILED.add((str(device), kv_dtype))
+
+
+def fused_write(values: torch.Tensor) -> bool:
+    """Whether quantize-on-write runs as one Triton launch (kernels/kv_write_kernel.py) here:
+    wherever
+    the decode-attention kernel reads this cache (under torch.compile kv_quant's ops are fused
+    by inductor instead). Fixed per device and dtype, so eager steps and captured graphs agree."""
+    name = next(n for n, d in kv_quant.STORAGE.items() if d == values.dtype)
+    return kernel_reads(values.device, name)

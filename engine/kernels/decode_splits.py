@@ -1,0 +1,14 @@
+"""How flash-decoding cuts a KV bucket into splits: shared by the Triton kernel and the PyTorch
+reference (attention/decode_attention.py), which must agree on it."""
+
+from __future__ import annotations
+
+MIN_SPLIT_TOKENS = 256  # a split shorter than this costs more in launch and combine than it saves
+MAX_SPLITS = 64  # the combine kernel holds one split per row of a [splits, D] tile
+
+
+def num_splits(kv_len: int, num_kv_heads: int, num_sms: int, waves: int = 2) -> int:
+    """Splits per KV head for a bucket: enough (head, split) programs for `waves` programs per
+    SM, none shorter than MIN_SPLIT_TOKENS at the bucket's full length."""
+    want = -(-waves * num_sms // num_kv_heads)
+    return max(1, min(want, MAX_SPLITS, -(-kv_len // MIN_SPLIT_TOKENS)))

@@ -1,0 +1,49 @@
+"""Quantized K/V: int8 (symmetric) and fp8 (e4m3fn), one fp16 scale per token per KV head.
+
+The math of a quantized cache and nothing else: where the values live is cache/kv_cache.py, who
+reads
+them is attention/prefill.py and attention/decode_attention.py. Pure torch ops with fixed shapes
+and no host sync,
+so quantize-on-write runs inside a captured CUDA graph and inside torch.compile'd pieces; where
+the Triton decode kernel runs, kv_arena.store hands the same rounding to one Triton launch instead
+(kernels/kv_write_kernel.py), outside torch.compile.
+
+Scale layout (per layer, for K and for V alike): values [num_blocks, H_kv, B, D] int8 or fp8
+and scales [num_blocks, H_kv, B] fp16 in the paged arena (cache/kv_arena.py), value = q * scale. One
+scale per token and head: a token's scale depends on that token's vector alone, so the bytes
+written are the same whether the token arrives alone, in a speculative verify block or in a
+prefill chunk.
+"""
+
+from __future__ import annotations
+
+import torch
+
+STORAGE = {"int8": torch.int8, "fp8": torch.float8_e4m3fn}
+QMAX = {torch.int8: 127.0, torch.float8_e4m3fn: 448.0}  # symmetric int8; e4m3fn's largest finite
+# the smallest normal fp16: a subnormal scale keeps few bits, so amax / scale could land far
+# above QMAX and clip; a vector this small (|x| < QMAX * 2^-14) loses under 2^-15 to the floor
+SCALE_MIN = 2.0 ** -14
+SCALE_MAX = 65504.0  # the largest fp16
+
+
+def quantize(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """x: [..., D] float -> (q: [..., D] in `dtype`, scale: [...] fp16) with x ~= q * scale.
+
+    The scale is rounded to fp16 before dividing, so dequantizing with the stored scale is
+    consistent with what was quantized; int8 rounds to nearest, fp8 by the cast (nearest even).
+    """
+    qmax = QMAX[dtype]
+    x32 = x.float()
+    amax = x32.abs().amax(-1)  # [...]
+    scale = (amax / qmax).clamp(SCALE_MIN, SCALE_MAX).to(torch.float16)
+    y = x32 / scale.float()[..., None]  # [..., D], |y| <= qmax up to the fp16 rounding of scale
+    if dtype is torch.int8:
+        return y.round().clamp(-qmax, qmax).to(torch.int8), scale
+    return y.clamp(-qmax, qmax).to(dtype), scale
+
+
+def dequantize(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32
+               ) -> torch.Tensor:
+    """q: [..., D] int8/fp8, scale: [...] fp16 -> [..., D] in `dtype` (multiplied in fp32)."""
+    return (q.float() * scale.float()[..., None]).to(dtype)

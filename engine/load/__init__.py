@@ -1,0 +1,1 @@
+"""Loading a model folder onto a device in a weight format."""

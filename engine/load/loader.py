@@ -1,0 +1,328 @@
+"""Load a checked model folder: weights (bf16/fp16/fp32, INT8, NF4 or AWQ), tokenizer, generation
+config.
+
+safetensors only, never `trust_remote_code`. The model runs with the engine's attention function
+(attention/prefill.py), so its KV cache and masks are the engine's own, whatever the architecture.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from engine.attention import prefill as attention
+from engine.events import BadRequest, LoadProgress, LoadRequest
+from engine.files.model_folder import ModelFolder
+from engine.platform import library_noise
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+CONFIG_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+DEFAULT_MAX_CONTEXT = 8192  # until the planner chooses: a chat-sized cache, not 128K of zeros
+
+
+class LoadCancelled(Exception):
+    pass
+
+
+@dataclass
+class LoadedModel:
+    folder: ModelFolder
+    model: torch.nn.Module
+    tokenizer: object
+    gen_config: dict
+    eos_ids: frozenset[int]
+    device: torch.device
+    quant: str
+    compute_dtype: torch.dtype
+    context: int
+    notes: tuple[str, ...]
+
+    @property
+    def weights_bytes(self) -> int:
+        return self.model.get_memory_footprint()
+
+
+def choose_device(req: LoadRequest) -> torch.device:
+    if req.device == "cuda" and not torch.cuda.is_available():
+        raise BadRequest("--device cuda was asked for but torch sees no CUDA GPU")
+    if req.device == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda")
+
+
+def choose_quant(req: LoadRequest, folder: ModelFolder, device: torch.device,
+                 random_weights: bool = False) -> str:
+    from engine.load.awq_loader import is_awq
+
+    if is_awq(folder.config):  # 4-bit already: it loads as it is
+        if req.quant not in ("auto", "awq"):
+            raise BadRequest(f"{folder.path.name} is an AWQ checkpoint: it loads as --quant awq "
+                             f"(or auto), not {req.quant}")
+        return "awq"
+    if req.quant == "awq" and not random_weights:
+        raise BadRequest(f"{folder.path.name} is not an AWQ checkpoint; make a 4-bit AWQ copy "
+                         "with `hearth quantize --model PATH --method awq --out NEW_PATH`, or "
+                         "load it with --quant nf4")
+    if req.quant in ("nf4", "int8") and importlib.util.find_spec("bitsandbytes") is None:
+        raise BadRequest(f"--quant {req.quant} needs bitsandbytes (pip install bitsandbytes)")
+    if req.quant != "auto":
+        return req.quant
+    native = CONFIG_DTYPES.get(str(folder.config.get("dtype") or folder.config.get("torch_dtype")))
+    if device.type == "cpu":
+        return native or "fp32"  # CPU keeps the checkpoint's own dtype
+    return _recommended_quant(req, folder, device)
+
+
+def _recommended_quant(req: LoadRequest, folder: ModelFolder, device: torch.device) -> str:
+    """The planner's choice for this card: 16-bit where it fits, else 4-bit (NF4)."""
+    from engine.formats.model_shape import ModelShape
+    from engine.plan.memory import recommend
+
+    sixteen = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    props = torch.cuda.get_device_properties(device)
+    vram = int(req.memory_limit_gib * 2**30) if req.memory_limit_gib else props.total_memory
+    try:
+        rec = recommend(ModelShape.from_folder(folder.path), vram, (props.major, props.minor),
+                        req.context)
+    except ValueError:  # a config the planner cannot read: the safe 16-bit default
+        return sixteen
+    return rec.quant if rec.fits and rec.quant in ("bf16", "fp16", "int8", "nf4") else sixteen
+
+
+def _placement(req: LoadRequest, folder: ModelFolder, random_weights: bool = False
+               ) -> tuple[torch.device, str, torch.dtype]:
+    """Device, weight format and compute dtype for a load; applies --memory-limit."""
+    device = choose_device(req)
+    quant = choose_quant(req, folder, device, random_weights)
+    apply_memory_limit(device, req.memory_limit_gib)
+    # quantized weights keep their unquantized parts (embeddings, norms) in 16 bits; AWQ too
+    # (bf16 where the card has it: tinygemm's dtype, and no fp16 overflow in activations)
+    compute_dtype = DTYPES.get(quant, torch.bfloat16)
+    if quant in ("int8", "nf4", "awq") and device.type == "cuda" and (
+            not torch.cuda.is_bf16_supported()):
+        compute_dtype = torch.float16
+    return device, quant, compute_dtype
+
+
+def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress], None],
+         cancel: threading.Event | None = None, tokenizer=None) -> LoadedModel:
+    """`tokenizer`: the folder's, where the caller has read it already (a draft's check)."""
+    library_noise.skip_torchao()  # before transformers' quantizer registry loads
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # progress travels as LoadProgress events instead
+
+    def stage(name: str, done: int, message: str = ""):
+        if cancel is not None and cancel.is_set():
+            raise LoadCancelled()
+        progress(LoadProgress(name, done, 4, message))
+
+    device, quant, compute_dtype = _placement(req, folder)
+
+    stage("tokenizer", 0, "reading the tokenizer")
+    if tokenizer is None:
+        tokenizer = read_tokenizer(folder)
+    gen_config = _read_json(folder.path / "generation_config.json")
+
+    slow = _slow_on_cpu(quant, device)
+    stage("weights", 1, f"loading weights as {quant}" + (f" ({slow})" if slow else ""))
+    kwargs = dict(dtype=compute_dtype, use_safetensors=True, trust_remote_code=False,
+                  attn_implementation="sdpa", device_map={"": device})
+    if quant == "nf4":
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=compute_dtype)
+    elif quant == "int8":
+        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)
+    if quant == "awq":  # the engine's own int4 layers, converted to the kernel's layout here
+        from engine.load import awq_loader
+
+        model = awq_loader.load_model(folder, device, compute_dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(folder.path, **kwargs).eval()
+    head_notes = _quantize_lm_head(model, req, device, compute_dtype)
+    stage("attention", 2, "installing the engine's attention")
+    attention.register()
+    model.set_attn_implementation(attention.ATTN_IMPLEMENTATION)
+
+    context, notes = _context(folder.config, req.context)
+    notes += head_notes + ([slow] if slow else [])
+    stage("ready", 3)
+    return LoadedModel(folder, model, tokenizer, gen_config, _eos_ids(model, tokenizer, gen_config),
+                       device, quant, compute_dtype, context, tuple(notes))
+
+
+def read_tokenizer(folder: ModelFolder):
+    """The folder's tokenizer; one that the library cannot build is the folder's fault."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(folder.path, trust_remote_code=False)
+    except Exception as e:  # tokenizers' own errors are plain Exceptions
+        raise BadRequest(f"the tokenizer in {folder.path} cannot be read: "
+                         f"{_one_line(e)}") from None
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    text = text if len(text) <= 300 else text[:297] + "..."
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _slow_on_cpu(quant: str, device: torch.device) -> str:
+    """bitsandbytes runs its 4- and 8-bit layers on the CPU, but dequantizes every step."""
+    if device.type != "cpu" or quant not in ("nf4", "int8"):
+        return ""
+    return (f"note: {quant} on the CPU is slower than fp32/bf16 and saves only memory; "
+            "it is meant for GPUs")
+
+
+def apply_memory_limit(device: torch.device, gib: float | None) -> None:
+    """Emulate a smaller card: cap torch's allocator at that size minus the CUDA context.
+
+    None lifts an earlier load's cap: the fraction is per process and outlives its load."""
+    if device.type != "cuda":
+        return
+    if gib is None:
+        return clear_memory_limit(device)
+    device = _indexed(device)
+    free, total = torch.cuda.mem_get_info(device)  # creates the context we must subtract
+    from engine.platform.telemetry import nvml_process_used_bytes
+
+    context_bytes = cuda_context_bytes(total, free, torch.cuda.memory_reserved(device),
+                                       nvml_process_used_bytes(device))
+    budget = gib * 2**30 - max(context_bytes, 0)
+    if budget <= 0:
+        raise BadRequest(f"a {gib} GiB memory limit leaves nothing after the CUDA context")
+    torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), device)
+
+
+def clear_memory_limit(device: torch.device) -> None:
+    """The whole card for torch's allocator again (an unload, or a load without a limit)."""
+    if device.type == "cuda":
+        torch.cuda.set_per_process_memory_fraction(1.0, _indexed(device))
+
+
+def _indexed(device: torch.device) -> torch.device:
+    # set_per_process_memory_fraction wants an index: "cuda" alone means the current device
+    return torch.device("cuda", torch.cuda.current_device() if device.index is None
+                        else device.index)
+
+
+def cuda_context_bytes(total: int, free: int, reserved: int, process_used: int | None) -> int:
+    """This process's memory outside torch's allocator (the CUDA context, loaded kernels).
+
+    NVML's per-process figure where it answers: the device-wide free memory also counts every
+    other process on the card (a desktop's display server; the H200 runs several children at
+    once), which would shrink an emulated card to nothing.
+    """
+    if process_used is not None:
+        return process_used - reserved
+    return total - free - reserved
+
+
+def random_model(folder: ModelFolder, req: LoadRequest) -> LoadedModel:
+    """A model with real shapes and random weights, from config.json alone (benchmarks)."""
+    library_noise.skip_torchao()
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    device, quant, compute_dtype = _placement(req, folder, random_weights=True)
+    config = AutoConfig.from_pretrained(folder.path, trust_remote_code=False)
+    torch.manual_seed(0)
+    quantized = quant in ("nf4", "int8")
+    if quant == "awq":  # random 4-bit codes made on the device: no 16-bit copy ever exists
+        from engine.load import awq_loader
+
+        model = awq_loader.random_model(config, device, compute_dtype)
+    elif quantized and req.memory_limit_gib is not None:
+        # an emulated small card cannot hold the 16-bit weights: built on meta, each linear
+        # made on the card and quantized at once (building on the host took minutes for 8B)
+        model = _random_bnb_on_meta(config, quant, device, compute_dtype)
+    else:
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(config, dtype=compute_dtype,
+                                                     attn_implementation="sdpa").eval()
+        if quantized:
+            from engine.quant.bnb import quantize_linears
+
+            quantize_linears(model, quant, compute_dtype)
+    head_notes = _quantize_lm_head(model, req, device, compute_dtype)
+    attention.register()
+    model.set_attn_implementation(attention.ATTN_IMPLEMENTATION)
+    context, notes = _context(folder.config, req.context)
+    notes += head_notes
+    gen = {"eos_token_id": config.eos_token_id}
+    return LoadedModel(folder, model, None, gen, _eos_ids(model, None, gen), device, quant,
+                       compute_dtype, context, (*notes, "random weights"))
+
+
+def _random_bnb_on_meta(config, quant: str, device: torch.device, dtype: torch.dtype,
+                        make_layer=None) -> torch.nn.Module:
+    """`make_layer(weight, bias)`: bitsandbytes' NF4 / INT8 layer unless a test gives another."""
+    from engine.load.meta_model import (
+        meta_model,
+        random_fill,
+        random_quantized_linears,
+        tie_and_materialize,
+    )
+
+    if make_layer is None:
+        from engine.quant.bnb import bnb_linear
+
+        make_layer = lambda w, b: bnb_linear(w, b, quant, dtype, device)  # noqa: E731
+    model = meta_model(config, dtype)
+    g = torch.Generator(device=device).manual_seed(0)
+    random_quantized_linears(model, device, dtype, g, make_layer)
+    tie_and_materialize(model, device, missing=random_fill(config, device, dtype, g))
+    return model.eval()
+
+
+def _quantize_lm_head(model, req: LoadRequest, device, dtype) -> list[str]:
+    if req.lm_head == "16bit":
+        return []
+    from engine.quant.lm_head import quantize_lm_head
+
+    return [quantize_lm_head(model, req.lm_head, device, dtype)]
+
+
+def _read_json(path) -> dict:
+    """model_folder.check has refused a broken file; a missing one means no defaults."""
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def _eos_ids(model, tokenizer, gen_config: dict) -> frozenset[int]:
+    ids: set[int] = set()
+    for source in (gen_config.get("eos_token_id"), model.config.eos_token_id,
+                   getattr(tokenizer, "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, list):
+            ids.update(i for i in source if isinstance(i, int))
+    return frozenset(ids)
+
+
+def _context(config: dict, requested: int | None) -> tuple[int, list[str]]:
+    """The cache length: requested or a chat-sized default, capped by the model's limits."""
+    notes = []
+    native = config.get("max_position_embeddings")  # a whole number: model_folder checked it
+    native = native if isinstance(native, int) else DEFAULT_MAX_CONTEXT
+    context = requested or min(native, DEFAULT_MAX_CONTEXT)
+    if context > native:
+        raise BadRequest(f"context {context} is longer than the model's {native} positions")
+    window = config.get("sliding_window")
+    if config.get("use_sliding_window") is not False and isinstance(window, int) and (
+            window < context):
+        # the engine's attention is full attention: stay inside the window instead of faking it
+        notes.append(f"context capped at the model's sliding window of {window} tokens")
+        context = window
+    return context, notes

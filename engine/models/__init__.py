@@ -1,0 +1,1 @@
+"""The per-family decode step (Llama/Qwen layers) and its fused pieces."""

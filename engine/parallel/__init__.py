@@ -1,0 +1,1 @@
+"""Tensor parallelism across GPUs of one host."""

@@ -1,0 +1,185 @@
+"""One process per rank of tensor parallelism: what every rank runs (`Rank`: its step, cache and
+CUDA graphs) and the follower process, `python -m engine.parallel.follower`, started by rank 0
+(parallel/leader.py). Not the math: that is parallel/sharded_step.py.
+
+A follower joins the process group (gloo on CPU, NCCL on CUDA), receives its tensors from rank 0,
+then executes rank 0's ops in lockstep: each is a 4-int header [op, position, length, token]
+broadcast by rank 0. It raises -> it leaves its error in the store and exits; rank 0 ends the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+from typing import NoReturn
+
+import torch
+import torch.distributed as dist
+
+from engine.cache.kv_cache import KVCache
+from engine.models import fused_ops
+from engine.parallel.sharded_step import DTYPES, TPSpec, TPStep, layout
+from engine.step.decode import bucket, capture_graphs
+
+OP_PREFILL, OP_STEP, OP_VERIFY, OP_SETUP, OP_STOP = 1, 2, 3, 4, 5
+TIMEOUT = timedelta(minutes=10)  # longest a collective may wait (first compile and capture)
+FAIL_ENV = "HEARTH_TP_FAIL_AT_STEP"  # tests: "R:S" makes follower R raise at its decode step S
+FAIL_LOAD_ENV = "HEARTH_TP_FAIL_AT_LOAD"  # tests: "R" makes follower R raise once its weights came
+
+
+class Rank:
+    """One rank's side of the lockstep: its step, its cache (its KV heads only), its graphs."""
+
+    def __init__(self, spec: TPSpec, rank: int, weights: dict[str, torch.Tensor], device):
+        self.device = device
+        # no prefix sharing: followers only see positions, so every rank keeps the mapping of
+        # positions to blocks that its own writes made (rank 0 still reuses its live prefix)
+        self.cache = KVCache(spec.num_layers, spec.num_kv_heads // spec.world_size,
+                             spec.head_dim, spec.context, DTYPES[spec.kv_dtype], device,
+                             share_prefixes=False)
+        self.step_fn = TPStep(spec, rank, weights, self.cache)
+        self.buckets = spec.buckets
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.token = torch.zeros(1, dtype=torch.long, device=device)  # graph inputs
+        self.pos = torch.zeros(1, dtype=torch.long, device=device)
+        self.num_steps = 0
+        self.notes: list[str] = []  # what setup chose, for rank 0's load event
+
+    @torch.inference_mode()
+    def prefill(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        return self.step_fn.prefill(ids, start)
+
+    @torch.inference_mode()
+    def step(self, token: torch.Tensor, position: int) -> torch.Tensor:
+        self.num_steps += 1
+        kv_len = bucket(self.buckets, position + 1)
+        self.cache.reserve(position + 1)
+        if not self.graphs:
+            return self.step_fn(token, torch.tensor([position], device=self.device), kv_len)
+        graph, logits = self.graphs[kv_len]
+        self.token.copy_(token)
+        self.pos.fill_(position)
+        graph.replay()
+        return logits
+
+    @torch.inference_mode()
+    def verify(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """ids: [T] at start.. -> every position's logits [T, V] (speculative verification)."""
+        T = ids.numel()
+        kv_len = bucket(self.buckets, start + T)
+        self.cache.reserve(start + T)
+        return self.step_fn.block(ids, torch.arange(start, start + T, device=self.device), kv_len)
+
+    @torch.inference_mode()
+    def setup(self, allow_graph: bool, compile_layers: bool) -> None:
+        """As Decoder.setup_fast_path, on every rank at once: the warm-up and the captured steps
+        run their collectives in the same order everywhere. A capture that fails fails the rank
+        (the others would wait on its collectives), unlike on one GPU."""
+        # no collectives inside: ranks may differ here (the load event says rank 0's)
+        fused = fused_ops.prepare(self.step_fn, self.device, compile_layers)
+        step = self.step_fn  # the sum after each row-parallel linear, agreed by every rank;
+        # compiled layers keep NCCL (the symmetric buffers' turns are Python state)
+        note = None if compile_layers else step.all_reduce.setup(
+            step.embed.shape[1], step.embed.dtype, self.device)  # embed: [vocab, hidden]
+        self.notes = [n for n in (fused, note) if n]
+        if self.device.type != "cuda" or not allow_graph:
+            return
+        # the warm-up off the capture stream also does NCCL's lazy setup
+        self.graphs = capture_graphs(
+            {b: (lambda b=b: self.step_fn(self.token, self.pos, b)) for b in self.buckets})
+        self.cache.crop(0)  # warm-up wrote K/V at position 0
+
+
+def device_id(device: torch.device) -> dict:
+    """init_process_group's device_id for NCCL: its communicator is set up at once."""
+    return {"device_id": device} if device.type == "cuda" else {}
+
+
+def follow(rank: int, world: int, store_addr: str, backend: str, leader_pid: int) -> NoReturn:
+    """A follower's life: join, receive its tensors, then execute rank 0's ops until OP_STOP."""
+    threading.Thread(target=_watch_leader, args=(leader_pid,), daemon=True).start()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # a hang's stacks, into the rank's log
+    host, port = store_addr.rsplit(":", 1)
+    store = dist.TCPStore(host, int(port), world, is_master=False, timeout=TIMEOUT)
+    try:
+        spec = TPSpec.from_json(store.get("spec").decode())
+        device = torch.device(f"cuda:{rank}" if backend == "nccl" else "cpu")
+        if device.type == "cpu":  # ranks share the cores: spinning threads would starve each other
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+        if device.type == "cuda":
+            from engine.load.loader import apply_memory_limit
+
+            torch.cuda.set_device(device)
+            apply_memory_limit(device, spec.memory_limit_gib)
+        store.set(f"ready/{rank}", "1")
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=TIMEOUT,
+                                **device_id(device))
+        weights = {}
+        for name, shape, dtype in layout(spec):
+            weights[name] = torch.empty(shape, dtype=dtype, device=device)
+            dist.recv(weights[name], src=0)
+        if os.environ.get(FAIL_LOAD_ENV) == str(rank):  # where a real load fails: its cache
+            raise RuntimeError(f"injected failure at load ({FAIL_LOAD_ENV})")
+        _say(rank, "weights received")
+        me = Rank(spec, rank, weights, device)
+        store.set(f"loaded/{rank}", "1")  # rank 0 waits for this: a load fails at load
+        fail_rank, _, fail_step = os.environ.get(FAIL_ENV, "-1:-1").partition(":")
+        header = torch.empty(4, dtype=torch.long, device=device)
+        while True:
+            dist.broadcast(header, src=0)
+            op, a, n, _ = header.tolist()
+            if op == OP_STOP:  # leave without destroy_process_group: it would finalize with
+                break  # peers, and hangs while captured graphs hold the communicator
+            if op in (OP_PREFILL, OP_VERIFY):
+                ids = torch.empty(n, dtype=torch.long, device=device)
+                dist.broadcast(ids, src=0)
+                (me.prefill if op == OP_PREFILL else me.verify)(ids, a)
+            elif op == OP_STEP:
+                if int(fail_rank) == rank and me.num_steps + 1 == int(fail_step):
+                    raise RuntimeError(f"injected failure at decode step {fail_step} ({FAIL_ENV})")
+                me.step(header[3:4], a)
+            elif op == OP_SETUP:
+                me.setup(bool(a), bool(n))
+                _say(rank, f"set up: {len(me.graphs)} graphs")
+    except BaseException as e:
+        traceback.print_exc()
+        try:
+            store.set(f"error/{rank}", f"{type(e).__name__}: {e}")
+        finally:
+            sys.stderr.flush()
+            os._exit(1)  # no teardown: a broken NCCL communicator can hang it
+    os._exit(0)  # nothing left to tear down: skip the interpreter's slow exit
+
+
+def _say(rank: int, what: str) -> None:
+    """A stage, into the rank's log (kept when the group fails): where a failure happened."""
+    print(f"{time.strftime('%H:%M:%S')} rank {rank}: {what}", file=sys.stderr, flush=True)
+
+
+def _watch_leader(leader_pid: int) -> None:
+    """Rank 0 gone (crashed, killed): end this rank rather than wait on a collective forever."""
+    while os.getppid() == leader_pid:
+        time.sleep(0.5)
+    os._exit(1)
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    ap = argparse.ArgumentParser(description="a tensor-parallel follower (started by rank 0)")
+    ap.add_argument("--rank", type=int, required=True)
+    ap.add_argument("--world", type=int, required=True)
+    ap.add_argument("--store", required=True, help="HOST:PORT of rank 0's TCPStore")
+    ap.add_argument("--backend", choices=("gloo", "nccl"), required=True)
+    ap.add_argument("--leader-pid", type=int, required=True)
+    a = ap.parse_args(argv)
+    follow(a.rank, a.world, a.store, a.backend, a.leader_pid)
+
+
+if __name__ == "__main__":
+    main()

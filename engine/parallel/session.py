@@ -1,0 +1,135 @@
+"""A Session over N ranks (`--tensor-parallel N`): the model is loaded whole into host memory,
+cut by a TPLeader (rank 0 in this process, one follower process per other GPU), and generated
+from through the leader, which has the Decoder's face (forward, step, verify, mode, notes).
+
+Not the lockstep (parallel/leader.py) nor the math (parallel/sharded_step.py). Generation,
+sampling, stop
+strings and prompt lookup are Session's own, unchanged: only rank 0 samples.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+
+import torch
+
+from engine.events import BadRequest, Loaded, LoadProgress, LoadRequest
+from engine.files.model_folder import check
+from engine.formats.model_shape import ModelShape
+from engine.generate.session import Session
+from engine.load import loader
+from engine.parallel import request as tp_request
+from engine.parallel.leader import TPLeader
+from engine.plan.memory import PREFILL_CHUNK, largest_prefill_chunk
+from engine.plan.multi_gpu import NCCL_BUFFERS_BYTES, rank_shape
+
+
+def device_for(req: LoadRequest) -> torch.device:
+    """Rank 0's device: cuda:0 (rank r runs on cuda:r), or the CPU for gloo with --device cpu."""
+    if req.device == "cpu":
+        return torch.device("cpu")
+    n, seen = req.tensor_parallel, torch.cuda.device_count()
+    if seen < n:  # NVML may see cards that this torch cannot use (a CPU build, say)
+        raise BadRequest(f"--tensor-parallel {n} needs {n} CUDA GPUs and torch sees {seen}; "
+                         f"--device cpu runs the ranks as CPU processes (gloo), for testing")
+    return torch.device("cuda", 0)
+
+
+def host_request(req: LoadRequest, device: torch.device) -> LoadRequest:
+    """The request that loads the whole model into host memory, in the 16-bit format the ranks
+    will hold (a model larger than one card never sits whole on a GPU)."""
+    quant = req.quant
+    if quant == "auto" and device.type == "cuda":
+        quant = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return replace(req, device="cpu", quant=quant, memory_limit_gib=None, tensor_parallel=1)
+
+
+def random_host_model(folder, req: LoadRequest, device: torch.device) -> loader.LoadedModel:
+    """Random weights for `hearth bench --random-weights --tensor-parallel N`, in host memory as
+    host_request loads real ones. On GPUs they are made on the last one and copied down (the
+    14B's random init on the H200 machine's host took over 170 s); that GPU's cache is emptied."""
+    host = host_request(req, device)
+    if device.type != "cuda":
+        return loader.random_model(folder, host)
+    with torch.cuda.device(torch.cuda.device_count() - 1):
+        lm = loader.random_model(folder, replace(host, device="cuda"))
+        lm.model.to("cpu")
+        torch.cuda.empty_cache()
+    return replace(lm, device=torch.device("cpu"))
+
+
+class TPSession(Session):
+    """Session over a TPLeader. It sets every attribute Session.__init__ sets (the inherited
+    methods read them; the speculation state through Session._init_speculation, the rest its
+    own way; a test keeps the two in step) and `leader`, which close() ends."""
+
+    def __init__(self, lm: loader.LoadedModel, req: LoadRequest, device: torch.device):
+        n = req.tensor_parallel
+        kv_dtype = lm.quant if req.kv_dtype == "auto" else req.kv_dtype  # 16-bit (validated)
+        self._weights_bytes = lm.weights_bytes  # before the host copy goes
+        self.leader = TPLeader(lm.model, n, lm.context, kv_dtype, device, req.memory_limit_gib)
+        try:
+            lm.model.to("meta")  # every rank holds its own copy now: free the host's
+            self.lm = replace(lm, device=self.leader.device)
+            self._init_speculation(req.num_speculative_tokens)
+            self.cache = self.leader.cache  # rank 0's: its KV heads, and the tokens they hold
+            self.kv_dtype = kv_dtype
+            self.kv_reason = ("as asked" if req.kv_dtype != "auto" else
+                              f"auto: the weights' own {kv_dtype}; tensor parallelism keeps a "
+                              f"16-bit cache so far")
+            self.kernel_note = None  # not checked on the ranks yet: their steps read the cache as
+            # FamilyStep does (the Triton kernel on a GPU); tensor parallelism has not run on GPUs
+            self.decoder = self.leader
+            self.prefill_chunk = self._prefill_chunk()
+            self.leader.setup_fast_path(allow_graph=True, compile_layers=req.compile)
+        except BaseException:
+            self.leader.close()
+            raise
+
+    @classmethod
+    def load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None] = lambda e: None,
+             cancel: threading.Event | None = None) -> TPSession:
+        req.validate()
+        folder = check(req.model)
+        tp_request.check(req, folder.path)
+        device = device_for(req)
+        lm = loader.load(folder, host_request(req, device), progress, cancel)
+        n = req.tensor_parallel
+        progress(LoadProgress("tensor parallel", 0, 1, f"cutting the model {n} ways and starting "
+                                                       f"{n - 1} more rank{'s' * (n > 2)}"))
+        if cancel is not None and cancel.is_set():
+            raise loader.LoadCancelled()
+        session = cls(lm, req, device)
+        if cancel is not None and cancel.is_set():
+            session.close()
+            raise loader.LoadCancelled()
+        return session
+
+    def _prefill_chunk(self) -> int:
+        """Session's rule, for the share of the model one card holds."""
+        lm, n = self.lm, self.leader.spec.world_size
+        if lm.device.type != "cuda":
+            return PREFILL_CHUNK
+        total = torch.cuda.get_device_properties(lm.device).total_memory
+        budget = int(total * torch.cuda.get_per_process_memory_fraction(lm.device.index or 0))
+        try:
+            shape = rank_shape(ModelShape.from_config(lm.folder.config), n)
+            return largest_prefill_chunk(shape, lm.quant, self.kv_dtype, lm.context,
+                                         budget - NCCL_BUFFERS_BYTES)
+        except Exception:  # the planner cannot read this config: stay with the safe size
+            return PREFILL_CHUNK
+
+    def loaded_event(self) -> Loaded:
+        """The whole model's weights; the KV cache of one GPU (each holds 1/N of its heads), as
+        Stats report it beside that GPU's memory."""
+        n = self.leader.spec.world_size
+        event = super().loaded_event()
+        share = (f"each of the {n} ranks holds 1/{n} of the attention heads, KV heads and MLP "
+                 f"columns; the KV cache figure is one rank's")
+        return replace(event, weights_bytes=self._weights_bytes, notes=(*event.notes, share))
+
+    def close(self) -> None:
+        """End the follower processes and leave the process group; safe to call twice."""
+        self.leader.close()

@@ -1,0 +1,266 @@
+"""Tensor parallelism for the Llama/Qwen family: a loaded model's weights cut for rank r of N, and
+the decode step over one rank's cut, which is FamilyStep's own math (models/layers.py) plus
+collectives.
+
+Column-parallel [q; k; v] (whole KV heads with their query heads) and [gate; up]; row-parallel o
+and down, each followed by one all-reduce; the lm_head cut by vocabulary and all-gathered;
+embeddings and norms replicated. The processes and their lockstep live in parallel/follower.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from engine.cache.kv_cache import KVCache
+from engine.events import BadRequest
+from engine.models.layers import FamilyStep, LayerParams, _linear, in_family
+from engine.parallel.all_reduce import AllReduce
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# all_gather_into_tensor is deprecated from torch 2.13 on; the H200 image runs 2.11
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+@dataclass(frozen=True)
+class TPSpec:
+    """All a rank needs besides its weights: whole-model sizes (a rank holds 1/N of the heads and
+    of the MLP columns) and the cache settings. JSON, so followers read it from the store."""
+
+    world_size: int
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    eps: float
+    rope_scale: float
+    scaling: float
+    dtype: str  # the weights': "bf16" | "fp16" | "fp32"
+    tied: bool  # lm_head is the embedding: each rank cuts its own replicated copy
+    qkv_bias: bool  # Qwen2
+    o_bias: bool  # Llama's attention_bias
+    qk_norm: bool  # Qwen3
+    context: int
+    kv_dtype: str
+    memory_limit_gib: float | None = None  # per GPU
+    buckets: tuple[int, ...] = ()  # rank 0's KV-length buckets: every rank picks the same one
+
+    @property
+    def vocab_shard(self) -> int:
+        """Rows of the lm_head per rank: equal sizes for the all-gather, the last one padded."""
+        return -(-self.vocab_size // self.world_size)
+
+    @property
+    def local_sizes(self) -> tuple[int, int, int]:
+        """One rank's rows of q, of k (and of v), and its MLP columns."""
+        n, d = self.world_size, self.head_dim
+        return self.num_heads // n * d, self.num_kv_heads // n * d, self.intermediate_size // n
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> TPSpec:
+        d = json.loads(text)
+        return cls(**{**d, "buckets": tuple(d["buckets"])})
+
+
+def valid_sizes(num_kv_heads: int, intermediate_size: int, most: int = 8) -> list[int]:
+    return [n for n in range(2, most + 1) if num_kv_heads % n == 0 and intermediate_size % n == 0]
+
+
+def spec_of(model, world_size: int, context: int, kv_dtype: str,
+            memory_limit_gib: float | None = None) -> TPSpec:
+    """The spec for cutting `model` N ways; BadRequest (one sentence) where it cannot be cut."""
+    cfg = model.config
+    if not in_family(model):  # the o_proj bias is added after the all-reduce here
+        raise BadRequest("tensor parallelism covers Llama, Mistral, Qwen2 and Qwen3 (without MLP "
+                         f"biases); this model is {cfg.model_type}")
+    kv, inter = cfg.num_key_value_heads, cfg.intermediate_size
+    if world_size < 2:
+        raise BadRequest(f"tensor parallelism needs at least 2 ranks, got {world_size}")
+    if kv % world_size or inter % world_size:
+        sizes = ", ".join(map(str, valid_sizes(kv, inter))) or "none"
+        raise BadRequest(f"--tensor-parallel {world_size} does not divide this model evenly: each "
+                         f"GPU must hold whole KV heads ({kv}) and equal MLP slices ({inter}); "
+                         f"it splits {sizes} ways")
+    layers = model.model.layers
+    linears = [model.lm_head] + [m for layer in layers for m in (
+        layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
+        layer.self_attn.o_proj, layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)]
+    if any(type(m) is not torch.nn.Linear for m in linears):
+        raise BadRequest("tensor parallelism cuts 16-bit weights; NF4 and INT8 shards are not "
+                         "supported yet (use --quant bf16)")
+    a = layers[0].self_attn
+    embed = model.model.embed_tokens.weight
+    return TPSpec(
+        world_size=world_size, num_layers=len(layers), hidden_size=cfg.hidden_size,
+        num_heads=cfg.num_attention_heads, num_kv_heads=kv,
+        head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
+        intermediate_size=inter, vocab_size=embed.shape[0], eps=float(cfg.rms_norm_eps),
+        rope_scale=float(getattr(model.model.rotary_emb, "attention_scaling", 1.0)),
+        scaling=float(a.scaling), dtype={v: k for k, v in DTYPES.items()}[embed.dtype],
+        tied=model.lm_head.weight.data_ptr() == embed.data_ptr(),
+        qkv_bias=a.q_proj.bias is not None, o_bias=a.o_proj.bias is not None,
+        qk_norm=getattr(a, "q_norm", None) is not None, context=context, kv_dtype=kv_dtype,
+        memory_limit_gib=memory_limit_gib)
+
+
+def layout(spec: TPSpec) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+    """Name, shape and dtype of every tensor a rank holds, in the order rank 0 sends them."""
+    d, hid, dt = spec.head_dim, spec.hidden_size, DTYPES[spec.dtype]
+    hq, hkv, inter = spec.local_sizes
+    out = [("embed", (spec.vocab_size, hid), dt), ("norm", (hid,), dt),
+           ("inv_freq", (d // 2,), torch.float32)]
+    if not spec.tied:
+        out.append(("lm_head", (spec.vocab_shard, hid), dt))
+    for i in range(spec.num_layers):
+        p = f"layers.{i}."
+        out.append((p + "qkv", (hq + 2 * hkv, hid), dt))
+        out += [(p + "qkv_bias", (hq + 2 * hkv,), dt)] if spec.qkv_bias else []
+        out.append((p + "o", (hid, hq), dt))
+        out += [(p + "o_bias", (hid,), dt)] if spec.o_bias else []
+        out += [(p + "gate_up", (2 * inter, hid), dt), (p + "down", (hid, inter), dt),
+                (p + "ln_in", (hid,), dt), (p + "ln_post", (hid,), dt)]
+        out += [(p + "q_norm", (d,), dt), (p + "k_norm", (d,), dt)] if spec.qk_norm else []
+    return out
+
+
+def shard(model, spec: TPSpec, rank: int, device) -> Iterator[tuple[str, torch.Tensor]]:
+    """Rank `rank`'s tensors in layout() order, each a fresh copy on `device`, one at a time (so
+    rank 0 never holds a whole follower's cut on its own GPU while sending it)."""
+    hq, hkv, inter = spec.local_sizes
+    q_rows, kv_rows = slice(rank * hq, (rank + 1) * hq), slice(rank * hkv, (rank + 1) * hkv)
+    i_rows = slice(rank * inter, (rank + 1) * inter)
+
+    def own(t: torch.Tensor) -> torch.Tensor:
+        return t.detach().to(device, copy=True).contiguous()  # no view keeps the whole alive
+
+    yield "embed", own(model.model.embed_tokens.weight)
+    yield "norm", own(model.model.norm.weight)
+    yield "inv_freq", own(model.model.rotary_emb.inv_freq.float())
+    if not spec.tied:
+        yield "lm_head", own(vocab_rows(model.lm_head.weight, rank, spec))
+    for i, layer in enumerate(model.model.layers):
+        a, m, p = layer.self_attn, layer.mlp, f"layers.{i}."
+        # query heads j < H/N ride with KV head j // G: rank r's rows of q, k and v are contiguous
+        yield p + "qkv", own(torch.cat([a.q_proj.weight[q_rows], a.k_proj.weight[kv_rows],
+                                        a.v_proj.weight[kv_rows]]))
+        if spec.qkv_bias:
+            yield p + "qkv_bias", own(torch.cat([a.q_proj.bias[q_rows], a.k_proj.bias[kv_rows],
+                                                 a.v_proj.bias[kv_rows]]))
+        yield p + "o", own(a.o_proj.weight[:, q_rows])  # row-parallel: this rank's input features
+        if spec.o_bias:
+            yield p + "o_bias", own(a.o_proj.bias)
+        yield p + "gate_up", own(torch.cat([m.gate_proj.weight[i_rows], m.up_proj.weight[i_rows]]))
+        yield p + "down", own(m.down_proj.weight[:, i_rows])
+        yield p + "ln_in", own(layer.input_layernorm.weight)
+        yield p + "ln_post", own(layer.post_attention_layernorm.weight)
+        if spec.qk_norm:
+            yield p + "q_norm", own(a.q_norm.weight)
+            yield p + "k_norm", own(a.k_norm.weight)
+
+
+def vocab_rows(weight: torch.Tensor, rank: int, spec: TPSpec) -> torch.Tensor:
+    """Rows rank*Vs .. (rank+1)*Vs of a [V, hidden] table, zero-padded to Vs rows (a view when
+    V divides evenly: a tied lm_head then costs no memory beside the replicated embedding)."""
+    vs = spec.vocab_shard
+    rows = weight[rank * vs: (rank + 1) * vs]
+    if rows.shape[0] == vs:
+        return rows
+    return torch.cat([rows, rows.new_zeros(vs - rows.shape[0], rows.shape[1])])
+
+
+class RowParallel:
+    """y = x_r @ W_r^T summed over ranks: each rank holds a slice of the input features."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, reduce: AllReduce):
+        self.weight, self.bias, self.reduce = weight, bias, reduce
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.reduce.linear(x, self.weight)  # the one collective after each such linear
+        return y if self.bias is None else y + self.bias  # once, after the sum
+
+
+class VocabParallel:
+    """The lm_head cut by vocabulary: each rank's Vs logits, all-gathered, padding trimmed."""
+
+    def __init__(self, weight: torch.Tensor, vocab_size: int, world_size: int):
+        self.weight, self.vocab_size, self.world_size = weight, vocab_size, world_size
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        T = x.shape[1]
+        local = F.linear(x, self.weight).view(T, -1)  # x: [1, T, hidden] -> [T, Vs]
+        parts = local.new_empty(self.world_size * T, local.shape[1])
+        _all_gather(parts, local)  # [N T, Vs]: rank r's rows at r T
+        full = parts.view(self.world_size, T, -1).permute(1, 0, 2).reshape(T, -1)  # [T, N Vs]
+        return full[:, : self.vocab_size].view(1, T, -1)
+
+
+class TPStep(FamilyStep):
+    """FamilyStep over one rank's cut: the same pieces (norms, RoPE, GQA attention, SiLU) on
+    H/N query heads, H_kv/N KV heads and I/N MLP columns; the row-parallel linears and the
+    lm_head bring in the other ranks' parts. Its cache holds this rank's KV heads only.
+    It sets every attribute FamilyStep.__init__ sets: the inherited methods read them."""
+
+    def __init__(self, spec: TPSpec, rank: int, w: dict[str, torch.Tensor], cache: KVCache):
+        n = spec.world_size
+        self.cache = cache
+        self.eps = spec.eps
+        self.num_heads, self.num_kv_heads = spec.num_heads // n, spec.num_kv_heads // n
+        self.head_dim = spec.head_dim
+        self.embed, self.norm, self.inv_freq = w["embed"], w["norm"], w["inv_freq"]
+        lm = vocab_rows(self.embed, rank, spec) if spec.tied else w["lm_head"]
+        self.lm_head = VocabParallel(lm, spec.vocab_size, n)
+        self.rope_scale, self.scaling = spec.rope_scale, spec.scaling
+        self.all_reduce = AllReduce()  # NCCL until its setup (Rank.setup) finds a faster sum
+        self.layers = [
+            LayerParams(w[p + "qkv"], w.get(p + "qkv_bias"),
+                        RowParallel(w[p + "o"], w.get(p + "o_bias"), self.all_reduce),
+                        w[p + "gate_up"], RowParallel(w[p + "down"], None, self.all_reduce),
+                        w[p + "ln_in"], w[p + "ln_post"], w.get(p + "q_norm"), w.get(p + "k_norm"))
+            for p in (f"layers.{i}." for i in range(spec.num_layers))]
+        self._init_pieces()
+
+    def prefill(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """ids: [T] int64 at positions start..start+T-1 -> logits of the last one [V]; writes
+        their K/V (this rank's heads) into the cache. As attention/prefill.py: causal, no KV
+        expansion."""
+        T, end = ids.numel(), start + ids.numel()
+        H, Hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        self.cache.reserve(end)
+        positions = torch.arange(start, end, device=ids.device)
+        x = F.embedding(ids, self.embed)[None]  # [1, T, hidden]
+        cos, sin = self.cos_sin(positions, x.dtype)
+        if start == 0:
+            causal = dict(is_causal=True)
+        else:  # query i at start+i sees keys 0..start+i: causal aligned to the lower right
+            from torch.nn.attention.bias import causal_lower_right  # imports dynamo: 1.5 s
+
+            causal = dict(attn_mask=causal_lower_right(T, end))
+        h = self.rms(x, self.layers[0].ln_in)
+        for i, p in enumerate(self.layers):
+            q, k, v = _linear(h, p.qkv, p.qkv_bias).split([H * d, Hkv * d, Hkv * d], dim=-1)
+            q, k = q.view(1, T, H, d), k.view(1, T, Hkv, d)  # [B, T, H, D]
+            if p.q_norm is not None:
+                q, k = self.rms(q, p.q_norm), self.rms(k, p.k_norm)
+            q = self.rope(q.transpose(1, 2), cos, sin)  # [1, H, T, D]
+            k = self.rope(k.transpose(1, 2), cos, sin)  # [1, H_kv, T, D]
+            self.cache.write(i, positions, k, v.view(1, T, Hkv, d).transpose(1, 2))
+            kc, vc = self.cache.read(i, end, x.dtype)  # a contiguous copy of the blocks
+            attn = F.scaled_dot_product_attention(q.to(kc.dtype), kc, vc, scale=self.scaling,
+                                                  enable_gqa=True, **causal)
+            attn = attn.transpose(1, 2).reshape(1, T, H * d).to(x.dtype)  # [1, T, H D]
+            x, h = self.add_rms(x, _linear(attn, p.o), p.ln_post)
+            mlp = _linear(self.silu_mul(_linear(h, p.gate_up)), p.down)
+            next_norm = self.layers[i + 1].ln_in if i + 1 < len(self.layers) else self.norm
+            x, h = self.add_rms(x, mlp, next_norm)
+        return _linear(h[:, -1:], self.lm_head)[0, 0]

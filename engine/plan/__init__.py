@@ -1,0 +1,1 @@
+"""The memory planner: what fits in this card's VRAM, before loading (no torch)."""

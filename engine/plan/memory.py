@@ -1,0 +1,339 @@
+"""VRAM planner: config.json (+ safetensors headers) -> bytes; and a format recommendation.
+
+Pure arithmetic, no torch: the Qt app imports it. Sizes follow what the engine allocates at batch 1:
+weights in the chosen format, a paged KV arena for the whole context (cache/kv_cache.py: the context
+rounded up to whole blocks; blocks the live conversation does not use hold cached prefixes of
+earlier ones), a prefill-chunk workspace, the CUDA context, the decode graph pool, an optional
+draft model and a safety margin. The constants below are allowances to be calibrated against
+NVML peaks on the H200 (issue 9).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+
+from engine.formats.model_shape import AWQ_GROUP, ModelShape, PlanError  # noqa: F401 (re-exported)
+
+MiB, GiB = 1 << 20, 1 << 30
+WEIGHT_FORMATS = ("bf16", "fp16", "fp32", "int8", "nf4", "awq")
+KV_DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1}
+QUANTIZED_KV = ("fp8", "int8")  # + one fp16 scale per token per KV head, for K and for V
+CUDA_CONTEXT_BYTES = 768 * MiB  # outside torch's allocator: the context (518 MiB bare on the H200)
+# plus the kernels loaded and graphs made by the time a 32K generation ends (776 MiB there, for
+# the 0.5B shape; BENCHMARKS.md, the planner against NVML)
+CUBLAS_WORKSPACE_BYTES = 32 * MiB  # torch's default cuBLAS workspace on Hopper (:4096:8)
+GRAPH_POOL_BASE_BYTES = 64 * MiB  # private pool of the captured decode graphs (+ decode tensors)
+MARGIN_FRACTION, MARGIN_MIN, MARGIN_MAX = 0.05, 256 * MiB, 2 * GiB  # allocator fragmentation
+PREFILL_CHUNK = 512  # the smallest prefill pass the engine uses; larger where memory allows
+KV_BLOCK_SIZE = 16  # tokens a block of the paged KV arena (cache/kv_cache.py says why)
+NUM_SPECULATIVE_TOKENS = 5  # the seed's num_speculative_tokens
+LOGITS_BYTES_PER_ENTRY = 24  # bf16 logits + fp32 copy + fp32 probs + int64 sort index + fp32 sort
+NF4_BLOCK, NF4_DQ_BLOCK = 64, 256
+NF4_DOUBLE_QUANT = True  # engine/load/loader.py loads NF4 with bnb_4bit_use_double_quant=True
+MIN_USEFUL_CONTEXT = 1024  # a shorter context than this is no chat: say it does not fit
+PCIE_BYTES_PER_S = 25e9  # PCIe 4.0 x16 in practice, for the CPU-offload estimate
+def seed_kv_cache_size(num_layers: int, num_heads: int, head_dim: int, seq_len: int,
+                       batch_size: int, dtype_size: int = 2) -> int:
+    """The seed's kv_cache_size, verbatim: K and V, one copy each."""
+    return 2 * num_layers * num_heads * head_dim * seq_len * batch_size * dtype_size
+
+
+def weight_bytes(shape: ModelShape, quant: str, double_quant: bool | None = None) -> int:
+    """Bytes of the weights in `quant`; embeddings, lm_head, norms and biases stay 16-bit."""
+    if quant not in WEIGHT_FORMATS:
+        raise PlanError(f"unknown weight format {quant!r}; choose from {', '.join(WEIGHT_FORMATS)}")
+    if quant in ("bf16", "fp16", "fp32"):
+        return shape.total_params * (4 if quant == "fp32" else 2)
+    dq = NF4_DOUBLE_QUANT if double_quant is None else double_quant
+    group = shape.quant_group_size or AWQ_GROUP
+    total = 2 * (shape.embed_params + shape.lm_head_params + shape.other_params)
+    for out, inp, count in shape.linears:
+        n = out * inp
+        if quant == "int8":  # LLM.int8: int8 CB + one fp32 scale (SCB) per output row
+            b = n + 4 * out
+        elif quant == "nf4":  # packed 4-bit + absmax per 64 weights + the 16-entry fp32 code
+            blocks = -(-n // NF4_BLOCK)
+            # double quant: uint8 absmax + fp32 absmax per 256 blocks + 256-entry code + offset
+            absmax = (blocks + 4 * -(-blocks // NF4_DQ_BLOCK) + 4 * 256 + 4) if dq else 4 * blocks
+            b = -(-n // 2) + absmax + 64
+        else:  # AWQ: qweight [in, out/8] int32, qzeros [in/g, out/8] int32, scales [in/g, out] fp16
+            groups, packed = -(-inp // group), 4 * -(-out // 8)
+            b = inp * packed + groups * packed + groups * out * 2
+        total += b * count
+    return total
+
+
+def kv_bytes_per_token(shape: ModelShape, kv_dtype: str) -> int:
+    """layers x KV heads x head_dim x (K and V) x dtype bytes (+ fp16 scales): GQA counts right."""
+    if kv_dtype not in KV_DTYPES:
+        raise PlanError(f"unknown KV dtype {kv_dtype!r}; choose from {', '.join(KV_DTYPES)}")
+    scale = 2 if kv_dtype in QUANTIZED_KV else 0
+    per_head = shape.head_dim * KV_DTYPES[kv_dtype] + scale
+    return shape.num_layers * shape.num_kv_heads * 2 * per_head
+
+
+def kv_arena_tokens(context: int) -> int:
+    """Token slots of the arena for `context`: whole blocks (at most a block more)."""
+    return -(-context // KV_BLOCK_SIZE) * KV_BLOCK_SIZE
+
+
+def margin_bytes(vram_bytes: int | None) -> int:
+    """Allocator fragmentation and driver slack: 5% of the card, at least 256 MiB, at most 2 GiB."""
+    if vram_bytes is None:
+        return MARGIN_MIN
+    return min(max(MARGIN_MIN, int(vram_bytes * MARGIN_FRACTION)), MARGIN_MAX)
+
+
+def vram_needed(base_bytes: int) -> int:
+    """The smallest card that holds `base_bytes` plus the margin that card would need."""
+    cands = (base_bytes + MARGIN_MIN, math.ceil(base_bytes / (1 - MARGIN_FRACTION)),
+             base_bytes + MARGIN_MAX)
+    return min(v for v in cands if v >= base_bytes + margin_bytes(v))
+
+
+def _workspace(shape: ModelShape, quant: str, kv_dtype: str, tokens: int, rows: int,
+               kv_tokens: int) -> int:
+    """Transient bytes of one forward over `tokens` tokens, `rows` logits rows.
+
+    One decoder layer is live at a time: residual, its norm, attention and MLP outputs
+    (4 x hidden), q/k/v and the attention output, gate/up/act(gate)*up (3 x intermediate).
+    Assumes flash / memory-efficient attention (no chunk x context score matrix) and logits for
+    the last position of each sequence only (+ the draft tokens being verified), bf16 then fp32
+    for sampling. bitsandbytes NF4 and AWQ (torch backend) dequantize one weight matrix to 16 bits
+    for a prefill matmul; LLM.int8 keeps int8 inputs and int32 outputs; prefill attention reads
+    a contiguous copy of one layer's K/V gathered from the paged arena (SDPA cannot read blocks
+    in place), dequantized to the compute dtype for an int8/fp8 cache.
+    """
+    a = 4 if quant == "fp32" else 2
+    s = shape
+    act = tokens * a * (4 * s.hidden_size + 3 * s.intermediate_size
+                        + 2 * (s.num_heads + s.num_kv_heads) * s.head_dim)
+    scratch = 0
+    if quant in ("nf4", "awq"):
+        scratch = 2 * max((o * i for o, i, _ in s.linears), default=0)
+    elif quant == "int8":
+        scratch = tokens * max((4 * o + i for o, i, _ in s.linears), default=0)
+    copy = a if kv_dtype in QUANTIZED_KV else KV_DTYPES[kv_dtype]
+    scratch += kv_tokens * s.num_kv_heads * s.head_dim * 2 * copy
+    return act + rows * s.vocab_size * LOGITS_BYTES_PER_ENTRY + scratch
+
+
+@dataclass(frozen=True)
+class Plan:
+    quant: str
+    kv_dtype: str
+    context: int  # tokens per sequence the cache holds (capped at a sliding window in force)
+    concurrency: int
+    prefill_chunk: int
+    params: int
+    weights_bytes: int
+    kv_bytes_per_token: int
+    kv_bytes: int
+    activation_bytes: int
+    cuda_context_bytes: int
+    graph_pool_bytes: int
+    draft_bytes: int  # draft weights + its KV cache
+    margin_bytes: int
+    total_bytes: int
+    vram_bytes: int | None
+    fits: bool | None  # None when no card was given
+    max_context: int  # largest context that fits (native / window cap when no card given)
+    max_concurrency: int | None  # sequences of `context` tokens that fit at once
+    recommended: dict = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["notes"] = list(self.notes)
+        return d
+
+
+def _core(shape: ModelShape, quant: str, kv_dtype: str, context: int, vram: int | None,
+          draft: ModelShape | None, chunk: int, seqs: int, spec: int, cuda_ctx: int) -> Plan:
+    if context < 1 or chunk < 1 or seqs < 1:
+        raise PlanError("context, prefill chunk and concurrency must be positive")
+    if context > shape.max_position_embeddings:
+        raise PlanError(f"context {context:,} is longer than the model's "
+                        f"{shape.max_position_embeddings:,} positions")
+    same = quant == shape.quant_method
+    w = weight_bytes(shape, quant, shape.double_quant if same else None)
+    per_tok = kv_bytes_per_token(shape, kv_dtype)
+    # a draft is small: it runs in its checkpoint's own format (16-bit unless quantized)
+    d_w = weight_bytes(draft, draft.quant_method or "bf16", draft.double_quant) if draft else 0
+    d_tok = kv_bytes_per_token(draft, kv_dtype) if draft else 0
+    margin = margin_bytes(vram)
+
+    def parts(ctx: int, n: int) -> tuple[int, ...]:
+        t = min(ctx, shape.context_limit)
+        rows = n * (1 + (spec if draft else 0))
+        act = _workspace(shape, quant, kv_dtype, chunk, rows, t) + CUBLAS_WORKSPACE_BYTES
+        # + each KV arena's scratch block (cache/kv_cache.py), a decode-side buffer like the graphs'
+        scratch = (per_tok + d_tok) * KV_BLOCK_SIZE * n
+        graph = GRAPH_POOL_BASE_BYTES + _workspace(shape, "bf16", "bf16", rows, rows, 0) + scratch
+        d_kv = d_tok * kv_arena_tokens(min(ctx, draft.context_limit)) * n if draft else 0
+        return w, per_tok * kv_arena_tokens(t) * n, act, cuda_ctx, graph, d_w + d_kv, margin
+
+    def fits(ctx: int, n: int) -> bool:
+        return vram is None or sum(parts(ctx, n)) <= vram
+
+    lo, hi = 0, shape.context_limit  # largest context that fits: parts() grow with ctx
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid, seqs) else (lo, mid - 1)
+    max_ctx, ctx = lo, min(context, shape.context_limit)
+    max_seqs = None
+    if vram is not None:
+        lo, hi = 0, 1
+        while fits(ctx, hi) and hi < 1 << 24:
+            lo, hi = hi, hi * 2
+        while lo < hi - 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(ctx, mid) else (lo, mid)
+        max_seqs = lo
+    wb, kv, act, cctx, graph, drf, mg = parts(ctx, seqs)
+    total = wb + kv + act + cctx + graph + drf + mg
+    notes = (f"context capped at the sliding window of {shape.sliding_window:,} tokens",) if (
+        context > ctx) else ()
+    return Plan(quant, kv_dtype, ctx, seqs, chunk, shape.total_params, wb, per_tok, kv, act, cctx,
+                graph, drf, mg, total, vram, None if vram is None else total <= vram, max_ctx,
+                max_seqs, notes=notes)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    quant: str
+    kv_dtype: str
+    context: int
+    concurrency: int
+    fits: bool | None  # None on CPU / no card
+    device: str  # "cuda" | "cpu"
+    use_draft: bool
+    note: str | None
+    min_vram_bytes: int  # the smallest card for this choice at the wanted context
+    cards_needed: int | None  # cards of this size with tensor parallelism, when one is too small
+    plan: Plan
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if k != "plan"}
+
+
+def recommend(shape: ModelShape, vram_bytes: int | None, compute_capability=None,
+              context: int | None = None, *, quant: str = "auto", kv_dtype: str = "auto",
+              concurrency: int = 1, draft: ModelShape | None = None, prefer_quality: bool = False,
+              prefill_chunk: int = PREFILL_CHUNK,
+              cuda_context_bytes: int = CUDA_CONTEXT_BYTES) -> Recommendation:
+    """The seed's recommend_config made general; the format is chosen for one sequence.
+
+    GPU: bf16 (fp16 below cc 8.0) with a 16-bit KV cache at the wanted context; else the KV cache
+    in fp8 (cc >= 8.9) or int8; else INT8 weights (only with prefer_quality); else 4-bit (AWQ for
+    an AWQ checkpoint, NF4 otherwise); else a shorter context; else it says plainly that nothing
+    fits. A quantized checkpoint is planned in its own format. No card: the checkpoint's dtype.
+    """
+    wanted = context or shape.context_limit
+
+    def core(q: str, k: str, ctx: int, n: int = 1, d: ModelShape | None = draft) -> Plan:
+        return _core(shape, q, k, ctx, vram_bytes, d, prefill_chunk, n, NUM_SPECULATIVE_TOKENS,
+                     cuda_context_bytes)
+
+    def need(p: Plan) -> int:
+        return vram_needed(p.total_bytes - p.margin_bytes)
+
+    if vram_bytes is None:
+        q = quant if quant != "auto" else (shape.quant_method or shape.native_dtype)
+        k = kv_dtype if kv_dtype != "auto" else (
+            shape.native_dtype if shape.native_dtype in KV_DTYPES else "bf16")
+        p = core(q, k, wanted, concurrency)
+        return Recommendation(q, k, p.context, concurrency, None, "cpu", draft is not None,
+                              f"no GPU given: on the CPU the checkpoint's own dtype ({q})",
+                              need(p), None, p)
+    cc = tuple(compute_capability) if compute_capability else None
+    w16 = "fp16" if cc and cc < (8, 0) else "bf16"
+    if quant not in ("auto", None):
+        ws = [quant]
+    elif shape.quant_method:
+        ws = [shape.quant_method]
+    else:
+        ws = [w16, *(["int8"] if prefer_quality else []), "nf4"]
+    # a quantized checkpoint computes in its own 16-bit dtype (AWQ: fp16), so its cache does too
+    kv16 = shape.native_dtype if shape.quant_method and shape.native_dtype != "fp32" else w16
+    kv16 = "fp16" if cc and cc < (8, 0) else kv16
+    kv8 = "fp8" if cc and cc >= (8, 9) else "int8"
+    kvs = [kv_dtype] if kv_dtype not in ("auto", None) else [kv16, kv8]
+    cands = [(w, k) for w in ws for k in kvs]
+
+    def pick(d: ModelShape | None) -> tuple[int, Plan]:
+        plans = [core(w, k, wanted, 1, d) for w, k in cands]
+        for rank, p in enumerate(plans):
+            if p.fits:
+                return rank, p
+        best = max(plans, key=lambda p: p.max_context)  # first of equals: the better quality
+        if best.max_context >= min(MIN_USEFUL_CONTEXT, shape.context_limit):
+            ctx = best.max_context // 256 * 256 or best.max_context  # a round number of tokens
+            return len(cands), core(best.quant, best.kv_dtype, ctx, 1, d)
+        return len(cands) + 1, plans[-1]
+
+    rank, p = pick(draft)
+    use_draft, notes = draft is not None, []
+    if draft is not None and rank > 0:
+        rank2, p2 = pick(None)
+        if (rank2, -p2.context) < (rank, -p.context):
+            rank, p, use_draft = rank2, p2, False
+            notes.append("the draft model does not fit alongside; speculative decoding off")
+    d = draft if use_draft else None
+    fits, seqs, cards = rank <= len(cands), concurrency, None
+    if rank == len(cands):
+        notes.append(f"context shortened from {min(wanted, shape.context_limit):,} to "
+                     f"{p.context:,} tokens to fit")
+    if fits and concurrency > 1:
+        pc = core(p.quant, p.kv_dtype, p.context, concurrency, d)
+        if not pc.fits:
+            seqs = max(1, pc.max_concurrency or 0)
+            notes.append(f"{concurrency} sequences of {p.context:,} tokens do not fit; {seqs} do")
+            pc = core(p.quant, p.kv_dtype, p.context, seqs, d)
+        p = pc
+    if not fits:
+        per_card = p.activation_bytes + p.cuda_context_bytes + p.graph_pool_bytes + p.margin_bytes
+        shared = p.weights_bytes + p.kv_bytes + p.draft_bytes
+        cards = math.ceil(shared / (vram_bytes - per_card)) if vram_bytes > per_card else None
+        streamed = min(p.weights_bytes, p.total_bytes - vram_bytes)
+        notes.append(
+            f"does not fit: {p.quant} weights with the KV cache in {p.kv_dtype} at {p.context:,} "
+            f"tokens need {need(p) / GiB:.1f} GiB and this card has {vram_bytes / GiB:.1f} GiB; use"
+            f" a card of at least {need(p) / GiB:.1f} GiB"
+            + (f", or {cards} such cards with tensor parallelism (tp={cards}: "
+               f"--tensor-parallel {cards}, 16-bit weights)" if cards else "")
+            + f", or CPU offload (accelerate device_map='auto') at roughly "
+              f"{PCIE_BYTES_PER_S / streamed:.1f} tokens/s")
+    elif p.quant == "nf4" and quant in ("auto", None):
+        notes.append("`hearth quantize --method awq` makes an AWQ copy, closer to bf16 than NF4")
+    return Recommendation(p.quant, p.kv_dtype, p.context, seqs, fits, "cuda", use_draft,
+                          "; ".join(notes) or None, need(p), cards, p)
+
+
+def plan(shape: ModelShape, quant: str, kv_dtype: str, context: int | None,
+         vram_bytes: int | None = None, draft: ModelShape | None = None,
+         prefill_chunk: int = PREFILL_CHUNK, *, compute_capability=None, concurrency: int = 1,
+         cuda_context_bytes: int = CUDA_CONTEXT_BYTES) -> Plan:
+    """Bytes for these settings; "auto" / None settings are the recommendation's."""
+    kw = dict(concurrency=concurrency, draft=draft, prefill_chunk=prefill_chunk,
+              cuda_context_bytes=cuda_context_bytes)
+    best = recommend(shape, vram_bytes, compute_capability, context, **kw)
+    q, k, ctx = quant or "auto", kv_dtype or "auto", context
+    if "auto" in (q, k) or ctx is None:
+        r = best if (q, k) == ("auto", "auto") else recommend(
+            shape, vram_bytes, compute_capability, context, quant=q, kv_dtype=k, **kw)
+        q, k, ctx = r.quant, r.kv_dtype, ctx or r.context
+    p = _core(shape, q, k, ctx, vram_bytes, draft, prefill_chunk, concurrency,
+              NUM_SPECULATIVE_TOKENS, cuda_context_bytes)
+    return replace(p, recommended=best.to_dict())
+
+
+def largest_prefill_chunk(shape: ModelShape, quant: str, kv_dtype: str, context: int,
+                          vram_bytes: int, choices=(4096, 2048, 1024, PREFILL_CHUNK)) -> int:
+    """The longest prefill pass that still fits: fewer, larger GEMMs shorten time to first
+    token (one pass for a 4K prompt) where the card has room for their workspace."""
+    for chunk in choices:
+        if plan(shape, quant, kv_dtype, context, vram_bytes, prefill_chunk=chunk).fits:
+            return chunk
+    return min(choices)

@@ -1,0 +1,1 @@
+"""The machine: GPU detection (NVML), memory readings, child-process environment, library noise."""

@@ -1,0 +1,1 @@
+"""The entry points: the `hearth` command line, the worker process, the terminal chat."""

@@ -1,0 +1,1 @@
+"""Speculative decoding: draft model and prompt-lookup proposers, verify, the controller."""

@@ -1,0 +1,1 @@
+"""One decode step: the decoder, CUDA graph capture, sampling."""

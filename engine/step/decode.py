@@ -1,0 +1,236 @@
+"""Forward passes over the engine's cache: a prefill chunk, and the one-token decode step.
+
+The decode step takes the fastest path the model and device allow:
+- "graph": the Llama/Qwen family step (models/layers.py) captured as CUDA graphs, one per KV-length
+  bucket, replayed with the token and position copied into static device tensors;
+- "static": the same step run eagerly (CPU, or where capture failed): the graph's reference;
+- "generic": transformers' own modules with the engine's attention (every architecture).
+`verify` runs a block of T tokens and returns every position's logits (speculative decoding);
+in "graph" mode each (T, bucket) pair can be captured too (`capture_blocks`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from engine.attention import decode_attention
+from engine.attention.prefill import StepContext
+from engine.cache.kv_cache import KVCache
+from engine.models import fused_ops
+from engine.models.layers import FamilyStep, supports
+
+MIN_BUCKET = 256
+SHORT_PREFILL = 64  # tokens: a prefill chunk this short runs the family step (forward)
+KERNEL_PREFILL = 4096  # and so does any chunk that ends within this many tokens of the start:
+# on the H200 (7B, bf16) a 512-token prompt's first token came in 12.6 ms that way against 25.7
+# through transformers' modules over SDPA, 4,096 in 99.3 against 109.8, but 32,000 in 1,528
+# against 1,496: the decode kernel's row tiles do not keep up with flash attention over long KV
+KERNEL_PREFILL_ENV = "HEARTH_KERNEL_PREFILL"  # tokens, or "all": replaces KERNEL_PREFILL
+
+
+def kv_buckets(context: int) -> list[int]:
+    """KV lengths a decode step attends over: powers of two up to the context, then it."""
+    sizes, b = [], MIN_BUCKET
+    while b < context:
+        sizes.append(b)
+        b *= 2
+    return [*sizes, context]
+
+
+def bucket(buckets: list[int], end: int) -> int:
+    """The smallest KV bucket that holds positions below `end` (a pass ending there)."""
+    return next(b for b in buckets if b >= end)
+
+
+def kernel_prefill() -> int | float:
+    """The furthest position a prefill chunk may end at and still run the family step and the
+    decode kernel (chunks of at most SHORT_PREFILL tokens run it wherever they end)."""
+    setting = os.environ.get(KERNEL_PREFILL_ENV, "")
+    if not setting:
+        return KERNEL_PREFILL
+    if setting == "all":
+        return float("inf")
+    if not setting.isdigit():
+        raise ValueError(f"{KERNEL_PREFILL_ENV} must be a number of tokens or all, "
+                         f"not {setting!r}")
+    return int(setting)
+
+
+class Decoder:
+    def __init__(self, model: torch.nn.Module, cache: KVCache, device: torch.device):
+        self.model = model
+        self.cache = cache
+        self.device = device
+        self.mode = "generic"
+        self.notes: list[str] = []
+        self.family: FamilyStep | None = None
+        self.buckets = kv_buckets(cache.max_len)
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.token = torch.zeros(1, dtype=torch.long, device=device)  # graph inputs
+        self.pos = torch.zeros(1, dtype=torch.long, device=device)
+        # (T, bucket) -> (graph, its token input [T], its logits [T, V]); all read block_start
+        self.block_graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor,
+                                                       torch.Tensor]] = {}
+        self.block_start = torch.zeros(1, dtype=torch.long, device=device)
+
+    def setup_fast_path(self, allow_graph: bool, compile_layers: bool) -> None:
+        """Choose the decode path once, at load; say why in `notes` when it is not the fastest."""
+        if not supports(self.model):
+            self.notes.append(f"{self.model.config.model_type} decodes through transformers' "
+                              "modules (the fused step covers Llama, Mistral, Qwen2, Qwen3)")
+            return
+        self.family = FamilyStep(self.model, self.cache)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # the unfused weights' blocks, freed by fusing, go back
+        self.mode = "static"
+        note = fused_ops.prepare(self.family, self.device, compile_layers)
+        if note:
+            self.notes.append(note)
+        if self.device.type != "cuda":
+            self.notes.append("CPU: the decode step runs eagerly (CUDA graphs need a GPU)")
+            return
+        if not allow_graph:
+            self.notes.append("CUDA graphs are off for this weight format; decode runs eagerly")
+            return
+        try:
+            t0 = time.perf_counter()
+            self._capture()
+            self.mode = "graph"
+            self.notes.append(f"decode step captured as {len(self.graphs)} CUDA graphs in "
+                              f"{time.perf_counter() - t0:.2f} s")
+        except Exception as e:  # capture is an optimization: eager still computes the same
+            self.graphs.clear()
+            self.notes.append(f"CUDA graph capture failed ({type(e).__name__}: {e}); "
+                              "decode runs eagerly")
+
+    @torch.inference_mode()
+    def _capture(self) -> None:
+        self.pos.zero_()
+        bodies = {b: (lambda b=b: self.family(self.token, self.pos, b)) for b in self.buckets}
+        self.graphs = capture_graphs(bodies)
+        self.cache.crop(0)  # warm-up wrote K/V at position 0 (the scratch block: no blocks yet)
+
+    @torch.inference_mode()
+    def capture_blocks(self, sizes) -> None:
+        """Capture the verify block for each size T in `sizes` (K + 1) and each KV bucket.
+
+        On any failure the blocks stay eager, which computes the same. Warm-up and capture write
+        K/V at the tail of the cache, past anything a later turn reuses, so this may run between
+        generations.
+        """
+        todo = sorted({T for T in sizes if T > 1} - {T for T, _ in self.block_graphs})
+        if self.mode != "graph" or not todo:
+            return
+        tail = self.cache.max_len - max(todo)
+        self.cache.crop(min(len(self.cache.token_ids), tail))
+        self.block_start.fill_(tail)
+        inputs = {T: torch.zeros(T, dtype=torch.long, device=self.device) for T in todo}
+        bodies = {(T, b): (lambda T=T, b=b: self._block(inputs[T], b))
+                  for T in todo for b in self.buckets}
+        t0 = time.perf_counter()
+        try:
+            for (T, b), (graph, logits) in capture_graphs(bodies).items():
+                self.block_graphs[(T, b)] = (graph, inputs[T], logits)
+            self.notes.append(f"verify blocks of {todo[0]}-{todo[-1]} tokens captured as "
+                              f"{len(bodies)} CUDA graphs in {time.perf_counter() - t0:.2f} s")
+        except Exception as e:  # an optimization: the eager block computes the same
+            self.notes.append(f"verify-block capture failed ({type(e).__name__}: {e}); "
+                              "verification runs eagerly")
+
+    def _block(self, tokens: torch.Tensor, kv_len: int) -> torch.Tensor:
+        """The captured body: positions block_start.. read from a device tensor."""
+        pos = self.block_start + torch.arange(tokens.numel(), device=self.device)
+        return self.family.block(tokens, pos, kv_len)
+
+    def _model(self, ids: torch.Tensor, start: int, keep: int) -> torch.Tensor:
+        """transformers' modules over ids [T] at start.. -> logits of the last `keep` (0: all)."""
+        end = start + ids.numel()
+        positions = torch.arange(start, end, device=self.device)
+        out = self.model(input_ids=ids[None], position_ids=positions[None], use_cache=False,
+                         logits_to_keep=keep, hearth_step=StepContext(self.cache, positions,
+                                                                      start, end))
+        return out.logits[0]
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """ids: [T] int64 at positions start..start+T-1 -> logits of the last one, [V].
+
+        A short chunk (a chat's next message after its cached history) or one that ends within
+        kernel_prefill() tokens (a prompt, a draft's catch-up on it) runs the family step,
+        whose attention is the decode kernel reading the blocks in place, where that kernel
+        runs: one pass of the engine's own layer instead of transformers' modules (about 26 ms
+        of host work a pass on the H200, whatever its length) over a gathered copy of the whole
+        history. Not when compiled: each new length would compile again."""
+        T = ids.numel()
+        if (self.family is not None and not self.family.compiled
+                and (T <= SHORT_PREFILL or start + T <= kernel_prefill())
+                and decode_attention.backend(self.cache) == "triton"):
+            kv_len = bucket(self.buckets, start + T)
+            self.cache.reserve(start + T)
+            positions = torch.arange(start, start + T, device=self.device)
+            return self.family.block(ids, positions, kv_len, last_only=True)[-1]
+        return self._model(ids, start, keep=1)[-1]
+
+    @torch.inference_mode()
+    def verify(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """ids: [T] int64 at positions start..start+T-1 -> logits of every position, [T, V].
+
+        Speculative verification: the pending token and K proposals in one pass. Like `step`,
+        the logits may live in a graph's static buffer: use them before the next call.
+        """
+        if self.mode == "generic":
+            return self._model(ids, start, keep=0)
+        T = ids.numel()
+        kv_len = bucket(self.buckets, start + T)
+        self.cache.reserve(start + T)
+        captured = self.block_graphs.get((T, kv_len))
+        if captured is None:
+            return self.family.block(ids, torch.arange(start, start + T, device=self.device),
+                                     kv_len)
+        graph, tokens, logits = captured
+        tokens.copy_(ids)
+        self.block_start.fill_(start)  # a host scalar into the graph's input: no sync
+        graph.replay()
+        return logits
+
+    @torch.inference_mode()
+    def step(self, token: torch.Tensor, position: int) -> torch.Tensor:
+        """token: [1] int64 on the device, fed at `position` -> logits [V].
+
+        The returned logits may live in a graph's static buffer: use them before the next step.
+        """
+        if self.mode == "generic":
+            return self.forward(token, position)
+        kv_len = bucket(self.buckets, position + 1)
+        self.cache.reserve(position + 1)  # a new block every block_size steps: no host sync
+        if self.mode == "static":
+            return self.family(token, torch.tensor([position], device=self.device), kv_len)
+        graph, logits = self.graphs[kv_len]
+        self.token.copy_(token)
+        self.pos.fill_(position)  # a host scalar written into the graph's input: no sync
+        graph.replay()
+        return logits
+
+
+def capture_graphs(bodies: dict) -> dict:
+    """key -> fn() returning a tensor: each warmed up twice off the capture stream (first uses,
+    compilation), then captured into one shared pool -> key -> (graph, its output tensor)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for fn in bodies.values():
+            for _ in range(2):
+                fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    pool = torch.cuda.graph_pool_handle()
+    captured = {}
+    for key, fn in bodies.items():
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            out = fn()
+        captured[key] = (graph, out)
+    torch.cuda.synchronize()
+    return captured

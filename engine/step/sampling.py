@@ -1,0 +1,131 @@
+"""Choosing the next token on the device: greedy, temperature, top-k, top-p, repetition penalty.
+
+No host sync inside `Sampler.__call__`: the draw is argmax(probs / Exp(1)) with a seeded device
+generator (the exponential race, equivalent to sampling from probs), so a step never waits on
+the CPU. The order of the transforms follows transformers' `generate()`: penalty, temperature,
+top-k, top-p.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class ResolvedSampling:
+    """Sampling with every default filled in. temperature 0 is greedy."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    repetition_penalty: float
+    seed: int
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0
+
+
+ENGINE_DEFAULTS = dict(temperature=0.7, top_p=0.95, top_k=0, repetition_penalty=1.0)
+
+
+def resolve(params, gen_config: dict) -> ResolvedSampling:
+    """Request value, else generation_config.json's, else the engine's default."""
+    model = {}
+    if gen_config.get("do_sample") is False:
+        model["temperature"] = 0.0
+    elif gen_config.get("do_sample"):
+        for key in ("temperature", "top_p", "top_k", "repetition_penalty"):
+            if gen_config.get(key) is not None:
+                model[key] = gen_config[key]
+    if gen_config.get("repetition_penalty") is not None:
+        model["repetition_penalty"] = gen_config["repetition_penalty"]
+
+    def pick(key):
+        value = getattr(params, key)
+        return value if value is not None else model.get(key, ENGINE_DEFAULTS[key])
+
+    seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little")
+    return ResolvedSampling(float(pick("temperature")), float(pick("top_p")),
+                            int(pick("top_k")), float(pick("repetition_penalty")), seed)
+
+
+class Sampler:
+    """One per generation: holds the seeded generator and the seen-token mask for the penalty."""
+
+    def __init__(self, s: ResolvedSampling, vocab_size: int, device: torch.device,
+                 prompt_ids: torch.Tensor):
+        self.s = s
+        self.generator = torch.Generator(device=device).manual_seed(s.seed)
+        self.seen = None
+        if s.repetition_penalty != 1.0:
+            self.seen = torch.zeros(vocab_size, dtype=torch.bool, device=device)
+            self.seen[prompt_ids] = True
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits: [V] for the last position -> next token id, [1] int64 on the device."""
+        logits = self.penalize(logits.float(), self.seen)
+        if self.s.is_greedy:
+            token = logits.argmax(-1, keepdim=True)
+        else:
+            token = self.race(self.filter(logits).softmax(-1))
+        if self.seen is not None:
+            self.seen[token] = True
+        return token
+
+    def penalize(self, logits: torch.Tensor, seen: torch.Tensor | None) -> torch.Tensor:
+        """logits, seen: [..., V] (seen broadcasts); None or a penalty of 1: unchanged."""
+        if seen is None:
+            return logits
+        # CTRL-style penalty as in transformers: divide positive logits, multiply negatives
+        p = self.s.repetition_penalty
+        penalized = torch.where(logits > 0, logits / p, logits * p)
+        return torch.where(seen, penalized, logits)
+
+    def filter(self, logits: torch.Tensor) -> torch.Tensor:
+        """Temperature, top-k, top-p over the last dim of [..., V] float logits."""
+        logits = logits / self.s.temperature
+        if 0 < self.s.top_k < logits.shape[-1]:
+            kth = torch.topk(logits, self.s.top_k).values[..., -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        if self.s.top_p < 1.0:
+            sorted_logits, order = torch.sort(logits, descending=False)
+            cum = sorted_logits.softmax(-1).cumsum(-1)
+            drop_sorted = cum <= 1 - self.s.top_p  # the low tail whose mass is below 1 - p
+            drop_sorted[..., -1] = False  # always keep the most likely token
+            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+            logits = logits.masked_fill(drop, float("-inf"))
+        return logits
+
+    def race(self, weights: torch.Tensor) -> torch.Tensor:
+        """A draw proportional to weights [V] (need not sum to 1) -> [1]: argmax(w / Exp(1))."""
+        race = torch.empty_like(weights).exponential_(1, generator=self.generator)
+        return (weights / race).argmax(-1, keepdim=True)
+
+    # ------------------------------------------------ speculative blocks (spec/speculative.py)
+
+    def block_seen(self, proposals: torch.Tensor) -> torch.Tensor | None:
+        """The penalty's seen mask for each of the K + 1 verified positions, [K + 1, V]: row i
+        also holds proposals[:i], the tokens that precede position i if accepted."""
+        if self.seen is None:
+            return None
+        rows = self.seen.expand(proposals.numel() + 1, -1).clone()
+        if proposals.numel():
+            marks = torch.zeros(rows[1:].shape, dtype=torch.int32, device=rows.device)
+            marks.scatter_(1, proposals[:, None], 1)  # one_hot would sync to validate
+            rows[1:] |= marks.cumsum(0) > 0  # row i + 1: proposals[:i + 1]
+        return rows
+
+    def target_logits(self, logits: torch.Tensor, proposals: torch.Tensor) -> torch.Tensor:
+        """Verified logits [K + 1, V] -> the target's next-token logits at each position, as
+        __call__ would see them there (penalty, and for sampling temperature, top-k, top-p)."""
+        logits = self.penalize(logits.float(), self.block_seen(proposals))
+        return logits if self.s.is_greedy else self.filter(logits)
+
+    def mark(self, tokens: list[int]) -> None:
+        """Committed tokens join the penalty's seen set."""
+        if self.seen is not None and tokens:
+            self.seen[torch.tensor(tokens, device=self.seen.device)] = True

@@ -1,0 +1,1 @@
+"""Commands over the engine: bench, eval, quantize, doctor, plan reports, desktop entry."""

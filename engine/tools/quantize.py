@@ -1,0 +1,145 @@
+"""`hearth quantize --method awq`: an AWQ copy of a bf16/fp16 model folder, written in AutoAWQ's
+GEMM format so that plain transformers + gptqmodel load it as well as Hearth does. `--method rtn`
+writes plain round-to-nearest 4-bit weights in the same format: the baseline AWQ improves on.
+
+Checks everything it can before importing torch (exit 2, one sentence); on a GPU one decoder
+layer at a time goes to the card; on the CPU it is meant for small models (minutes for 0.5B).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from engine.events import BadRequest
+from engine.formats.model_shape import AWQ_GROUP
+
+FAMILY = ("llama", "mistral", "qwen2", "qwen3")  # models/layers.py's family: the names GROUPS use
+METHODS = ("awq", "rtn")
+EXIT_OK, EXIT_BAD_INPUT = 0, 2
+NUM_SAMPLES, SEQ_LEN = 128, 512  # AutoAWQ's defaults: 64K calibration tokens
+SHARD_BYTES = 4 << 30
+SKIP_FILES = ("config.json", "model.safetensors.index.json")
+
+
+def check_model(config: dict) -> None:
+    """What the AWQ quantizer takes: the Llama/Qwen family, dimensions in whole groups."""
+    if config.get("quantization_config"):
+        raise BadRequest("the model is already quantized; AWQ starts from 16-bit weights")
+    if config.get("model_type") not in FAMILY:
+        raise BadRequest(f"`hearth quantize --method awq` covers Llama, Mistral, Qwen2 and Qwen3 "
+                         f"models, not {config.get('model_type')}")
+    hidden, inter = config.get("hidden_size", 0), config.get("intermediate_size", 0)
+    if hidden % AWQ_GROUP or inter % AWQ_GROUP:
+        raise BadRequest(f"AWQ groups input features by {AWQ_GROUP}: hidden size {hidden} and "
+                         f"intermediate size {inter} must be multiples of it")
+
+
+def _check(model: str | None, out: str, calibration: str | None, device: str,
+           needs_text: bool = True):
+    from engine.files.model_folder import check
+    from engine.tools import calibration as calib
+
+    folder = check(model)
+    check_model(folder.config)
+    dest = Path(out).expanduser()
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise BadRequest(f"--out {out} exists and is not an empty folder")
+    if dest.resolve() == folder.path.resolve():
+        raise BadRequest("--out must be a new folder, not the model's own")
+    if device not in ("auto", "cuda", "cpu"):
+        raise BadRequest(f"unknown --device {device!r}; choose auto, cuda or cpu")
+    return folder, dest, calib.read_texts(calibration) if needs_text else None
+
+
+def run_quantize(model: str | None, method: str, out: str, calibration: str | None = None,
+                 device: str = "auto", num_samples: int = NUM_SAMPLES,
+                 seq_len: int = SEQ_LEN) -> int:
+    try:
+        if method not in METHODS:
+            raise BadRequest(f"unknown --method {method!r}; Hearth quantizes with awq (or rtn, "
+                             "plain rounding in the same format: AWQ's baseline)")
+        if num_samples < 1 or seq_len < 16:
+            raise BadRequest("--num-samples must be 1 or more and --seq-len 16 or more")
+        folder, dest, texts = _check(model, out, calibration if method == "awq" else None,
+                                     device, needs_text=method == "awq")
+        _quantize(folder, dest, texts, device, num_samples, seq_len)
+    except BadRequest as e:
+        print(f"hearth quantize: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_OK
+
+
+def _quantize(folder, dest: Path, texts: list[str] | None, device_arg: str, num_samples: int,
+              seq_len: int) -> None:
+    """texts None: round to nearest, no search (method rtn)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    from engine.events import LoadRequest
+    from engine.load.loader import choose_device
+    from engine.quant import awq_format
+    from engine.tools import awq_quantize, calibration
+
+    hf_logging.disable_progress_bar()
+    t0 = time.perf_counter()
+    device = choose_device(LoadRequest(device=device_arg))
+    # the search runs in the card's 16-bit dtype (AutoAWQ: fp16), on the CPU in fp32
+    dtype = torch.float32 if device.type == "cpu" else (
+        torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)
+    say = lambda msg: print(f"[quantize] {msg}", file=sys.stderr, flush=True)
+    say(f"reading {folder.path} ({folder.architecture}) on the CPU; searching on {device}")
+    tokenizer = AutoTokenizer.from_pretrained(folder.path, trust_remote_code=False)
+    model = AutoModelForCausalLM.from_pretrained(
+        folder.path, dtype=dtype, use_safetensors=True, trust_remote_code=False,
+        attn_implementation="sdpa", device_map={"": "cpu"}).eval()
+    seq_len = min(seq_len, int(folder.config.get("max_position_embeddings") or seq_len))
+    blocks = None
+    if texts is not None:
+        blocks = torch.tensor(calibration.token_blocks(tokenizer, texts, num_samples, seq_len))
+        say(f"calibration: {blocks.shape[0]} blocks of {blocks.shape[1]} tokens")
+    tensors = awq_quantize.quantize_model(model, blocks, device,
+                                          lambda done, total, msg: say(msg))
+    dest.mkdir(parents=True, exist_ok=True)
+    config = dict(folder.config, dtype="float16",
+                  quantization_config=awq_format.quantization_config(AWQ_GROUP))
+    config.pop("torch_dtype", None)
+    (dest / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    nbytes = _save(tensors, dest)
+    for f in folder.path.iterdir():  # tokenizer, chat template, generation config, licence...
+        if f.is_file() and f.suffix != ".safetensors" and f.name not in SKIP_FILES:
+            shutil.copy2(f, dest / f.name)
+    size = f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
+    say(f"wrote {dest}: {size} of 4-bit weights in AWQ's format (group {AWQ_GROUP}) in "
+        f"{time.perf_counter() - t0:.0f} s; run it with: hearth run --model {dest}")
+
+
+def _save(tensors: dict, dest: Path) -> int:
+    """One model.safetensors, or shards of at most 4 GiB with transformers' index."""
+    from safetensors.torch import save_file
+
+    shards: list[dict] = [{}]
+    size = 0
+    for name, t in tensors.items():
+        n = t.numel() * t.element_size()
+        if shards[-1] and size + n > SHARD_BYTES:
+            shards.append({})
+            size = 0
+        shards[-1][name] = t.contiguous()
+        size += n
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    if len(shards) == 1:
+        save_file(shards[0], str(dest / "model.safetensors"), metadata={"format": "pt"})
+        return total
+    weight_map = {}
+    for i, shard in enumerate(shards):
+        name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(dest / name), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(shard, name))
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (dest / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    return total
