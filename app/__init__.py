@@ -1,3 +1,3 @@
-"""Hearth's desktop front end (PySide6). It talks to the engine only through the worker process
-and the torch-free engine modules `engine.events`, `engine.plan.memory` and
-`engine.platform.gpu`."""
+"""Hearth's desktop front end (PySide6), one package per concern. It talks to the engine only
+through the worker process and the torch-free engine modules (events, plan, platform.gpu, remote,
+files): what a model needs and may run is the planner's answer, asked, never restated."""

@@ -18,14 +18,14 @@ from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 from app.app_settings import AppSettings
+from app.history.store_opening import open_store
 from app.log_file import setup_logging
 from app.main_window import MainWindow
-from app.model_catalog import default_load_name
+from app.models.model_catalog import default_load_name
 from app.paths import RESOURCES_DIR, data_dir
 from app.startup_timer import StartupTimer
-from app.store_opening import open_store
-from app.worker_client import WorkerClient
-from engine.events import KV_DTYPES, QUANTS, LoadRequest
+from app.worker.worker_client import WorkerClient
+from engine.events import LoadRequest, kv_dtype_choices, quant_choices
 
 log = logging.getLogger("hearth")
 ICON = "icons/hearth.svg"  # in RESOURCES_DIR, package data
@@ -36,8 +36,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", help="a model folder or a cached Hugging Face repo id "
                                         "(default: the starter model if imported, else the "
                                         "bundled demo model)")
-    parser.add_argument("--quant", default="auto", choices=QUANTS)
-    parser.add_argument("--kv-dtype", default="auto", choices=KV_DTYPES)
+    parser.add_argument("--quant", default="auto", choices=quant_choices())
+    parser.add_argument("--kv-dtype", default="auto", choices=kv_dtype_choices())
     parser.add_argument("--context", type=int, help="tokens of context (default: the planner's)")
     parser.add_argument("--worker-command",
                         help="the engine process to start (default: python -m engine.serve.worker)")

@@ -11,27 +11,27 @@ from PySide6.QtGui import QAction, QActionGroup, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QSplitter, QVBoxLayout, QWidget
 
 from app.app_settings import AppSettings
-from app.banner_overlay import BannerOverlay
-from app.chat_controller import ChatController
-from app.chat_view import ChatView
-from app.conversation_list_view import ConversationListView
-from app.conversation_settings_dialog import ConversationSettingsDialog
-from app.conversation_store import ConversationStore
+from app.chat.chat_controller import ChatController
+from app.chat.chat_view import ChatView
+from app.chat.conversation_list_view import ConversationListView
+from app.chat.conversation_settings_dialog import ConversationSettingsDialog
 from app.crash_report import engine_error
-from app.endpoint_client import EndpointClient, RemoteLoad
-from app.endpoint_keys import EndpointKeys
-from app.endpoints import EndpointModel
-from app.fit_panel import Speculation
-from app.gguf_import_job import GGUFImportJob
-from app.gpu_probe import GpuProbe
-from app.model_download import ModelDownload
-from app.model_picker_dialog import ModelPickerDialog
-from app.model_status_panel import ModelStatusPanel
-from app.notice_panel import NoticePanel
+from app.get_model.gguf_import_job import GGUFImportJob
+from app.get_model.model_download import ModelDownload
+from app.history.conversation_store import ConversationStore
+from app.models.fit_panel import Speculation
+from app.models.model_picker_dialog import ModelPickerDialog
+from app.models.model_status_panel import ModelStatusPanel
 from app.paths import DEMO_MODEL_DIR, data_dir
-from app.performance_panel import PerformancePanel
-from app.theme import MODES, Theme
-from app.worker_client import WorkerClient, WorkerDied
+from app.remote.endpoint_client import EndpointClient, RemoteLoad
+from app.remote.endpoint_keys import EndpointKeys
+from app.remote.endpoints import EndpointModel
+from app.widgets.banner_overlay import BannerOverlay
+from app.widgets.notice_panel import NoticePanel
+from app.widgets.theme import MODES, Theme
+from app.worker.gpu_probe import GpuProbe
+from app.worker.performance_panel import PerformancePanel
+from app.worker.worker_client import WorkerClient, WorkerDied
 from engine.events import Failed, Finished, Loaded, LoadRequest
 
 RESTART = "Restart engine"

@@ -4,9 +4,8 @@ import os
 
 # torch's CUDA allocator, unless the user chose its settings: expandable segments can hand freed
 # pages back (fusing q/k/v and gate/up frees the unfused weights' blocks), and the VRAM planner
-# was validated with them: predicted peaks within 1-4% of NVML's on 12 emulated cards
-# (BENCHMARKS.md). Set here, before any engine module imports torch; the worker and the
-# tensor-parallel processes inherit it.
+# was validated with them (BENCHMARKS.md). Set here, before any engine module imports torch;
+# the worker and the tensor-parallel processes inherit it.
 if "PYTORCH_ALLOC_CONF" not in os.environ:
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 

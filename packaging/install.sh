@@ -24,7 +24,7 @@
 #
 # The torch build follows the driver's CUDA version (the "CUDA Version" nvidia-smi prints):
 # none or older than 12.0 -> CPU; 12.0-12.7 -> cu126; 12.8-12.9 -> cu128; 13 or newer -> cu130.
-# engine/tools/doctor.py's torch_index_url makes the same choice.
+# engine/tools/pip_packages.py's torch_index_url makes the same choice.
 set -euo pipefail
 
 say() { printf 'hearth-install: %s\n' "$*"; }

@@ -119,10 +119,10 @@ class Shooter:
 
     def run(self) -> int:
         from app.app_settings import AppSettings
-        from app.conversation_store import FILE_NAME, ConversationStore
+        from app.history.conversation_store import FILE_NAME, ConversationStore
         from app.main_window import MainWindow
         from app.paths import data_dir
-        from app.worker_client import WorkerClient
+        from app.worker.worker_client import WorkerClient
         from engine.events import LoadRequest
 
         store = ConversationStore(data_dir() / FILE_NAME)
@@ -151,7 +151,7 @@ class Shooter:
     def chat_with_code_and_alternatives(self, window, store) -> None:
         """A conversation with a code answer (imported, as a user would bring one), answered
         again by the demo model, and the first answer shown again: `< 1/2 >`."""
-        from app.conversation import ChatSettings
+        from app.history.conversation import ChatSettings
 
         path = Path(tempfile.mkdtemp()) / "chat.json"
         path.write_text(json.dumps({"title": "Reading a file in Python", "messages": [

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from engine.plan.memory import GiB, ModelShape, PlanError, kv_bytes_per_token, plan, weight_bytes
 from engine.plan.multi_gpu import (
     NCCL_BUFFERS_BYTES,
-    TP_FAMILY,
     plan_multi,
     rank_shape,
     recommend_split,
@@ -38,9 +37,12 @@ def test_the_planner_needs_no_torch():
 
 
 def test_family_is_the_engines():
-    from engine.models.layers import FAMILY
+    from engine.formats import families
 
-    assert TP_FAMILY == FAMILY
+    # the planner splits exactly the families the engine's own step (models/layers.py) runs
+    types = [f.model_type for f in families.registered()]
+    tp = [t for t in types if split_error(shape(dict(QWEN7B, model_type=t)), 2) is None]
+    assert tp == list(families.fast_path_types())
 
 
 def test_one_card_is_the_single_card_plan():

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import torch
 
+from engine.formats import kv_dtypes
 from engine.kernels import attention_backend, kv_quant
 
-# --kv-dtype name -> storage dtype; int8 and fp8 add one fp16 scale per token per KV head
-STORAGE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
-           **kv_quant.STORAGE}
+# --kv-dtype name -> storage dtype; the scaled ones (int8, fp8) add one fp16 scale per token per
+# KV head
+STORAGE = kv_quant.StorageView(kv_dtypes.names)
 DEQUANT_CHUNK_BLOCKS = 256  # 4,096 tokens: the fp32 transient of one chunk, not of the context
 
 
@@ -74,9 +75,9 @@ def gather(k: torch.Tensor, v: torch.Tensor, k_scale: torch.Tensor | None,
 def dequantized(values: torch.Tensor, scales: torch.Tensor, table: torch.Tensor, end: int,
                 dtype: torch.dtype, chunk_blocks: int = DEQUANT_CHUNK_BLOCKS) -> torch.Tensor:
     """Positions 0..end-1 of an int8/fp8 layer dequantized into one [1, H_kv, end, D] tensor,
-    chunk_blocks blocks at a time: done whole, the fp32 products of a long context stood at
-    8x its int8 bytes at once (0.6 GiB over the planner's count for the Llama-3.1-8B shape at
-    76,800 tokens, measured on the H200). Elementwise, so the bits equal the whole-tensor way."""
+    chunk_blocks blocks at a time: done whole, the fp32 products of a long context stand at
+    8x its int8 bytes at once, past the planner's count. Elementwise, so the bits equal the
+    whole-tensor way."""
     B, H, D = values.shape[2], values.shape[1], values.shape[3]
     n = -(-end // B)
     ids = table[:n].long()
@@ -92,7 +93,7 @@ class KVArena:
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, num_blocks: int,
                  block_size: int, kv_dtype: str, device: torch.device | str):
         self.kv_dtype, self.dtype = kv_dtype, STORAGE[kv_dtype]
-        self.quantized = kv_dtype in kv_quant.STORAGE
+        self.quantized = kv_dtypes.get(kv_dtype).scaled
         self.block_size, self.num_blocks = block_size, num_blocks
         shape = (num_blocks, num_kv_heads, block_size, head_dim)
         new = lambda: torch.zeros(shape, dtype=self.dtype, device=device)
@@ -110,7 +111,7 @@ class KVArena:
         """K and V of one block across all layers, scales included: what the planner divides
         its KV budget by to size the arena."""
         values = STORAGE[kv_dtype].itemsize * head_dim
-        scales = 2 if kv_dtype in kv_quant.STORAGE else 0  # one fp16 per token per head
+        scales = 2 if kv_dtypes.get(kv_dtype).scaled else 0  # one fp16 per token per head
         return 2 * num_layers * num_kv_heads * block_size * (values + scales)
 
     @property

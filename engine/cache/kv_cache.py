@@ -21,7 +21,7 @@ import torch
 from engine.cache import kv_arena
 from engine.cache.block_manager import BlockManager, Sequence
 from engine.cache.kv_arena import STORAGE, KVArena  # noqa: F401 (STORAGE re-exported)
-from engine.kernels import kv_quant
+from engine.formats import kv_dtypes
 from engine.plan.memory import KV_BLOCK_SIZE
 
 # tokens a block (plan.KV_BLOCK_SIZE, 16): small enough that a short system prompt fills a
@@ -62,7 +62,7 @@ class KVCache:
         else:
             self.kv_dtype = next(name for name, d in STORAGE.items() if d == dtype)
         self.dtype = STORAGE[self.kv_dtype]
-        self.quantized = self.kv_dtype in kv_quant.STORAGE
+        self.quantized = kv_dtypes.get(self.kv_dtype).scaled
         self.max_len, self.block_size = max_len, block_size
         self.num_kv_heads, self.head_dim = num_kv_heads, head_dim
         self.share_prefixes = share_prefixes

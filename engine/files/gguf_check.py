@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.events import BadRequest
+from engine.formats import families
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -18,14 +19,8 @@ VERSIONS = (2, 3)
 # would make a reader allocate without bound
 MAX_TENSORS = 100_000
 MAX_KEYS = 100_000
-# GGUF architecture name -> the transformers class Hearth runs (engine.files.model_folder)
-ARCHITECTURES = {
-    "llama": "LlamaForCausalLM",
-    "mistral": "MistralForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-    "phi3": "Phi3ForCausalLM",
-}
+# GGUF architecture name -> the transformers class Hearth runs (the family registry)
+ARCHITECTURES = families.GGUF_ARCHITECTURES
 # tensor types transformers' GGUF loader can dequantize (through gguf.quants)
 PLAIN_TYPES = ("F32", "F16", "BF16")
 

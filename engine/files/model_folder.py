@@ -14,6 +14,7 @@ from pathlib import Path
 
 from engine.events import BadRequest
 from engine.files.tokenizer_files import check_text_files
+from engine.formats import families
 from engine.formats.model_shape import (
     ModelShape,
     PlanError,
@@ -22,15 +23,9 @@ from engine.formats.model_shape import (
 )
 from hearth_resources import folder as resources_folder
 
-# transformers class names the engine runs; anything else is refused at load, by name.
-SUPPORTED_ARCHITECTURES = {
-    "LlamaForCausalLM": "llama",
-    "MistralForCausalLM": "mistral",
-    "Qwen2ForCausalLM": "qwen2",
-    "Qwen3ForCausalLM": "qwen3",
-    "Phi3ForCausalLM": "phi3",
-    "GemmaForCausalLM": "gemma",
-}
+# transformers class name -> model_type for every family that loads (the family registry, read
+# at each use); anything else is refused at load, by name.
+SUPPORTED_ARCHITECTURES = families.ARCHITECTURES
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 # the bundled demo model: package data (hearth_resources), in a clone and in an installed wheel
 DEMO_MODEL_DIR = resources_folder() / "demo_model"

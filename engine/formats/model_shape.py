@@ -13,6 +13,8 @@ import struct
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from engine.formats import families, weights
+
 AWQ_GROUP = 128
 # bits per element of every safetensors dtype (F4 and F6 pack below a byte)
 _ST_BITS = {"F64": 64, "F32": 32, "F16": 16, "BF16": 16, "I64": 64, "U64": 64, "I32": 32,
@@ -25,10 +27,11 @@ MAX_SIZES = {"hidden_size": 1 << 18, "num_hidden_layers": 1 << 12,
              "num_attention_heads": 1 << 14, "num_key_value_heads": 1 << 14, "head_dim": 1 << 14,
              "intermediate_size": 1 << 21, "vocab_size": 1 << 24,
              "max_position_embeddings": 1 << 30}
-_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "BF16": "bf16",
-           "F16": "fp16", "F32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
-_TIED_BY_DEFAULT = ("gemma", "gemma2", "gpt2")  # transformers' defaults when config.json is silent
-_UNGATED_MLP = ("gpt2", "gpt_neox", "phi", "opt", "falcon", "gpt_bigcode")
+# a float dtype as config.json ("bfloat16"), safetensors ("BF16") or Hearth ("bf16") spells it
+_DTYPES = {alias: f.name for f in weights.floats()
+           for alias in (f.torch_dtype, f.safetensors_dtype, f.name)}
+# a model_type no family names is sized like Llama: gated MLP, untied, no hidden biases or norms
+_LLAMA_LIKE = families.Family("", "")
 
 
 class PlanError(ValueError):
@@ -95,6 +98,7 @@ class ModelShape:
             return default
 
         mt = str(c.get("model_type") or "unknown")
+        fam = families.planned_as(mt) or _LLAMA_LIKE
         hidden = num("hidden_size", "n_embd", "d_model")
         layers = num("num_hidden_layers", "n_layer", "num_layers")
         heads = num("num_attention_heads", "n_head")
@@ -115,17 +119,17 @@ class ModelShape:
         in_force = (c.get("use_sliding_window") is not False and isinstance(window, int)
                     and 0 < window < max_pos)  # Qwen2.5 ships a window that is switched off
         q, k = heads * hd, kv * hd
-        mlp = ((inter, hidden, 1), (hidden, inter, 1)) if mt in _UNGATED_MLP else (
-            (inter, hidden, 2), (hidden, inter, 1))
+        mlp = ((inter, hidden, 2), (hidden, inter, 1)) if fam.gated_mlp else (
+            (inter, hidden, 1), (hidden, inter, 1))
         lin: dict[tuple[int, int], int] = {}
         for o, i, n in ((q, hidden, 1), (k, hidden, 2), (hidden, q, 1), *mlp):
             lin[(o, i)] = lin.get((o, i), 0) + n * layers
-        # Qwen2 has q/k/v biases without saying so; Llama-style attention_bias covers o too
-        bias = q + 2 * k if mt == "qwen2" else (q + 2 * k + hidden) * bool(c.get("attention_bias"))
+        # a family's unstated q/k/v biases (Qwen2); Llama-style attention_bias covers o too
+        bias = q + 2 * k if fam.qkv_bias else (q + 2 * k + hidden) * bool(c.get("attention_bias"))
         bias += sum(o * n for o, _, n in mlp) if c.get("mlp_bias") else 0
-        qk_norm = 2 * hd if mt.startswith("qwen3") else 0
+        qk_norm = 2 * hd if fam.qk_norm else 0
         tied = bool(c.get("tie_word_embeddings", cfg.get("tie_word_embeddings",
-                                                          mt in _TIED_BY_DEFAULT)))
+                                                          fam.tied_by_default)))
         qc = cfg.get("quantization_config") or c.get("quantization_config") or {}
         method, group, dq = _quant_method(qc)
         return cls(mt, hidden, layers, heads, kv, hd, inter, vocab, tied, max_pos,

@@ -2,12 +2,12 @@
 
 Every stream ends in exactly one `Finished` or `Failed`; cancel is checked between two steps.
 The cache keeps the tokens it holds, so a next turn that repeats the conversation so far
-prefills only what is new (generate/prompt.py keeps earlier answers as the ids the model generated,
-and
-leaves out the oldest turns of a chat that outgrew the context), and a new conversation that
-starts as an earlier one did (a system prompt) reuses its cached blocks (KVCache.reuse).
-Tokens come from one of two strategies: PlainDecoding (one step a token) or
-speculative.SpeculativeDecoding (a draft model or prompt lookup, verified in blocks).
+prefills only what is new (generate/prompt.py keeps earlier answers as the ids the model
+generated, and leaves out the oldest turns of a chat that outgrew the context), and a new
+conversation that starts as an earlier one did (a system prompt) reuses its cached blocks
+(KVCache.reuse). Tokens come from one of two strategies: PlainDecoding (one step a token) or
+speculative.SpeculativeDecoding (a draft model or prompt lookup, verified in blocks). Loading
+and the per-card choices (KV dtype, prefill chunk) are session_load.py's.
 """
 
 from __future__ import annotations
@@ -33,26 +33,22 @@ from engine.events import (
     Stats,
     Token,
 )
-from engine.files.model_folder import check
-from engine.formats.model_shape import ModelShape
 from engine.generate.detokenizer import Detokenizer, StopMatcher
 from engine.generate.prompt import Prompt
 from engine.generate.prompt import build as build_prompt
+from engine.generate.session_load import kv_dtype_for, load_session, prefill_chunk_for
 from engine.generate.template_guard import RenderCancelled
 from engine.load import loader
-from engine.plan.kv_dtype import PLANNED_WEIGHTS, choose_kv_dtype
-from engine.plan.memory import PREFILL_CHUNK, GiB, largest_prefill_chunk
 from engine.plan.oom import memory_kind, out_of_memory
 from engine.platform import telemetry
 from engine.spec.controller import MAX_ADAPTIVE_K, Controller
-from engine.spec.proposers import DraftModel, PromptLookup, check_same_tokenizer
+from engine.spec.proposers import DraftModel, PromptLookup
 from engine.spec.speculative import SpeculativeDecoding
 from engine.step.decode import Decoder
 from engine.step.plain_decoding import PlainDecoding
 from engine.step.sampling import Sampler, resolve
 
 STATS_INTERVAL_S = 0.25
-NATIVE_KV = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
 class _NoText:
@@ -68,7 +64,7 @@ class Session:
         self.lm = lm
         self._init_speculation()
         cfg = lm.model.config
-        self.kv_dtype, self.kv_reason = self._kv_dtype(kv_dtype)
+        self.kv_dtype, self.kv_reason = kv_dtype_for(lm, kv_dtype)
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         self.cache = KVCache(cfg.num_hidden_layers, kv_heads, head_dim, lm.context, self.kv_dtype,
@@ -92,90 +88,15 @@ class Session:
         # one per way of speculating; they remember timings and switch-offs across generations
         self.controllers: dict[tuple, Controller] = {}
 
-    def _budget(self) -> int:
-        """What the allocator may take on this GPU (less with --memory-limit)."""
-        device = self.lm.device
-        total = torch.cuda.get_device_properties(device).total_memory
-        return int(total * torch.cuda.get_per_process_memory_fraction(device.index or 0))
-
-    def _kv_dtype(self, requested: str) -> tuple[str, str]:
-        """(KV dtype name, why): as asked, or for "auto" the model's own dtype unless the planner
-        finds memory tight on this GPU (plan/kv_dtype.py)."""
-        lm = self.lm
-        native = NATIVE_KV[lm.compute_dtype]
-        if requested != "auto":
-            return requested, "as asked"
-        if lm.device.type != "cuda":
-            return native, f"auto: the model's own {native} on the CPU"
-        cc = torch.cuda.get_device_capability(lm.device)
-        try:
-            shape = ModelShape.from_config(lm.folder.config)
-            return choose_kv_dtype(native, shape, lm.quant, lm.context, self._budget(), cc)
-        except Exception:  # the planner cannot read this config: the model's own dtype
-            return native, f"auto: the model's own {native} (the planner cannot size this model)"
-
     def _prefill_chunk(self) -> int:
-        """The planner's choice on a GPU (the allocator's budget); the smallest pass on CPU."""
-        lm = self.lm
-        if lm.device.type != "cuda":
-            return PREFILL_CHUNK
-        quant = lm.quant if lm.quant in PLANNED_WEIGHTS else "bf16"
-        try:
-            shape = ModelShape.from_config(lm.folder.config)
-            return largest_prefill_chunk(shape, quant, self.kv_dtype, lm.context, self._budget())
-        except Exception:  # the planner cannot read this config: stay with the safe size
-            return PREFILL_CHUNK
+        """The prefill's longest pass on this card (TPSession: for one rank's share)."""
+        return prefill_chunk_for(self.lm, self.kv_dtype)
 
     @classmethod
     def load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None] = lambda e: None,
              cancel: threading.Event | None = None) -> Session:
         """Raises oom.OutOfMemory (memory released, a hint that fits) when the card is full."""
-        try:
-            return cls._load(req, progress, cancel)
-        except Exception as e:  # torch.OutOfMemoryError, or the CPU allocator's RuntimeError
-            kind = memory_kind(e)
-            if kind is None:
-                raise
-        # answered out of the except block: its traceback holds the half-loaded model
-        config = check(req.model).config
-        vram = int(req.memory_limit_gib * GiB) if req.memory_limit_gib else None
-        where = "this GPU's memory" if kind == "GPU" else "this computer's memory (RAM)"
-        raise out_of_memory(f"the model does not fit in {where}", config, req.quant,
-                            req.context or config.get("max_position_embeddings") or 4096, vram,
-                            on_cpu=kind == "CPU")
-
-    @classmethod
-    def _load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None],
-              cancel: threading.Event | None) -> Session:
-        req.validate()
-        folder = check(req.model)
-        tok = draft_tok = None
-        if req.draft is not None:  # a wrong draft fails before any weights load
-            from transformers import AutoTokenizer
-
-            tok, draft_tok = (AutoTokenizer.from_pretrained(f.path, trust_remote_code=False)
-                              for f in (folder, check(req.draft)))
-            check_same_tokenizer(tok, draft_tok, req.draft)
-        lm = loader.load(folder, req, progress, cancel, tokenizer=tok)
-        session = cls(lm, req.kv_dtype, fast_path=not req.eager, compile_layers=req.compile)
-        session.num_speculative_tokens = req.num_speculative_tokens
-        if req.draft is not None:
-            session.attach_draft(cls._load_draft(req, lm, progress, cancel, draft_tok))
-        return session
-
-    @classmethod
-    def _load_draft(cls, req: LoadRequest, lm: loader.LoadedModel,
-                    progress: Callable[[LoadProgress], None], cancel, tokenizer) -> Session:
-        folder = check(req.draft)
-        dreq = LoadRequest(model=req.draft, device=lm.device.type, context=lm.context,
-                           eager=req.eager, compile=req.compile)
-        tagged = lambda e: progress(LoadProgress(f"draft {e.stage}", e.done, e.total,
-                                                 e.message and f"draft: {e.message}"))
-        try:
-            dlm = loader.load(folder, dreq, tagged, cancel, tokenizer=tokenizer)
-        except BadRequest as e:
-            raise BadRequest(f"draft model: {e}") from None
-        return cls(dlm, "auto", fast_path=not req.eager, compile_layers=req.compile)
+        return load_session(cls, req, progress, cancel)
 
     def attach_draft(self, draft: Session) -> None:
         """Speculate with `draft` (same tokenizer, same device) from the next generation on."""

@@ -4,8 +4,8 @@ dtype from
 `HEARTH_DECODE_ATTENTION` and what this machine has; and whether K/V writes are quantized by
 one Triton launch, which follows the same choice so eager steps and captured graphs agree.
 
-A leaf (torch and kv_quant only): the cache, the arena, the kernels and the attention paths all
-ask it, and it asks none of them.
+A leaf (torch, kv_quant and the KV dtype registry only): the cache, the arena, the kernels and
+the attention paths all ask it, and it asks none of them.
 """
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ import shutil
 
 import torch
 
+from engine.formats import kv_dtypes
 from engine.kernels import kv_quant
 
 # auto: every cache through the Triton kernel on a GPU where Triton runs: a paged arena cannot be
-# read in place by SDPA, and on the H200 (Llama-3.1-8B shape, AWQ weights, whole decode steps in
-# CUDA graphs, the flat cache before paging) a bf16 cache decoded 169 tokens/s through the kernel
-# against 40 through SDPA at 32K tokens, and 205 against 161 at 1K (BENCHMARKS.md: SDPA's masked
-# grouped-query path reads at about 0.2 TB/s). Elsewhere int8/fp8 through the PyTorch reference
-# and 16-bit caches through SDPA over a gathered contiguous copy (the numerics of prefill and of
-# transformers' modules, so the fused step stays token-identical to them on CPU). triton: the
-# same as auto. sdpa: SDPA over a gathered copy for 16-bit caches, the reference for quantized
-# ones. reference: the PyTorch split algorithm for every cache (if Triton misbehaves somewhere)
+# read in place by SDPA, and even a bf16 cache decodes faster through the kernel, by far at long
+# contexts (BENCHMARKS.md: SDPA's masked grouped-query path reads slowly). Elsewhere int8/fp8
+# through the PyTorch reference and 16-bit caches through SDPA over a gathered contiguous copy
+# (the numerics of prefill and of transformers' modules, so the fused step stays token-identical
+# to them on CPU). triton: the same as auto. sdpa: SDPA over a gathered copy for 16-bit caches,
+# the reference for quantized ones. reference: the PyTorch split algorithm for every cache (if
+# Triton misbehaves somewhere)
 ENV = "HEARTH_DECODE_ATTENTION"
 CONFIG_ENV = "HEARTH_DECODE_ATTENTION_CONFIG"  # JSON over the kernel's CONFIGS, for benchmarks
 SETTINGS = ("auto", "triton", "sdpa", "reference")
@@ -49,7 +49,7 @@ def backend(device: torch.device | str, kv_dtype: str) -> str:
     or "reference"."""
     how = choose(str(device), kv_dtype, os.environ.get(ENV, "auto"))
     if how == "triton" and (str(device), kv_dtype) in _FAILED:
-        return "reference" if kv_dtype in kv_quant.STORAGE else "sdpa"
+        return "reference" if kv_dtypes.get(kv_dtype).scaled else "sdpa"
     return how
 
 
@@ -57,15 +57,15 @@ def backend(device: torch.device | str, kv_dtype: str) -> str:
 def choose(device: str, kv_dtype: str, setting: str) -> str:
     if setting not in SETTINGS:
         raise ValueError(f"{ENV} must be one of {', '.join(SETTINGS)}, not {setting!r}")
-    quantized = kv_dtype in kv_quant.STORAGE
+    quantized = kv_dtypes.get(kv_dtype).scaled
     if setting == "reference" or (setting == "sdpa" and quantized):
         return "reference"
     if setting == "sdpa":
         return "sdpa"
     on_gpu = torch.device(device).type == "cuda"
     # Triton converts fp8 e4m3 in hardware from compute capability 8.9 (Ada, Hopper) on
-    if on_gpu and triton_available() and (
-            kv_dtype != "fp8" or torch.cuda.get_device_capability(device) >= (8, 9)):
+    if on_gpu and triton_available() and kv_dtypes.runs_natively(
+            kv_dtype, torch.cuda.get_device_capability(device)):
         return "triton"
     return "reference" if quantized else "sdpa"
 

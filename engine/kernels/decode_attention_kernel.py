@@ -26,20 +26,19 @@ if TYPE_CHECKING:  # the cache sits above the kernels; its view is only a parame
 
 # Launch settings, for 16-bit and for quantized caches: keys per loop iteration (block_n),
 # programs per SM (waves), warps, pipeline stages, query rows per tile for steps and verify
-# blocks (block_m), table entries read at a time (chunk). Measured on the H200 (one layer, 32K
-# tokens, 8 KV heads, through the block table; BENCHMARKS.md, `kv_attention_speed.py --sweep`):
-# - Loading each tile's block ids from the table inside the loop left Triton's pipelining one
-#   tile deep and exposed (it issued a tile's loads after computing the tile before and waited
-#   on them at once), and the scales loaded synchronously: an int8 cache read at 1.3 TB/s,
-#   52 us, no faster than bf16 at twice the bytes. With the ids a chunk of 64 blocks at a
-#   time ("chunk", the scales with them) the loads pipeline: 39 us; bf16 46.6 -> 39.5 us.
+# blocks (block_m), table entries read at a time (chunk). Chosen by a sweep on the H200
+# (`kv_attention_speed.py --sweep`; its figures are in BENCHMARKS.md):
+# - Block ids read a chunk of 64 table entries at a time ("chunk", the scales with them): read
+#   per tile inside the loop, they left Triton's pipelining one tile deep and exposed (a tile's
+#   loads issued after computing the tile before, then waited on at once) and the scales loaded
+#   synchronously, so an int8 cache read no faster than bf16 at twice the bytes.
 # - 16-row tiles (mma.sync) for steps and verify blocks: a step has 4-7 query rows, and a
 #   64-row tile (wgmma) holds 251 registers a thread, two programs an SM.
 # - "fp16_dots" with "asm": int8 codes widened to fp16 by a byte permute and a paired fp16
 #   subtraction in PTX (four codes a register; exact), e4m3 by its conversion to fp16, the dots
 #   in fp16 (the query and probabilities round to fp16: finer than bf16, less range).
-# - A loop pipelined by hand (each tile's loads issued while the one before was computed, at
-#   60678b8) measured no faster, and was removed.
+# - No loop pipelined by hand (each tile's loads issued while the one before is computed): it is
+#   no faster than Triton's own pipelining over the chunk.
 # Both: "consistent" steps and verify blocks (see decode_attention), splits placed by granules
 # of 1,024 keys.
 _SHARED = dict(consistent=True, granule=1024, block_m=16, chunk=64, waves=2, num_warps=4,
@@ -120,11 +119,10 @@ def _attend_tile(q, k, v, ks, vs, n, n_ok, pos, m_i, l_i, acc, scaling, QUANTIZE
     return m_new, l_i, acc
 
 
-# ROWS and T are plain arguments, not compile-time constants, and not specialized on: a chat's
-# every new prefill length compiled the kernel again (0.6-0.7 s each on the H200: a draft catching
-# up over 98 plain tokens took a 688 ms round, and speculation with the switch-off ran at 0.50x
-# plain decoding that way); one compiled kernel serves steps and verify blocks of any length,
-# one more prefill chunks (their 64-row tile).
+# ROWS and T are plain arguments, not compile-time constants, and not specialized on: otherwise
+# a chat's every new prefill length compiles the kernel again, which a draft catching up pays
+# for in whole rounds; one compiled kernel serves steps and verify blocks of any length, one
+# more prefill chunks (their 64-row tile).
 # kv_len and n_splits neither (they only bound loops and masks): a prefill chunk's kv_len is
 # not always a multiple of 16, which Triton would compile a second version for
 @triton.jit(do_not_specialize=["kv_len", "n_splits", "ROWS", "T"])
@@ -253,9 +251,9 @@ def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: in
     S = num_splits(kv_len, Hkv, sms, cfg["waves"])
     # "consistent": a query row's arithmetic the same whatever else shares its pass (a one-token
     # step or a verify block: one row tile size, split points from the end rounded up to a
-    # granule). Without it, on the H200 a 7B's 5-token verify blocks moved the logits of single
-    # steps by up to 4.4% and flipped 11 of 125 argmaxes, which speculation pays for in
-    # rejected tokens (verify_consistency.py, BENCHMARKS.md); with it, bit for bit the same
+    # granule). Without it, verify blocks move the logits of single steps and flip argmaxes,
+    # which speculation pays for in rejected tokens (verify_consistency.py); with it, bit for
+    # bit the same
     consistent = bool(cfg["consistent"])
     if not consistent:
         block_m = max(16, min(64, triton.next_power_of_2(rows)))

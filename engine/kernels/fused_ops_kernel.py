@@ -6,8 +6,8 @@ arena (kernels/kv_write_kernel.py quantizes them, for an int8/fp8 cache, in two 
 In PyTorch ops (layers.FamilyStep) an RMSNorm is eight kernels (the fp32 copy, square, mean,
 epsilon, rsqrt, product, cast back, weight) and SiLU * up two; a Llama/Qwen layer runs two norms
 and one MLP, about 18 small kernels a layer that each cost a few microseconds of a captured step
-whatever their size (issue 12's arithmetic in BENCHMARKS.md: about 2.6 ms of a 7B bf16 step did
-not scale with the weights); RoPE on q and k and the two indexed stores are about 20 more.
+whatever their size (a share of the step that does not scale with the weights: issue 12's
+arithmetic in BENCHMARKS.md); RoPE on q and k and the two indexed stores are about 20 more.
 torch.compile fuses them too (`--compile`), at seconds of load time.
 
 The rounding is PyTorch's, step for step: the sum in the input dtype, the norm in fp32 and cast

@@ -17,10 +17,41 @@ prefill chunk.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
+
 import torch
 
-STORAGE = {"int8": torch.int8, "fp8": torch.float8_e4m3fn}
-QMAX = {torch.int8: 127.0, torch.float8_e4m3fn: 448.0}  # symmetric int8; e4m3fn's largest finite
+from engine.formats import kv_dtypes
+
+
+def storage(name: str) -> torch.dtype:
+    """The torch dtype a KV dtype's values are stored in: the one place where the registry's
+    name (engine/formats/kv_dtypes.py) becomes a torch dtype."""
+    return getattr(torch, kv_dtypes.get(name).torch_dtype)
+
+
+class StorageView(Mapping[str, torch.dtype]):
+    """KV dtype name -> storage dtype over a set of registered names, read at each use (a dtype
+    registered after import counts)."""
+
+    def __init__(self, names: Callable[[], tuple[str, ...]]):
+        self._names = names
+
+    def __getitem__(self, name: str) -> torch.dtype:
+        if name not in self._names():
+            raise KeyError(name)
+        return storage(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+
+STORAGE = StorageView(kv_dtypes.quantized)  # the scaled dtypes: int8, fp8
+# a plain dict, read by quantize inside torch.compile(fullgraph=True): built once, at import
+QMAX = {storage(name): kv_dtypes.get(name).qmax for name in kv_dtypes.quantized()}
 # the smallest normal fp16: a subnormal scale keeps few bits, so amax / scale could land far
 # above QMAX and clip; a vector this small (|x| < QMAX * 2^-14) loses under 2^-15 to the floor
 SCALE_MIN = 2.0 ** -14

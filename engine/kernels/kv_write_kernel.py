@@ -1,10 +1,10 @@
 """Quantize-on-write in one Triton launch: K (or V) of T new tokens, every KV head.
 
 kv_arena.store does the same in PyTorch ops: about a dozen small kernels for K and again for V,
-in every layer of every decode step. On the H200 a captured 32-layer step spent about 1.3 ms on
-them (an int8 cache decoded 22% slower than a bf16 one at 1K tokens; BENCHMARKS.md), far more
-than the bytes they move. Here one program quantizes one (token, head) vector of D values and
-stores its codes and its fp16 scale: two launches a layer, for K and for V.
+in every layer of every decode step, costing a captured step far more than the bytes they move
+(an int8 cache decoded slower than a bf16 one: BENCHMARKS.md). Here one program quantizes one
+(token, head) vector of D values and stores its codes and its fp16 scale: two launches a layer,
+for K and for V.
 
 Bit for bit the rounding of kv_quant.quantize: the scale rounded to fp16 first, an IEEE division
 (div_rn, not Triton's default approximate one), int8 rounded half to even (the 1.5 * 2^23 trick:

@@ -18,10 +18,11 @@ import torch
 from engine.attention import prefill as attention
 from engine.events import BadRequest, LoadProgress, LoadRequest
 from engine.files.model_folder import ModelFolder
+from engine.formats import weights
 from engine.platform import library_noise
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-CONFIG_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+DTYPES = {f.name: getattr(torch, f.torch_dtype) for f in weights.floats()}  # "bf16": bfloat16
+CONFIG_DTYPES = {f.torch_dtype: f.name for f in weights.floats()}  # config.json's "bfloat16"
 DEFAULT_MAX_CONTEXT = 8192  # until the planner chooses: a chat-sized cache, not 128K of zeros
 
 
@@ -68,8 +69,9 @@ def choose_quant(req: LoadRequest, folder: ModelFolder, device: torch.device,
         raise BadRequest(f"{folder.path.name} is not an AWQ checkpoint; make a 4-bit AWQ copy "
                          "with `hearth quantize --model PATH --method awq --out NEW_PATH`, or "
                          "load it with --quant nf4")
-    if req.quant in ("nf4", "int8") and importlib.util.find_spec("bitsandbytes") is None:
-        raise BadRequest(f"--quant {req.quant} needs bitsandbytes (pip install bitsandbytes)")
+    library = weights.get(req.quant).library if req.quant != "auto" else None
+    if library and importlib.util.find_spec(library) is None:
+        raise BadRequest(f"--quant {req.quant} needs {library} (pip install {library})")
     if req.quant != "auto":
         return req.quant
     native = CONFIG_DTYPES.get(str(folder.config.get("dtype") or folder.config.get("torch_dtype")))
@@ -103,7 +105,7 @@ def _placement(req: LoadRequest, folder: ModelFolder, random_weights: bool = Fal
     # quantized weights keep their unquantized parts (embeddings, norms) in 16 bits; AWQ too
     # (bf16 where the card has it: tinygemm's dtype, and no fp16 overflow in activations)
     compute_dtype = DTYPES.get(quant, torch.bfloat16)
-    if quant in ("int8", "nf4", "awq") and device.type == "cuda" and (
+    if weights.get(quant).quantized and device.type == "cuda" and (
             not torch.cuda.is_bf16_supported()):
         compute_dtype = torch.float16
     return device, quant, compute_dtype
@@ -219,8 +221,8 @@ def cuda_context_bytes(total: int, free: int, reserved: int, process_used: int |
     """This process's memory outside torch's allocator (the CUDA context, loaded kernels).
 
     NVML's per-process figure where it answers: the device-wide free memory also counts every
-    other process on the card (a desktop's display server; the H200 runs several children at
-    once), which would shrink an emulated card to nothing.
+    other process on the card (a desktop's display server, other engines' processes), which
+    would shrink an emulated card to nothing.
     """
     if process_used is not None:
         return process_used - reserved

@@ -24,8 +24,8 @@ PROBE_TOKENS = 64  # the probe cache the RoPE piece writes into at load
 TOLERANCE = 1e-2  # relative: the two round alike step for step (the interpreter tests see 0 to
 # 1e-7 in fp32, 0 to 7e-6 in fp16); a wrong row or column moves whole values (about 1.4)
 READ_BACK_TOLERANCE = 0.1  # int8/fp8 K/V read back: where the 16-bit inputs differ by their
-# rounding, a code moves one step, and one e4m3 step is up to 12.5% of a value (a bf16 probe on
-# the H200 read back 1.2e-2 apart over fp8 and left the step unfused)
+# rounding, a code moves one step, and one e4m3 step is up to 12.5% of a value (at TOLERANCE a
+# bf16 probe over fp8 failed and left the step unfused)
 
 
 def wanted(device: torch.device) -> bool:

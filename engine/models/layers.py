@@ -1,4 +1,5 @@
-"""The engine's own decode step for the Llama/Qwen family (Llama, Mistral, Qwen2, Qwen3).
+"""The engine's own decode step for the families on the fast path (formats/families: Llama,
+Mistral, Qwen2, Qwen3), reading each family's module names from its registry entry.
 
 A one-token step over the loaded model's own weights and linear modules (bf16, bitsandbytes, int4)
 with every shape fixed and every position in a device tensor, so the step can be captured as one
@@ -16,8 +17,7 @@ import torch.nn.functional as F
 from engine.attention import decode_attention
 from engine.cache import kv_arena
 from engine.cache.kv_cache import KVCache
-
-FAMILY = ("llama", "mistral", "qwen2", "qwen3")
+from engine.formats import families
 
 
 @dataclass
@@ -35,19 +35,30 @@ class LayerParams:
     k_norm: torch.Tensor | None
 
 
+def family_of(model) -> families.Family | None:
+    """The model's registered family where it runs the fast path, else None."""
+    family = families.get(getattr(model.config, "model_type", None))
+    return family if family is not None and family.fast_path else None
+
+
 def in_family(model) -> bool:
-    """Llama/Mistral/Qwen2/Qwen3 with a bias-free MLP: the shapes this file's math covers."""
-    if getattr(model.config, "model_type", None) not in FAMILY:
+    """A fast-path family with a bias-free MLP: the shapes this file's math covers."""
+    family = family_of(model)
+    if family is None:
         return False
-    mlp = model.model.layers[0].mlp
-    return all(getattr(m, "bias", None) is None for m in (mlp.gate_proj, mlp.up_proj,
-                                                          mlp.down_proj))
+    n = family.names
+    layer = model.get_submodule(n.layers)[0]
+    return all(getattr(layer.get_submodule(m), "bias", None) is None
+               for m in (n.gate, n.up, n.down))
 
 
 def supports(model) -> bool:
     """The fused step adds biases to q/k/v only (Qwen2's); a model with a bias on o_proj
     (Llama's attention_bias) decodes through transformers' modules."""
-    return in_family(model) and model.model.layers[0].self_attn.o_proj.bias is None
+    if not in_family(model):
+        return False
+    n = family_of(model).names
+    return model.get_submodule(n.layers)[0].get_submodule(n.o).bias is None
 
 
 def _is_plain(*mods) -> bool:
@@ -78,20 +89,23 @@ class FamilyStep:
     """
 
     def __init__(self, model, cache: KVCache):
-        cfg = model.config
+        cfg, family = model.config, family_of(model)
+        n = family.names
         self.cache = cache
         self.eps = cfg.rms_norm_eps
         self.num_heads = cfg.num_attention_heads
         self.num_kv_heads = cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.num_heads
-        self.embed = model.model.embed_tokens.weight
-        self.norm = model.model.norm.weight
-        self.lm_head = model.lm_head if not _is_plain(model.lm_head) else model.lm_head.weight
-        rotary = model.model.rotary_emb
+        self.embed = model.get_submodule(n.embed).weight
+        self.norm = model.get_submodule(n.norm).weight
+        lm_head = model.get_submodule(n.lm_head)
+        self.lm_head = lm_head if not _is_plain(lm_head) else lm_head.weight
+        rotary = model.get_submodule(n.rotary)
         self.inv_freq = rotary.inv_freq.float()
         self.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
-        self.scaling = model.model.layers[0].self_attn.scaling
-        self.layers = [self._params(layer) for layer in model.model.layers]
+        layers = model.get_submodule(n.layers)
+        self.scaling = layers[0].get_submodule(n.attn).scaling
+        self.layers = [_params(layer, family) for layer in layers]
         self._init_pieces()
 
     def _init_pieces(self) -> None:
@@ -99,25 +113,6 @@ class FamilyStep:
         self.fns = dict(rms=self.rms, qkv_rope=self.qkv_rope, add_rms=self.add_rms,
                         silu_mul=self.silu_mul)
         self.compiled = False
-
-    def _params(self, layer) -> LayerParams:
-        a, m = layer.self_attn, layer.mlp
-        if _is_plain(a.q_proj, a.k_proj, a.v_proj):
-            qkv = _fuse([a.q_proj, a.k_proj, a.v_proj])
-            bias = None
-            if a.q_proj.bias is not None:
-                bias = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
-        else:
-            qkv, bias = _concat(a.q_proj, a.k_proj, a.v_proj), None
-        gate_up = (_fuse([m.gate_proj, m.up_proj]) if _is_plain(m.gate_proj, m.up_proj)
-                   else _concat(m.gate_proj, m.up_proj))
-        plain = lambda mod: mod.weight if _is_plain(mod) else mod
-        q_norm = getattr(a, "q_norm", None)
-        k_norm = getattr(a, "k_norm", None)
-        return LayerParams(qkv, bias, plain(a.o_proj), gate_up, plain(m.down_proj),
-                           layer.input_layernorm.weight, layer.post_attention_layernorm.weight,
-                           q_norm.weight if q_norm is not None else None,
-                           k_norm.weight if k_norm is not None else None)
 
     def rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         # as transformers' RMSNorm: normalize in fp32, cast back, then scale
@@ -246,6 +241,25 @@ class FamilyStep:
         self.fns = {name: torch.compile(fn, fullgraph=True, dynamic=False)
                     for name, fn in self.fns.items()}
         self.compiled = True
+
+
+def _params(layer, family: families.Family) -> LayerParams:
+    """One decoder layer's weights, found by the family's module names."""
+    n = family.names
+    q, k, v, o, gate, up, down = (layer.get_submodule(name) for name in n.linears)
+    if _is_plain(q, k, v):
+        qkv = _fuse([q, k, v])
+        bias = None
+        if q.bias is not None:
+            bias = torch.cat([q.bias, k.bias, v.bias])
+    else:
+        qkv, bias = _concat(q, k, v), None
+    gate_up = _fuse([gate, up]) if _is_plain(gate, up) else _concat(gate, up)
+    plain = lambda mod: mod.weight if _is_plain(mod) else mod
+    norm = lambda name: layer.get_submodule(name).weight if family.qk_norm else None
+    return LayerParams(qkv, bias, plain(o), gate_up, plain(down),
+                       layer.get_submodule(n.ln_in).weight, layer.get_submodule(n.ln_post).weight,
+                       norm(n.q_norm), norm(n.k_norm))
 
 
 def _concat(*mods) -> torch.nn.Module:

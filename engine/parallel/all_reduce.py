@@ -1,9 +1,9 @@
 """The all-reduce after each row-parallel linear: NCCL's, or a sum through PyTorch's symmetric
 memory, where each GPU reads its peers' buffers over NVLink (no ring, no protocol handshake).
 
-On 2 x H200 a 7B decode step runs 56 of them on 7 KB messages; NCCL spends about 12 us on each,
-which with the lockstep was 0.95 ms of a 3.68 ms tp=2 step (BENCHMARKS.md). PyTorch's one-shot
-sum is built for such small messages. It is chosen at setup only where it is there, computes what
+A 7B decode step runs 56 of them on 7 KB messages, where NCCL's fixed cost per call adds up to a
+large share of a tensor-parallel step (BENCHMARKS.md). PyTorch's one-shot sum is built for such
+small messages. It is chosen at setup only where it is there, computes what
 NCCL computes, survives a CUDA graph's capture and replay, and is faster on this machine: every
 rank decides the same from the same measurements, agreed over NCCL, so no rank waits on a
 collective that another skipped. Multicast stays off (child_env.NO_MULTICAST): the one-shot sum

@@ -45,7 +45,7 @@ class TPFailed(RuntimeError):
 def rank0_nccl_env(environ) -> dict[str, str]:
     """What rank 0's process sets before NCCL starts in it: multicast off, and NCCL's log on
     stderr unless the user sent it elsewhere. Its stdout is the JSON channel (the worker's, or
-    `hearth run --json`'s): under NCCL_DEBUG=WARN the version line broke it on the H200."""
+    `hearth run --json`'s): under NCCL_DEBUG=WARN, NCCL's version line would break it."""
     return {**NO_MULTICAST, "NCCL_DEBUG_FILE": environ.get("NCCL_DEBUG_FILE", "/dev/stderr")}
 
 

@@ -19,6 +19,7 @@ from engine.events import BadRequest, Loaded, LoadProgress, LoadRequest
 from engine.files.model_folder import check
 from engine.formats.model_shape import ModelShape
 from engine.generate.session import Session
+from engine.generate.session_load import allocator_budget
 from engine.load import loader
 from engine.parallel import request as tp_request
 from engine.parallel.leader import TPLeader
@@ -48,8 +49,8 @@ def host_request(req: LoadRequest, device: torch.device) -> LoadRequest:
 
 def random_host_model(folder, req: LoadRequest, device: torch.device) -> loader.LoadedModel:
     """Random weights for `hearth bench --random-weights --tensor-parallel N`, in host memory as
-    host_request loads real ones. On GPUs they are made on the last one and copied down (the
-    14B's random init on the H200 machine's host took over 170 s); that GPU's cache is emptied."""
+    host_request loads real ones. On GPUs they are made on the last one and copied down (random
+    init on the host's CPU is slow for a large model); that GPU's cache is emptied."""
     host = host_request(req, device)
     if device.type != "cuda":
         return loader.random_model(folder, host)
@@ -112,12 +113,10 @@ class TPSession(Session):
         lm, n = self.lm, self.leader.spec.world_size
         if lm.device.type != "cuda":
             return PREFILL_CHUNK
-        total = torch.cuda.get_device_properties(lm.device).total_memory
-        budget = int(total * torch.cuda.get_per_process_memory_fraction(lm.device.index or 0))
         try:
             shape = rank_shape(ModelShape.from_config(lm.folder.config), n)
             return largest_prefill_chunk(shape, lm.quant, self.kv_dtype, lm.context,
-                                         budget - NCCL_BUFFERS_BYTES)
+                                         allocator_budget(lm.device) - NCCL_BUFFERS_BYTES)
         except Exception:  # the planner cannot read this config: stay with the safe size
             return PREFILL_CHUNK
 

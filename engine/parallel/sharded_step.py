@@ -1,6 +1,6 @@
-"""Tensor parallelism for the Llama/Qwen family: a loaded model's weights cut for rank r of N, and
-the decode step over one rank's cut, which is FamilyStep's own math (models/layers.py) plus
-collectives.
+"""Tensor parallelism for the families that allow it (formats/families): a loaded model's weights
+cut for rank r of N, found by the family's module names, and the decode step over one rank's cut,
+which is FamilyStep's own math (models/layers.py) plus collectives.
 
 Column-parallel [q; k; v] (whole KV heads with their query heads) and [gate; up]; row-parallel o
 and down, each followed by one all-reduce; the lm_head cut by vocabulary and all-gathered;
@@ -19,10 +19,11 @@ import torch.nn.functional as F
 
 from engine.cache.kv_cache import KVCache
 from engine.events import BadRequest
-from engine.models.layers import FamilyStep, LayerParams, _linear, in_family
+from engine.formats import families, weights
+from engine.models.layers import FamilyStep, LayerParams, _linear, family_of, in_family
 from engine.parallel.all_reduce import AllReduce
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DTYPES = {f.name: getattr(torch, f.torch_dtype) for f in weights.floats()}  # "bf16": bfloat16
 # all_gather_into_tensor is deprecated from torch 2.13 on; the H200 image runs 2.11
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
@@ -80,9 +81,11 @@ def valid_sizes(num_kv_heads: int, intermediate_size: int, most: int = 8) -> lis
 def spec_of(model, world_size: int, context: int, kv_dtype: str,
             memory_limit_gib: float | None = None) -> TPSpec:
     """The spec for cutting `model` N ways; BadRequest (one sentence) where it cannot be cut."""
-    cfg = model.config
-    if not in_family(model):  # the o_proj bias is added after the all-reduce here
-        raise BadRequest("tensor parallelism covers Llama, Mistral, Qwen2 and Qwen3 (without MLP "
+    cfg, family = model.config, family_of(model)
+    # the o_proj bias is added after the all-reduce here: only the MLP's must be absent
+    if not in_family(model) or not family.tensor_parallel:
+        raise BadRequest("tensor parallelism covers "
+                         f"{families.listing(families.tensor_parallel_types())} (without MLP "
                          f"biases); this model is {cfg.model_type}")
     kv, inter = cfg.num_key_value_heads, cfg.intermediate_size
     if world_size < 2:
@@ -92,25 +95,28 @@ def spec_of(model, world_size: int, context: int, kv_dtype: str,
         raise BadRequest(f"--tensor-parallel {world_size} does not divide this model evenly: each "
                          f"GPU must hold whole KV heads ({kv}) and equal MLP slices ({inter}); "
                          f"it splits {sizes} ways")
-    layers = model.model.layers
-    linears = [model.lm_head] + [m for layer in layers for m in (
-        layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
-        layer.self_attn.o_proj, layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)]
+    names = family.names
+    layers = model.get_submodule(names.layers)
+    linears = [model.get_submodule(names.lm_head)] + [
+        layer.get_submodule(n) for layer in layers for n in names.linears]
     if any(type(m) is not torch.nn.Linear for m in linears):
         raise BadRequest("tensor parallelism cuts 16-bit weights; NF4 and INT8 shards are not "
                          "supported yet (use --quant bf16)")
-    a = layers[0].self_attn
-    embed = model.model.embed_tokens.weight
+    first = layers[0]
+    q, o = first.get_submodule(names.q), first.get_submodule(names.o)
+    embed = model.get_submodule(names.embed).weight
+    lm_head = model.get_submodule(names.lm_head)
     return TPSpec(
         world_size=world_size, num_layers=len(layers), hidden_size=cfg.hidden_size,
         num_heads=cfg.num_attention_heads, num_kv_heads=kv,
         head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
         intermediate_size=inter, vocab_size=embed.shape[0], eps=float(cfg.rms_norm_eps),
-        rope_scale=float(getattr(model.model.rotary_emb, "attention_scaling", 1.0)),
-        scaling=float(a.scaling), dtype={v: k for k, v in DTYPES.items()}[embed.dtype],
-        tied=model.lm_head.weight.data_ptr() == embed.data_ptr(),
-        qkv_bias=a.q_proj.bias is not None, o_bias=a.o_proj.bias is not None,
-        qk_norm=getattr(a, "q_norm", None) is not None, context=context, kv_dtype=kv_dtype,
+        rope_scale=float(getattr(model.get_submodule(names.rotary), "attention_scaling", 1.0)),
+        scaling=float(first.get_submodule(names.attn).scaling),
+        dtype={v: k for k, v in DTYPES.items()}[embed.dtype],
+        tied=lm_head.weight.data_ptr() == embed.data_ptr(),
+        qkv_bias=q.bias is not None, o_bias=o.bias is not None,
+        qk_norm=family.qk_norm, context=context, kv_dtype=kv_dtype,
         memory_limit_gib=memory_limit_gib)
 
 
@@ -144,29 +150,31 @@ def shard(model, spec: TPSpec, rank: int, device) -> Iterator[tuple[str, torch.T
     def own(t: torch.Tensor) -> torch.Tensor:
         return t.detach().to(device, copy=True).contiguous()  # no view keeps the whole alive
 
-    yield "embed", own(model.model.embed_tokens.weight)
-    yield "norm", own(model.model.norm.weight)
-    yield "inv_freq", own(model.model.rotary_emb.inv_freq.float())
+    names = family_of(model).names
+    yield "embed", own(model.get_submodule(names.embed).weight)
+    yield "norm", own(model.get_submodule(names.norm).weight)
+    yield "inv_freq", own(model.get_submodule(names.rotary).inv_freq.float())
     if not spec.tied:
-        yield "lm_head", own(vocab_rows(model.lm_head.weight, rank, spec))
-    for i, layer in enumerate(model.model.layers):
-        a, m, p = layer.self_attn, layer.mlp, f"layers.{i}."
+        yield "lm_head", own(vocab_rows(model.get_submodule(names.lm_head).weight, rank, spec))
+    for i, layer in enumerate(model.get_submodule(names.layers)):
+        q, k, v, o, gate, up, down = (layer.get_submodule(n) for n in names.linears)
+        p = f"layers.{i}."
         # query heads j < H/N ride with KV head j // G: rank r's rows of q, k and v are contiguous
-        yield p + "qkv", own(torch.cat([a.q_proj.weight[q_rows], a.k_proj.weight[kv_rows],
-                                        a.v_proj.weight[kv_rows]]))
+        yield p + "qkv", own(torch.cat([q.weight[q_rows], k.weight[kv_rows],
+                                        v.weight[kv_rows]]))
         if spec.qkv_bias:
-            yield p + "qkv_bias", own(torch.cat([a.q_proj.bias[q_rows], a.k_proj.bias[kv_rows],
-                                                 a.v_proj.bias[kv_rows]]))
-        yield p + "o", own(a.o_proj.weight[:, q_rows])  # row-parallel: this rank's input features
+            yield p + "qkv_bias", own(torch.cat([q.bias[q_rows], k.bias[kv_rows],
+                                                 v.bias[kv_rows]]))
+        yield p + "o", own(o.weight[:, q_rows])  # row-parallel: this rank's input features
         if spec.o_bias:
-            yield p + "o_bias", own(a.o_proj.bias)
-        yield p + "gate_up", own(torch.cat([m.gate_proj.weight[i_rows], m.up_proj.weight[i_rows]]))
-        yield p + "down", own(m.down_proj.weight[:, i_rows])
-        yield p + "ln_in", own(layer.input_layernorm.weight)
-        yield p + "ln_post", own(layer.post_attention_layernorm.weight)
+            yield p + "o_bias", own(o.bias)
+        yield p + "gate_up", own(torch.cat([gate.weight[i_rows], up.weight[i_rows]]))
+        yield p + "down", own(down.weight[:, i_rows])
+        yield p + "ln_in", own(layer.get_submodule(names.ln_in).weight)
+        yield p + "ln_post", own(layer.get_submodule(names.ln_post).weight)
         if spec.qk_norm:
-            yield p + "q_norm", own(a.q_norm.weight)
-            yield p + "k_norm", own(a.k_norm.weight)
+            yield p + "q_norm", own(layer.get_submodule(names.q_norm).weight)
+            yield p + "k_norm", own(layer.get_submodule(names.k_norm).weight)
 
 
 def vocab_rows(weight: torch.Tensor, rank: int, spec: TPSpec) -> torch.Tensor:

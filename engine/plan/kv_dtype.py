@@ -5,19 +5,19 @@ conversion) and int8 below. Pure arithmetic over the planner (plan/memory.py): n
 
 from __future__ import annotations
 
+from engine.formats import kv_dtypes, weights
 from engine.formats.model_shape import ModelShape
-from engine.plan.memory import QUANTIZED_KV, recommend
+from engine.plan.memory import recommend
 
-PLANNED_WEIGHTS = ("bf16", "fp16", "fp32", "int8", "nf4", "awq")  # what the planner can size
+PLANNED_WEIGHTS = weights.names()  # what the planner can size: every format plan/sizes.py counts
 
 
 def auto_kv_dtype(native: str, planned: str, compute_capability) -> str:
     """native: the model's compute dtype ("bf16", "fp16", "fp32"); planned: the planner's KV
     dtype for this load (a quantized one means a 16-bit cache did not fit)."""
-    if planned not in QUANTIZED_KV:
+    if planned not in kv_dtypes.quantized():
         return native
-    cc = tuple(compute_capability) if compute_capability else (0, 0)
-    return "fp8" if cc >= (8, 9) else "int8"
+    return kv_dtypes.eight_bit_for(compute_capability)
 
 
 def choose_kv_dtype(native: str, shape: ModelShape, quant: str, context: int, vram_bytes: int,

@@ -4,8 +4,8 @@ Pure arithmetic, no torch: the Qt app imports it. Sizes follow what the engine a
 weights in the chosen format, a paged KV arena for the whole context (cache/kv_cache.py: the context
 rounded up to whole blocks; blocks the live conversation does not use hold cached prefixes of
 earlier ones), a prefill-chunk workspace, the CUDA context, the decode graph pool, an optional
-draft model and a safety margin. The constants below are allowances to be calibrated against
-NVML peaks on the H200 (issue 9).
+draft model and a safety margin (each part's bytes: plan/sizes.py, whose allowances are to be
+calibrated against NVML peaks on the H200, issue 9).
 """
 
 from __future__ import annotations
@@ -13,110 +13,30 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 
+from engine.formats import kv_dtypes
 from engine.formats.model_shape import AWQ_GROUP, ModelShape, PlanError  # noqa: F401 (re-exported)
+from engine.plan.choices import sixteen_bit
+from engine.plan.sizes import (  # noqa: F401 (MiB, QUANTIZED_KV, seed_kv_cache_size re-exported)
+    CUBLAS_WORKSPACE_BYTES,
+    CUDA_CONTEXT_BYTES,
+    GRAPH_POOL_BASE_BYTES,
+    KV_BLOCK_SIZE,
+    PREFILL_CHUNK,
+    QUANTIZED_KV,
+    GiB,
+    MiB,
+    kv_arena_tokens,
+    kv_bytes_per_token,
+    margin_bytes,
+    seed_kv_cache_size,
+    vram_needed,
+    weight_bytes,
+    workspace_bytes,
+)
 
-MiB, GiB = 1 << 20, 1 << 30
-WEIGHT_FORMATS = ("bf16", "fp16", "fp32", "int8", "nf4", "awq")
-KV_DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1}
-QUANTIZED_KV = ("fp8", "int8")  # + one fp16 scale per token per KV head, for K and for V
-CUDA_CONTEXT_BYTES = 768 * MiB  # outside torch's allocator: the context (518 MiB bare on the H200)
-# plus the kernels loaded and graphs made by the time a 32K generation ends (776 MiB there, for
-# the 0.5B shape; BENCHMARKS.md, the planner against NVML)
-CUBLAS_WORKSPACE_BYTES = 32 * MiB  # torch's default cuBLAS workspace on Hopper (:4096:8)
-GRAPH_POOL_BASE_BYTES = 64 * MiB  # private pool of the captured decode graphs (+ decode tensors)
-MARGIN_FRACTION, MARGIN_MIN, MARGIN_MAX = 0.05, 256 * MiB, 2 * GiB  # allocator fragmentation
-PREFILL_CHUNK = 512  # the smallest prefill pass the engine uses; larger where memory allows
-KV_BLOCK_SIZE = 16  # tokens a block of the paged KV arena (cache/kv_cache.py says why)
 NUM_SPECULATIVE_TOKENS = 5  # the seed's num_speculative_tokens
-LOGITS_BYTES_PER_ENTRY = 24  # bf16 logits + fp32 copy + fp32 probs + int64 sort index + fp32 sort
-NF4_BLOCK, NF4_DQ_BLOCK = 64, 256
-NF4_DOUBLE_QUANT = True  # engine/load/loader.py loads NF4 with bnb_4bit_use_double_quant=True
 MIN_USEFUL_CONTEXT = 1024  # a shorter context than this is no chat: say it does not fit
 PCIE_BYTES_PER_S = 25e9  # PCIe 4.0 x16 in practice, for the CPU-offload estimate
-def seed_kv_cache_size(num_layers: int, num_heads: int, head_dim: int, seq_len: int,
-                       batch_size: int, dtype_size: int = 2) -> int:
-    """The seed's kv_cache_size, verbatim: K and V, one copy each."""
-    return 2 * num_layers * num_heads * head_dim * seq_len * batch_size * dtype_size
-
-
-def weight_bytes(shape: ModelShape, quant: str, double_quant: bool | None = None) -> int:
-    """Bytes of the weights in `quant`; embeddings, lm_head, norms and biases stay 16-bit."""
-    if quant not in WEIGHT_FORMATS:
-        raise PlanError(f"unknown weight format {quant!r}; choose from {', '.join(WEIGHT_FORMATS)}")
-    if quant in ("bf16", "fp16", "fp32"):
-        return shape.total_params * (4 if quant == "fp32" else 2)
-    dq = NF4_DOUBLE_QUANT if double_quant is None else double_quant
-    group = shape.quant_group_size or AWQ_GROUP
-    total = 2 * (shape.embed_params + shape.lm_head_params + shape.other_params)
-    for out, inp, count in shape.linears:
-        n = out * inp
-        if quant == "int8":  # LLM.int8: int8 CB + one fp32 scale (SCB) per output row
-            b = n + 4 * out
-        elif quant == "nf4":  # packed 4-bit + absmax per 64 weights + the 16-entry fp32 code
-            blocks = -(-n // NF4_BLOCK)
-            # double quant: uint8 absmax + fp32 absmax per 256 blocks + 256-entry code + offset
-            absmax = (blocks + 4 * -(-blocks // NF4_DQ_BLOCK) + 4 * 256 + 4) if dq else 4 * blocks
-            b = -(-n // 2) + absmax + 64
-        else:  # AWQ: qweight [in, out/8] int32, qzeros [in/g, out/8] int32, scales [in/g, out] fp16
-            groups, packed = -(-inp // group), 4 * -(-out // 8)
-            b = inp * packed + groups * packed + groups * out * 2
-        total += b * count
-    return total
-
-
-def kv_bytes_per_token(shape: ModelShape, kv_dtype: str) -> int:
-    """layers x KV heads x head_dim x (K and V) x dtype bytes (+ fp16 scales): GQA counts right."""
-    if kv_dtype not in KV_DTYPES:
-        raise PlanError(f"unknown KV dtype {kv_dtype!r}; choose from {', '.join(KV_DTYPES)}")
-    scale = 2 if kv_dtype in QUANTIZED_KV else 0
-    per_head = shape.head_dim * KV_DTYPES[kv_dtype] + scale
-    return shape.num_layers * shape.num_kv_heads * 2 * per_head
-
-
-def kv_arena_tokens(context: int) -> int:
-    """Token slots of the arena for `context`: whole blocks (at most a block more)."""
-    return -(-context // KV_BLOCK_SIZE) * KV_BLOCK_SIZE
-
-
-def margin_bytes(vram_bytes: int | None) -> int:
-    """Allocator fragmentation and driver slack: 5% of the card, at least 256 MiB, at most 2 GiB."""
-    if vram_bytes is None:
-        return MARGIN_MIN
-    return min(max(MARGIN_MIN, int(vram_bytes * MARGIN_FRACTION)), MARGIN_MAX)
-
-
-def vram_needed(base_bytes: int) -> int:
-    """The smallest card that holds `base_bytes` plus the margin that card would need."""
-    cands = (base_bytes + MARGIN_MIN, math.ceil(base_bytes / (1 - MARGIN_FRACTION)),
-             base_bytes + MARGIN_MAX)
-    return min(v for v in cands if v >= base_bytes + margin_bytes(v))
-
-
-def _workspace(shape: ModelShape, quant: str, kv_dtype: str, tokens: int, rows: int,
-               kv_tokens: int) -> int:
-    """Transient bytes of one forward over `tokens` tokens, `rows` logits rows.
-
-    One decoder layer is live at a time: residual, its norm, attention and MLP outputs
-    (4 x hidden), q/k/v and the attention output, gate/up/act(gate)*up (3 x intermediate).
-    Assumes flash / memory-efficient attention (no chunk x context score matrix) and logits for
-    the last position of each sequence only (+ the draft tokens being verified), bf16 then fp32
-    for sampling. bitsandbytes NF4 and AWQ (torch backend) dequantize one weight matrix to 16 bits
-    for a prefill matmul; LLM.int8 keeps int8 inputs and int32 outputs; prefill attention reads
-    a contiguous copy of one layer's K/V gathered from the paged arena (SDPA cannot read blocks
-    in place), dequantized to the compute dtype for an int8/fp8 cache.
-    """
-    a = 4 if quant == "fp32" else 2
-    s = shape
-    act = tokens * a * (4 * s.hidden_size + 3 * s.intermediate_size
-                        + 2 * (s.num_heads + s.num_kv_heads) * s.head_dim)
-    scratch = 0
-    if quant in ("nf4", "awq"):
-        scratch = 2 * max((o * i for o, i, _ in s.linears), default=0)
-    elif quant == "int8":
-        scratch = tokens * max((4 * o + i for o, i, _ in s.linears), default=0)
-    copy = a if kv_dtype in QUANTIZED_KV else KV_DTYPES[kv_dtype]
-    scratch += kv_tokens * s.num_kv_heads * s.head_dim * 2 * copy
-    return act + rows * s.vocab_size * LOGITS_BYTES_PER_ENTRY + scratch
 
 
 @dataclass(frozen=True)
@@ -167,10 +87,11 @@ def _core(shape: ModelShape, quant: str, kv_dtype: str, context: int, vram: int 
     def parts(ctx: int, n: int) -> tuple[int, ...]:
         t = min(ctx, shape.context_limit)
         rows = n * (1 + (spec if draft else 0))
-        act = _workspace(shape, quant, kv_dtype, chunk, rows, t) + CUBLAS_WORKSPACE_BYTES
+        act = workspace_bytes(shape, quant, kv_dtype, chunk, rows, t) + CUBLAS_WORKSPACE_BYTES
         # + each KV arena's scratch block (cache/kv_cache.py), a decode-side buffer like the graphs'
         scratch = (per_tok + d_tok) * KV_BLOCK_SIZE * n
-        graph = GRAPH_POOL_BASE_BYTES + _workspace(shape, "bf16", "bf16", rows, rows, 0) + scratch
+        graph = (GRAPH_POOL_BASE_BYTES + workspace_bytes(shape, "bf16", "bf16", rows, rows, 0)
+                 + scratch)
         d_kv = d_tok * kv_arena_tokens(min(ctx, draft.context_limit)) * n if draft else 0
         return w, per_tok * kv_arena_tokens(t) * n, act, cuda_ctx, graph, d_w + d_kv, margin
 
@@ -242,13 +163,13 @@ def recommend(shape: ModelShape, vram_bytes: int | None, compute_capability=None
     if vram_bytes is None:
         q = quant if quant != "auto" else (shape.quant_method or shape.native_dtype)
         k = kv_dtype if kv_dtype != "auto" else (
-            shape.native_dtype if shape.native_dtype in KV_DTYPES else "bf16")
+            shape.native_dtype if shape.native_dtype in kv_dtypes.names() else "bf16")
         p = core(q, k, wanted, concurrency)
         return Recommendation(q, k, p.context, concurrency, None, "cpu", draft is not None,
                               f"no GPU given: on the CPU the checkpoint's own dtype ({q})",
                               need(p), None, p)
     cc = tuple(compute_capability) if compute_capability else None
-    w16 = "fp16" if cc and cc < (8, 0) else "bf16"
+    w16 = sixteen_bit(cc)
     if quant not in ("auto", None):
         ws = [quant]
     elif shape.quant_method:
@@ -257,8 +178,8 @@ def recommend(shape: ModelShape, vram_bytes: int | None, compute_capability=None
         ws = [w16, *(["int8"] if prefer_quality else []), "nf4"]
     # a quantized checkpoint computes in its own 16-bit dtype (AWQ: fp16), so its cache does too
     kv16 = shape.native_dtype if shape.quant_method and shape.native_dtype != "fp32" else w16
-    kv16 = "fp16" if cc and cc < (8, 0) else kv16
-    kv8 = "fp8" if cc and cc >= (8, 9) else "int8"
+    kv16 = "fp16" if w16 == "fp16" else kv16  # a card without bf16
+    kv8 = kv_dtypes.eight_bit_for(cc)  # fp8 where the card converts it in hardware
     kvs = [kv_dtype] if kv_dtype not in ("auto", None) else [kv16, kv8]
     cands = [(w, k) for w in ws for k in kvs]
 

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+from engine.formats import families
 from engine.formats.model_shape import ModelShape, PlanError
+from engine.plan.choices import sixteen_bit
 from engine.plan.memory import (
     CUDA_CONTEXT_BYTES,
     PREFILL_CHUNK,
+    QUANTIZED_KV,
     GiB,
     MiB,
     Recommendation,
@@ -26,7 +29,6 @@ from engine.plan.memory import (
     weight_bytes,
 )
 
-TP_FAMILY = ("llama", "mistral", "qwen2", "qwen3")  # = engine.models.layers.FAMILY (torch)
 ENGINE_TP_FORMATS = ("bf16", "fp16", "fp32")  # the weights parallel/sharded_step.py cuts today
 MAX_DEVICES = 8
 # NCCL's own device memory per card: ring buffers for each channel and peer (SIMPLE 4 MiB +
@@ -43,9 +45,10 @@ def split_error(shape: ModelShape, n: int) -> str | None:
         return None
     if n < 1:
         return f"a split needs at least one card, got {n}"
-    if shape.model_type not in TP_FAMILY:
-        return (f"tensor parallelism covers Llama, Mistral, Qwen2 and Qwen3; this model is "
-                f"{shape.model_type}")
+    family = families.get(shape.model_type)
+    if family is None or not family.tensor_parallel:
+        return (f"tensor parallelism covers {families.listing(families.tensor_parallel_types())}; "
+                f"this model is {shape.model_type}")
     if shape.num_kv_heads % n or shape.intermediate_size % n:
         return (f"{n} cards do not split this model evenly: each must hold whole KV heads "
                 f"({shape.num_kv_heads}) and equal MLP slices ({shape.intermediate_size})")
@@ -78,6 +81,24 @@ def rank_shape(shape: ModelShape, n: int) -> ModelShape:
 
 def allreduce_bytes(n: int) -> int:
     return 0 if n == 1 else NCCL_BUFFERS_BYTES
+
+
+def tp_kv_dtype(quant: str, kv_dtype: str = "auto") -> str:
+    """The KV cache a split keeps: "auto" is the weights' own 16-bit dtype (bf16 beside weights
+    the engine cannot cut, which tp_refusal turns down anyway)."""
+    if kv_dtype != "auto":
+        return kv_dtype
+    return quant if quant in ENGINE_TP_FORMATS else "bf16"
+
+
+def tp_refusal(quant: str, kv_dtype: str) -> str | None:
+    """Why tensor parallelism cannot run these weights with this KV cache yet (a clause), or
+    None when it can."""
+    if quant not in ENGINE_TP_FORMATS:
+        return "tensor parallelism cuts 16-bit weights only so far"
+    if kv_dtype in QUANTIZED_KV:
+        return "tensor parallelism keeps a 16-bit KV cache so far"
+    return None
 
 
 @dataclass(frozen=True)
@@ -163,7 +184,7 @@ def recommend_split(shape: ModelShape, vram_bytes: int, num_devices: int,
     a split where one card would need 4-bit weights, an 8-bit cache or a shorter context.
     """
     cc = tuple(compute_capability) if compute_capability else None
-    w16 = "fp16" if cc and cc < (8, 0) else "bf16"
+    w16 = sixteen_bit(cc)
     auto = quant in ("auto", None)
     if not auto:
         natural = [quant]

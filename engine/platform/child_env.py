@@ -12,7 +12,7 @@ from pathlib import Path
 # that uses it can put every GPU out of service (the device machines' KINDS.md)
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                 "NVSHMEM_DISABLE_NVLS": "1"}
-REPO_ROOT = str(Path(__file__).resolve().parents[1])
+REPO_ROOT = str(Path(__file__).resolve().parents[2])
 _CPU_SYSFS = Path("/sys/devices/system/cpu")
 
 
@@ -38,7 +38,7 @@ def thread_policy(environ=os.environ) -> dict[str, str]:
 
     OpenMP's default wait policy spins a finished thread for a while before it sleeps: with
     another process busy on a core, each step then waits for a spinning thread to be scheduled
-    (0.5 tokens/s instead of 35 on 2 cores, BENCHMARKS.md). Passive threads sleep at once.
+    (decode crawls: BENCHMARKS.md). Passive threads sleep at once.
     One thread per physical core: a hyper-thread twin shares the core's vector units.
     """
     policy = {"OMP_NUM_THREADS": str(physical_cores()), "OMP_WAIT_POLICY": "PASSIVE"}

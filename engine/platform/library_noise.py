@@ -27,8 +27,8 @@ def hush() -> None:
 
 
 def skip_torchao() -> None:
-    """Tell transformers that torchao is not installed, so a load does not import it (1.8 s on a
-    2-core CPU, and its noise): Hearth reads no torchao checkpoint. transformers' quantizer
+    """Tell transformers that torchao is not installed, so a load does not import it (seconds on
+    a small CPU, and its noise): Hearth reads no torchao checkpoint. transformers' quantizer
     registry imports torchao whenever it is installed; this runs before that registry loads.
     A process that has imported torchao already (gptqmodel in use) is left as it is."""
     if "torchao" in sys.modules or "transformers.quantizers.auto" in sys.modules:

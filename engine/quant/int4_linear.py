@@ -23,13 +23,13 @@ import torch.nn.functional as F
 
 KERNELS = ("tinygemm", "triton", "cpu", "reference")
 KERNEL_ENV = "HEARTH_INT4_KERNEL"  # force one (benchmarks, tests); unset: choose_kernel's pick
-CUDA_DEFAULT = "tinygemm"  # the fastest at every decode shape on the H200: 1.1-1.9x bf16, 2-4x
-# the Triton GEMV, which stays as the fallback (BENCHMARKS.md, the int4 kernels)
+CUDA_DEFAULT = "tinygemm"  # the fastest at every decode shape measured (BENCHMARKS.md, the int4
+# kernels); the Triton GEMV stays as the fallback
 QUANTIZE_ROWS = 8192  # rows rounded at once: a 150K-vocabulary lm_head never sits in fp32 whole
 TRITON_MAX_ROWS = 16  # the Triton GEMV is written for decode; prefill dequantizes instead
 TINYGEMM_MAX_ROWS = 64  # above this, unpacking tinygemm's layout and a 16-bit matmul is taken:
-# on the H200 tinygemm's time grows ~1.1 us a row at 4,608 x 3,584 (7.7 us at 1 row, 586 at 512)
-# while unpacking costs about one pass over the 4-bit and 16-bit weights (untimed on a GPU yet)
+# tinygemm's time grows with every row while unpacking costs about one pass over the 4-bit and
+# 16-bit weights (untimed on a GPU yet)
 
 
 @functools.cache
@@ -183,8 +183,8 @@ class Int4Linear(torch.nn.Module):
         """Whether dequantizing once and a dense matmul beat the kernel for `rows` rows."""
         if self.kernel == "triton":
             return rows > TRITON_MAX_ROWS
-        if self.kernel == "cpu":  # its dequantize is itself a K-row product (measured: 1024 rows
-            return rows > self.in_features  # of K=256 4x slower than dequantize + matmul)
+        if self.kernel == "cpu":  # its dequantize is itself a K-row product: past K rows,
+            return rows > self.in_features  # dequantize + matmul is cheaper
         if self.kernel == "tinygemm":
             return rows > TINYGEMM_MAX_ROWS and tinygemm_unpack_ok(str(self.packed.device))
         return self.kernel == "reference"

@@ -5,6 +5,7 @@ The model behind adaptive K: with a per-token acceptance rate alpha, a round of 
 yields (1 - alpha^(K+1)) / (1 - alpha) tokens and costs K draft steps plus one verify pass of
 K + 1 tokens; K is chosen to maximize tokens per second. The switch-off does not trust the
 model: it compares the measured time per token of speculation with a measured plain step.
+The H200 figures behind the constants: BENCHMARKS.md, "Tuning notes moved from the code".
 """
 
 from __future__ import annotations
@@ -20,36 +21,25 @@ PROBE_STEPS = 4  # plain steps timed before the first round when no plain step t
 REPROBE_TOKENS = 256  # and again after this many tokens of speculation: the context grows,
 # the machine's load changes; a plain step is never a loss against plain decoding
 EARLY_ROUNDS = 2  # rounds since speculation (re)started before it is judged; then after every
-# round, as evidence comes in. Judging only at the end of 16-token windows let a draft accepted at
-# 0.3-0.5 lose 20 ms a window on the H200 (7B/0.5B: rounds of 9.5 ms, plain steps of 4.7 ms): a
-# third of the 5% a 128-token answer may lose. The test is one-sided and the acceptance estimate's
-# standard error shrinks as rounds come in, so judging often does not switch off winners
-MARGIN = 0.05  # speculation must win by this much at the judged acceptance: near break-even
-# (alpha about 0.52 at K = 4 on the H200's costs) the two choices cost the same, and an answer
-# that keeps a draft losing 4% pays its start too
+# round, as evidence comes in: judged only at the end of long windows, a losing draft loses a
+# whole window. The test is one-sided and the acceptance estimate's standard error shrinks as
+# rounds come in, so judging often does not switch off winners
+MARGIN = 0.05  # speculation must win by this much at the judged acceptance: near break-even the
+# two choices cost the same, and an answer that keeps a draft losing a little pays its start too
 BACKOFF_TOKENS = 64  # plain tokens after a switch-off; doubles while speculation keeps losing
 MAX_BACKOFF_TOKENS = 4096
 FIRST_ENTRY_STEPS = 8  # what the first start may count for until a later one is timed
 WON_TOKENS = 16  # speculation that kept winning this long rests BACKOFF_TOKENS again at a loss
 ENTRY_SHARE = 0.0125  # and at least so many that starting speculation again (a draft's
-# prefill, its catch-up over the plain stretch: 2-10 7B steps on the H200's host, and the rounds
-# until it is judged again, as the last ones lost) costs at most this share of the stretch:
-# re-entries every 64 tokens cost 5-15% where nothing paid. At 0.025 the rest after a first
-# answer's loss (240-440 tokens on the H200) ended inside the next answer or the one after, and
-# two of three 128-token answers paid a start: 0.936x plain decoding at alpha 0.5
+# prefill, its catch-up over the plain stretch, and the rounds until it is judged again, as the
+# last ones lost) costs at most this share of the stretch: frequent re-entries eat the gain
 DECAY = 0.9  # exponential forgetting of old rounds in the acceptance estimate (about 10 rounds
 # remembered): K follows it, and the switch-off judges by it and by a slower one
-SLOW_DECAY = 0.97  # about 33 rounds: the fast estimate's standard error never falls below 0.11
-# at alpha 0.5, and a draft accepting 1 of every 2 tested, losing 20%, was never judged to lose
-# at JUDGE_Z by it alone; the slow one alone took 108 rounds to see a draft accepting everything
-# start to accept nothing
+SLOW_DECAY = 0.97  # about 33 rounds: the fast estimate alone is too noisy to see a steady loss,
+# the slow one alone too slow to see a draft stop being accepted
 JUDGE_Z = 1.5  # speculation is switched off only if it loses even at the estimate plus this
 # many standard errors: judged after every round, a lower bar switches off winners on a few bad
-# rounds (judged at the estimate itself, a draft accepted at 0.7 switched off rounds that won
-# 1.36x on the H200). On a model of the H200's 7B/0.5B costs (packaging/bench/switch_off_sim.py,
-# a tuning aid: medians of three 128-token answers) 1.5 with MARGIN 0.05 kept the 10th percentile
-# at 0.95x plain decoding or above at alpha 0-0.5 and the mean within 4% of speculation alone at
-# alpha 0.6-0.8; 0.5 and 1.0 switched off 5-9% of alpha 0.7's gain, 2.0 lost 10% at alpha 0.5
+# rounds (packaging/bench/switch_off_sim.py is the tuning aid)
 PRIOR_ALPHA, PRIOR_TESTS = 0.6, 2.0
 SAMPLES = 15  # timings are medians of the last few: one slow step (a first use, another
 # process on the CPU) must not decide
@@ -159,9 +149,8 @@ class Controller:
 
     def overhead(self, seconds: float) -> None:
         """Time speculation cost outside its rounds (a draft catching up on the prompt). Kept
-        for the record, not judged: once paid it is sunk, and switching off cannot win it back.
-        Charging it to the first window switched off a draft that won 1.59x on the H200 (7B
-        with a 0.5B draft at alpha 0.8: its eager prompt prefill is about six target steps)."""
+        for the record, not judged: once paid it is sunk, and switching off cannot win it back
+        (charged to the first window, it switched off drafts that won)."""
         self.overhead_s += seconds
         if self.first_entry_s is None:
             self.first_entry_s = seconds
@@ -171,8 +160,8 @@ class Controller:
     @property
     def entry_s(self) -> float:
         """What starting speculation again costs: the typical later start, else the first, at
-        most FIRST_ENTRY_STEPS plain steps (it pays first uses: 0.64 s on the H200 once, where
-        later starts took 11-16 ms)."""
+        most FIRST_ENTRY_STEPS plain steps (it pays first uses: it may take tens of times a
+        later start)."""
         if self.entries.value is not None:
             return self.entries.value
         return min(self.first_entry_s or 0.0, FIRST_ENTRY_STEPS * (self.plain_step_s or 0.0))
@@ -229,9 +218,8 @@ class Controller:
     def predicted_per_token(self, alpha: float | None = None) -> float:
         """Seconds a token of speculation costs at this K: a typical round over the tokens a
         round yields at an acceptance (default: the one estimated for K). Judged instead of
-        the window's own yield, which swings with the lengths of a few accepted runs: on the
-        H200's costs, the yield of 16-token windows switched off rounds that won 1.4x at alpha
-        0.7."""
+        the window's own yield, which swings with the lengths of a few accepted runs and
+        switched off winning rounds."""
         return self.round.value / expected_tokens(self.alpha if alpha is None else alpha,
                                                   self.k)
 

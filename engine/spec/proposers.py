@@ -18,8 +18,8 @@ from engine.plan.memory import PREFILL_CHUNK
 from engine.step.sampling import Sampler
 
 MAX_STEP_CATCH_UP = 4  # up to this many missing tokens go through decode steps; more go
-# through one prefill-like pass unless steps were measured to be cheaper (an eager forward costs
-# about 26 ms on the H200's host whatever its length: 100+ graph steps of a tiny draft)
+# through one prefill-like pass unless steps were measured to be cheaper (an eager forward's
+# host work, whatever its length, can cost as much as a hundred graph steps of a tiny draft)
 STEP_SAMPLES = 8  # catch-ups timed (with a device sync) to learn the draft's step time
 PROMPT_LOOKUP_NGRAMS = (3, 2, 1)  # the longest suffix that matches earlier decides
 
@@ -61,9 +61,8 @@ class DraftModel:
         self.step_s: list[float] = []  # seconds per catch-up token through decode steps
         self.forward_s: float | None = None  # seconds of the cheapest catch-up pass timed
         self.passes = 0  # catch-up passes run: the first pays first uses (kernels compiled for
-        # this shape, allocations) and is not timed. Timing it once sent every later prompt
-        # prefill through 512 decode steps, about 150 ms against a pass's 3-28 ms, in some of the
-        # H200's processes: steps once chosen, no pass was ever timed again to correct it
+        # this shape, allocations) and is not timed: timed, it can make steps look cheaper, and
+        # once steps are chosen no pass is timed again to correct it
         self.sync = torch.cuda.synchronize if self.device.type == "cuda" else lambda: None
         # after a round whose proposals were all accepted, two tokens are new to the draft (its
         # last proposal, never fed, and the target's bonus token): one two-token pass, captured

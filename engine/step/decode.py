@@ -19,15 +19,15 @@ import torch
 from engine.attention import decode_attention
 from engine.attention.prefill import StepContext
 from engine.cache.kv_cache import KVCache
+from engine.formats import families
 from engine.models import fused_ops
 from engine.models.layers import FamilyStep, supports
 
 MIN_BUCKET = 256
 SHORT_PREFILL = 64  # tokens: a prefill chunk this short runs the family step (forward)
 KERNEL_PREFILL = 4096  # and so does any chunk that ends within this many tokens of the start:
-# on the H200 (7B, bf16) a 512-token prompt's first token came in 12.6 ms that way against 25.7
-# through transformers' modules over SDPA, 4,096 in 99.3 against 109.8, but 32,000 in 1,528
-# against 1,496: the decode kernel's row tiles do not keep up with flash attention over long KV
+# faster than transformers' modules over SDPA for short and middling prompts, but the decode
+# kernel's row tiles do not keep up with flash attention over long KV
 KERNEL_PREFILL_ENV = "HEARTH_KERNEL_PREFILL"  # tokens, or "all": replaces KERNEL_PREFILL
 
 
@@ -79,8 +79,9 @@ class Decoder:
     def setup_fast_path(self, allow_graph: bool, compile_layers: bool) -> None:
         """Choose the decode path once, at load; say why in `notes` when it is not the fastest."""
         if not supports(self.model):
+            covers = families.listing(families.fast_path_types())
             self.notes.append(f"{self.model.config.model_type} decodes through transformers' "
-                              "modules (the fused step covers Llama, Mistral, Qwen2, Qwen3)")
+                              f"modules (the fused step covers {covers})")
             return
         self.family = FamilyStep(self.model, self.cache)
         if self.device.type == "cuda":
@@ -161,9 +162,9 @@ class Decoder:
         A short chunk (a chat's next message after its cached history) or one that ends within
         kernel_prefill() tokens (a prompt, a draft's catch-up on it) runs the family step,
         whose attention is the decode kernel reading the blocks in place, where that kernel
-        runs: one pass of the engine's own layer instead of transformers' modules (about 26 ms
-        of host work a pass on the H200, whatever its length) over a gathered copy of the whole
-        history. Not when compiled: each new length would compile again."""
+        runs: one pass of the engine's own layer instead of transformers' modules (whose host
+        work costs tens of milliseconds a pass, whatever its length) over a gathered copy of the
+        whole history. Not when compiled: each new length would compile again."""
         T = ids.numel()
         if (self.family is not None and not self.family.compiled
                 and (T <= SHORT_PREFILL or start + T <= kernel_prefill())

@@ -1,5 +1,6 @@
-"""AWQ for the Llama/Qwen family, layer by layer, written out in AutoAWQ's GEMM format (what
-transformers + gptqmodel load, and load/awq_loader.py too).
+"""AWQ for the families that allow it (formats/families names their modules and scale groups),
+layer by layer, written out in AutoAWQ's GEMM format (what transformers + gptqmodel load, and
+load/awq_loader.py too).
 
 For each decoder layer, on the device: run the calibration tokens through it (full precision)
 while hooks record what each group of linear layers reads; search and fold the scales
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.formats import families
 from engine.formats.model_shape import AWQ_GROUP
 from engine.quant import awq_format
 from engine.tools import awq_search
@@ -23,7 +25,6 @@ from engine.tools import awq_search
 GROUP_SIZE = AWQ_GROUP
 SEARCH_TOKENS = 4096  # tokens per group of linears the scale search measures its outputs on
 CHUNK_TOKENS = 8192  # tokens per layer forward: bounds the activations on the device
-NO_CLIP = ("q_proj", "k_proj")  # their error passes through the softmax: AutoAWQ leaves them
 
 
 @dataclass(frozen=True)
@@ -34,12 +35,9 @@ class Group:
     linears: tuple[str, ...]
 
 
-GROUPS = (
-    Group("input_layernorm", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
-    Group("self_attn.v_proj", ("self_attn.o_proj",)),  # only without GQA (shapes must match)
-    Group("post_attention_layernorm", ("mlp.gate_proj", "mlp.up_proj")),
-    Group("mlp.up_proj", ("mlp.down_proj",)),
-)
+def groups(names: families.ModuleNames) -> tuple[Group, ...]:
+    """The family's scale groups (v -> o only without GQA: _foldable checks the shapes)."""
+    return tuple(Group(prev, linears) for prev, linears in names.awq_groups)
 
 
 class _Stop(Exception):
@@ -66,11 +64,12 @@ class _InputStats:
         return torch.cat(self.rows)
 
 
-def _layer_inputs(model, blocks: torch.Tensor, device: torch.device, chunk: int):
+def _layer_inputs(model, names: families.ModuleNames, blocks: torch.Tensor, device: torch.device,
+                  chunk: int):
     """Run the embeddings only, per chunk of blocks [n, T] -> [(hidden [c, T, H] on device,
     the kwargs transformers passes its decoder layers)]."""
-    inner = model.model
-    first = inner.layers[0]
+    first = model.get_submodule(names.layers)[0]
+    embed, rotary = model.get_submodule(names.embed), model.get_submodule(names.rotary)
     seen = []
 
     def catch(module, args, kwargs):
@@ -78,8 +77,8 @@ def _layer_inputs(model, blocks: torch.Tensor, device: torch.device, chunk: int)
         raise _Stop
 
     hook = first.register_forward_pre_hook(catch, with_kwargs=True)
-    inner.embed_tokens.to(device)
-    inner.rotary_emb.to(device)
+    embed.to(device)
+    rotary.to(device)
     try:
         for lo in range(0, blocks.shape[0], chunk):
             try:
@@ -88,7 +87,7 @@ def _layer_inputs(model, blocks: torch.Tensor, device: torch.device, chunk: int)
                 pass
     finally:
         hook.remove()
-        inner.embed_tokens.to("cpu")
+        embed.to("cpu")
     return seen
 
 
@@ -112,10 +111,10 @@ def _foldable(layer, group: Group) -> bool:
     return not isinstance(prev, torch.nn.Linear) or prev.out_features == first.in_features
 
 
-def _search(layer, inputs, stride: int):
+def _search(layer, scale_groups: tuple[Group, ...], inputs, stride: int):
     """One layer's AWQ search -> (the next layer's inputs, {linear: its inputs after scaling},
     the chosen scale exponent per group, -1 for none)."""
-    stats = {g.linears[0]: _InputStats(stride) for g in GROUPS}
+    stats = {g.linears[0]: _InputStats(stride) for g in scale_groups}
     hooks = [layer.get_submodule(n).register_forward_hook(st) for n, st in stats.items()]
     try:  # the full-precision outputs: the next layer's inputs
         nxt = [(_hidden(layer(x, **kw)), kw) for x, kw in inputs]
@@ -125,7 +124,7 @@ def _search(layer, inputs, stride: int):
     # scales first, all of them (folding into up_proj changes what gate/up round), then clip
     # and round each linear: AutoAWQ's order
     ratios, inputs_of = [], {}
-    for g in GROUPS:
+    for g in scale_groups:
         st = stats[g.linears[0]]
         x = st.sample()
         if _foldable(layer, g):
@@ -142,30 +141,34 @@ def _search(layer, inputs, stride: int):
 def quantize_model(model, blocks: torch.Tensor | None, device: torch.device,
                    progress: Callable[[int, int, str], None] = lambda done, total, msg: None
                    ) -> dict[str, torch.Tensor]:
-    """model: a transformers Llama/Qwen model on the CPU (its weights are changed in place: scales
-    folded, clipped); blocks: [n, T] calibration tokens, or None for plain round-to-nearest (the
-    baseline AWQ is measured against) -> the checkpoint's tensors (AWQ format: qweight/qzeros/
-    scales per linear, everything else fp16)."""
-    layers = model.model.layers
+    """model: a transformers model of an AWQ family on the CPU (its weights are changed in place:
+    scales folded, clipped); blocks: [n, T] calibration tokens, or None for plain round-to-nearest
+    (the baseline AWQ is measured against) -> the checkpoint's tensors (AWQ format: qweight/
+    qzeros/scales per linear, everything else fp16)."""
+    names = families.get(model.config.model_type).names
+    scale_groups = groups(names)
+    no_clip = (names.q, names.k)  # their error passes through the softmax: AutoAWQ leaves them
+    layers = model.get_submodule(names.layers)
     inputs = stride = None
     if blocks is not None:
         stride = max(1, blocks.numel() // SEARCH_TOKENS)
-        inputs = _layer_inputs(model, blocks, device, max(1, CHUNK_TOKENS // blocks.shape[1]))
+        inputs = _layer_inputs(model, names, blocks, device,
+                               max(1, CHUNK_TOKENS // blocks.shape[1]))
     out: dict[str, torch.Tensor] = {}
     for i, layer in enumerate(layers):
         t0 = time.perf_counter()
         layer.to(device)
         if inputs is None:
-            inputs_of, what = dict.fromkeys(n for g in GROUPS for n in g.linears), "rounded"
+            inputs_of, what = dict.fromkeys(n for g in scale_groups for n in g.linears), "rounded"
         else:
-            inputs, inputs_of, ratios = _search(layer, inputs, stride)
+            inputs, inputs_of, ratios = _search(layer, scale_groups, inputs, stride)
             what = "scale exponents " + ", ".join("none" if r < 0 else f"{r:.2f}" for r in ratios)
         for name, x in inputs_of.items():
             lin = layer.get_submodule(name)
-            clip = None if x is None or name.endswith(NO_CLIP) else awq_search.search_clip(
+            clip = None if x is None or name.endswith(no_clip) else awq_search.search_clip(
                 x, lin.weight, GROUP_SIZE)
             codes, zeros, scales = awq_format.quantize(lin.weight, GROUP_SIZE, clip)
-            prefix = f"model.layers.{i}.{name}"
+            prefix = f"{names.layers}.{i}.{name}"
             for key, t in awq_format.pack(codes, zeros, scales).items():
                 out[f"{prefix}.{key}"] = t.cpu()
             if lin.bias is not None:
@@ -176,9 +179,10 @@ def quantize_model(model, blocks: torch.Tensor | None, device: torch.device,
                  f"({time.perf_counter() - t0:.1f} s)")
     for name, t in model.state_dict().items():
         owner = name.rpartition(".")[0]
-        if name.startswith("model.layers.") and (f"{owner}.qweight" in out or name in out):
+        if name.startswith(f"{names.layers}.") and (f"{owner}.qweight" in out or name in out):
             continue
-        if name == "lm_head.weight" and model.config.get_text_config().tie_word_embeddings:
+        if (name == f"{names.lm_head}.weight"
+                and model.config.get_text_config().tie_word_embeddings):
             continue  # tied: the embedding is the one copy (safetensors stores no aliases)
         out[name] = t.to(torch.float16) if t.is_floating_point() else t
     return out

@@ -3,26 +3,33 @@
 One `Check` per part, printed as one line in plain words. Nothing heavy is imported with this
 module (the CLI validates before torch): torch is imported inside its own check, the driver is read
 through NVML (no CUDA context), and Qt is tried in a child process, since the engine never imports
-Qt (import-linter contract).
+Qt (import-linter contract). Versions and pip commands come from pip_packages.py.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import shlex
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 from engine.platform.gpu import detect_gpus
+from engine.tools.pip_packages import (
+    canonical,
+    installed_version,
+    older,
+    pip_install,
+    required_specs,
+    satisfies,
+    torch_index_url,
+)
 
 OK, NOTE, MISSING = "ok", "note", "MISSING"
-REPO_DIR = Path(__file__).resolve().parent.parent
+REPO_DIR = Path(__file__).resolve().parents[2]  # engine/tools/doctor.py -> the checkout
 QT_LIBRARIES = ("libgl1 libegl1 libxkbcommon0 libxkbcommon-x11-0 libxcb-cursor0 libglib2.0-0 "
                 "libfontconfig1 libdbus-1-3")
 DRIVER_URL = "https://www.nvidia.com/drivers"
@@ -51,73 +58,6 @@ class Check:
     def line(self) -> str:
         text = f"{self.status:<8}{self.name}: {self.detail}"
         return f"{text}. {self.fix}" if self.fix else text
-
-
-def installed_version(dist: str) -> str | None:
-    """The installed version of a distribution, None when it is absent. Read from metadata, so
-    nothing is imported (tests replace this to simulate a missing package)."""
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def required_specs() -> dict[str, str]:
-    """What the installed Hearth requires: canonical name -> version specifier ('' for any)."""
-    try:
-        requires = metadata.requires("hearth") or []
-    except metadata.PackageNotFoundError:
-        return {}  # running from a bare checkout: names are still checked, versions are not
-    specs = {}
-    for req in requires:
-        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*([^;]*)(;.*)?", req)
-        if m and not (m[3] and "extra" in m[3]):
-            specs[_canonical(m[1])] = m[2].strip()
-    return specs
-
-
-def _satisfies(version: str, spec: str) -> bool:
-    if not spec:
-        return True
-    try:
-        from packaging.specifiers import SpecifierSet
-    except ImportError:
-        return True  # cannot tell without `packaging`; the import checks still stand
-    return SpecifierSet(spec).contains(version, prereleases=True)
-
-
-def _older(version: str, than: str) -> bool:
-    try:
-        from packaging.version import Version
-
-        return Version(version) < Version(than)
-    except Exception:
-        return False
-
-
-def pip_install(*requirements: str, extra: str = "") -> str:
-    """The exact command that installs into this interpreter's environment."""
-    argv = [sys.executable, "-m", "pip", "install", *requirements]
-    cmd = subprocess.list2cmdline(argv) if os.name == "nt" else shlex.join(argv)
-    return cmd + (f" {extra}" if extra else "")
-
-
-def torch_index_url(driver_cuda: tuple[int, int] | None) -> str:
-    """The PyTorch wheel index for a driver (its highest CUDA version). packaging/install.sh and
-    install.ps1 make the same choice; tests/test_packaging.py holds them to it."""
-    if driver_cuda is None or driver_cuda < (12, 0):
-        tag = "cpu"  # no driver, or one older than any CUDA build PyTorch still makes
-    elif driver_cuda >= (13, 0):
-        tag = "cu130"
-    elif driver_cuda >= (12, 8):
-        tag = "cu128"
-    else:
-        tag = "cu126"  # CUDA minor-version compatibility: runs on any 12.x driver
-    return f"https://download.pytorch.org/whl/{tag}"
 
 
 def driver_cuda_version() -> tuple[int, int] | None:
@@ -190,7 +130,7 @@ def check_torch(report, cuda: tuple[int, int] | None, specs: dict[str, str]) -> 
                                            extra=f"--index-url {index}"))
     version, built_for = torch.__version__, torch.version.cuda
     spec = specs.get("torch", "")
-    if not _satisfies(version, spec):
+    if not satisfies(version, spec):
         return Check("torch", MISSING, f"{version} is installed but Hearth needs torch{spec}",
                      "Fix: " + pip_install("--upgrade", "torch", extra=f"--index-url {index}"))
     if built_for is None:
@@ -214,12 +154,12 @@ def check_torch(report, cuda: tuple[int, int] | None, specs: dict[str, str]) -> 
 
 
 def check_package(dist: str, purpose: str, specs: dict[str, str]) -> Check:
-    spec = specs.get(_canonical(dist), "")
+    spec = specs.get(canonical(dist), "")
     version = installed_version(dist)
     if version is None:
         return Check(dist, MISSING, f"not installed ({purpose} needs it)",
                      "Fix: " + pip_install(f"{dist}{spec}"))
-    if not _satisfies(version, spec):
+    if not satisfies(version, spec):
         return Check(dist, MISSING, f"{version} is installed but Hearth needs {dist}{spec}",
                      "Fix: " + pip_install(f"{dist}{spec}"))
     return Check(dist, OK, version)
@@ -231,7 +171,7 @@ def check_gptqmodel() -> Check:
         return Check("gptqmodel", OK, f"{version} (AWQ models in plain transformers)")
     torch_version = installed_version("torch") or ""
     # 7.7 needs torch >= 2.14.1: with an older torch, pip would replace it (maybe with a CUDA build)
-    pin = "gptqmodel==7.6.0" if _older(torch_version.split("+")[0], "2.14.1") else "gptqmodel"
+    pin = "gptqmodel==7.6.0" if older(torch_version.split("+")[0], "2.14.1") else "gptqmodel"
     return Check("gptqmodel", NOTE, "not installed; optional: Hearth runs AWQ models without "
                  "it, plain transformers needs it for them",
                  "To add it: " + pip_install(pin))
@@ -276,7 +216,7 @@ def check_c_compiler(has_triton: bool) -> Check:
 
 def check_qt(specs: dict[str, str]) -> Check:
     dist = "PySide6-Essentials"
-    spec = specs.get(_canonical(dist), "")
+    spec = specs.get(canonical(dist), "")
     if importlib.util.find_spec("PySide6") is None:
         return Check("Qt", MISSING, "PySide6 is not installed (the desktop app needs it; the "
                                     "command line works without it)",
@@ -297,7 +237,7 @@ def check_qt(specs: dict[str, str]) -> Check:
         return Check("Qt", MISSING, f"PySide6 does not import ({last})", fix)
     version = proc.stdout.strip()
     installed = installed_version(dist)
-    if installed and not _satisfies(installed, spec):
+    if installed and not satisfies(installed, spec):
         return Check("Qt", MISSING, f"{dist} {installed} is installed but Hearth needs "
                                     f"{dist}{spec}", "Fix: " + pip_install(f"{dist}{spec}"))
     return Check("Qt", OK, f"PySide6 {version} (the desktop app)")

@@ -9,6 +9,7 @@ import json
 import math
 import sys
 
+from engine.formats import kv_dtypes
 from engine.formats.model_shape import ModelShape, PlanError
 from engine.plan import memory as planner
 from engine.plan.multi_gpu import (
@@ -76,7 +77,7 @@ def run(path: str, shape: ModelShape, n: int, vram_gib: float | None, gpu: str |
         raise PlanError(err + (f"; --tensor-parallel takes {ways}" if ways else ""))
     if quant in ("int8", "nf4", "awq"):
         raise PlanError(f"tensor parallelism cuts 16-bit weights only so far, not {quant}")
-    if kv_dtype in planner.QUANTIZED_KV:
+    if kv_dtype in kv_dtypes.quantized():
         raise PlanError(f"tensor parallelism keeps a 16-bit KV cache so far, not {kv_dtype}")
     if vram_gib is not None:
         if not (isinstance(vram_gib, int | float) and math.isfinite(vram_gib) and vram_gib > 0):

@@ -12,6 +12,7 @@ import math
 import sys
 
 from engine.files.model_folder import resolve
+from engine.formats import kv_dtypes, weights
 from engine.plan import memory as planner
 from engine.platform.gpu import GpuReport, detect_gpus
 from engine.tools import plan_multi_report
@@ -74,12 +75,12 @@ def run_plan(model: str | None, vram_gib: float | None = None, gpu: str | None =
     tensor_parallel N > 1, the plan per card of N (tools/plan_multi_report.py)."""
     quant, kv_dtype = quant or "auto", kv_dtype or "auto"
     try:
-        if quant not in ("auto", *planner.WEIGHT_FORMATS):
+        if quant not in ("auto", *weights.names()):
             raise planner.PlanError(f"--quant must be auto or one of "
-                                    f"{', '.join(planner.WEIGHT_FORMATS)}, not {quant!r}")
-        if kv_dtype not in ("auto", *planner.KV_DTYPES):
+                                    f"{', '.join(weights.names())}, not {quant!r}")
+        if kv_dtype not in ("auto", *kv_dtypes.names()):
             raise planner.PlanError(f"--kv-dtype must be auto or one of "
-                                    f"{', '.join(planner.KV_DTYPES)}, not {kv_dtype!r}")
+                                    f"{', '.join(kv_dtypes.names())}, not {kv_dtype!r}")
         if context is not None and (not isinstance(context, int) or context < 1):
             raise planner.PlanError(f"--context must be a positive number of tokens, not "
                                     f"{context!r}")

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 from engine.events import BadRequest
+from engine.formats import families
 from engine.formats.model_shape import AWQ_GROUP
 
-FAMILY = ("llama", "mistral", "qwen2", "qwen3")  # models/layers.py's family: the names GROUPS use
 METHODS = ("awq", "rtn")
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 NUM_SAMPLES, SEQ_LEN = 128, 512  # AutoAWQ's defaults: 64K calibration tokens
@@ -26,12 +26,14 @@ SKIP_FILES = ("config.json", "model.safetensors.index.json")
 
 
 def check_model(config: dict) -> None:
-    """What the AWQ quantizer takes: the Llama/Qwen family, dimensions in whole groups."""
+    """What the AWQ quantizer takes: a family that allows it, dimensions in whole groups."""
     if config.get("quantization_config"):
         raise BadRequest("the model is already quantized; AWQ starts from 16-bit weights")
-    if config.get("model_type") not in FAMILY:
-        raise BadRequest(f"`hearth quantize --method awq` covers Llama, Mistral, Qwen2 and Qwen3 "
-                         f"models, not {config.get('model_type')}")
+    family = families.get(config.get("model_type"))
+    if family is None or not family.awq:
+        raise BadRequest(f"`hearth quantize --method awq` covers "
+                         f"{families.listing(families.awq_types())} models, not "
+                         f"{config.get('model_type')}")
     hidden, inter = config.get("hidden_size", 0), config.get("intermediate_size", 0)
     if hidden % AWQ_GROUP or inter % AWQ_GROUP:
         raise BadRequest(f"AWQ groups input features by {AWQ_GROUP}: hidden size {hidden} and "

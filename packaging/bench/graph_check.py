@@ -26,7 +26,7 @@ from engine.cache.kv_cache import KVCache  # noqa: E402
 from engine.events import LoadRequest  # noqa: E402
 from engine.load import loader  # noqa: E402
 from engine.step.decode import Decoder  # noqa: E402
-from engine.tools.bench import _folder_for_random  # noqa: E402
+from engine.tools.bench.decode import _folder_for_random  # noqa: E402
 
 BF16_ROUNDING = 1e-2  # relative error bound for bf16 activations (METHOD.md)
 

@@ -1,6 +1,5 @@
-"""On a GPU: `hearth bench`'s measurement (engine/tools/bench.py: greedy, batch 1, median decode of
-3
-runs, the roofline of the same run) for several KV caches and prompt lengths over ONE
+"""On a GPU: `hearth bench`'s measurement (engine/tools/bench/decode.py: greedy, batch 1, median
+decode of 3 runs, the roofline of the same run) for several KV caches and prompt lengths over ONE
 random-weight model: an 8B NF4 model built on the CPU (engine/load/loader.py) takes minutes, which a
 benchmark of 7 settings in one device call cannot pay 7 times. By default the model is built on
 the GPU in bf16 and quantized in place (the card has room), as `hearth bench` did before.
@@ -34,14 +33,8 @@ from engine.events import LoadRequest  # noqa: E402
 from engine.generate.session import Session  # noqa: E402
 from engine.kernels import attention_backend
 from engine.load import loader
-from engine.tools.bench import (  # noqa: E402
-    NUM_RUNS,
-    _folder_for_random,
-    _prompts,
-    _run_one,
-    copy_bandwidth,
-    decode_bytes,
-)
+from engine.tools.bench.decode import NUM_RUNS, _folder_for_random, _prompts, _run_one  # noqa: E402
+from engine.tools.bench.references import copy_bandwidth, decode_bytes  # noqa: E402
 
 
 def build_on_gpu(folder, req: LoadRequest) -> loader.LoadedModel:

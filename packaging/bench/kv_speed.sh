@@ -7,7 +7,7 @@
 #  2. one layer's decode attention at the Llama-3.1-8B shape (32/8 heads, dim 128) at 1K, 8K and
 #     32K tokens: bf16 SDPA, and the Triton kernel over bf16, int8 and fp8 caches; then the
 #     kernel's launch settings swept at 32K;
-#  3. end to end, `hearth bench`'s measurement (engine/tools/bench.py) over one random-weight
+#  3. end to end, `hearth bench`'s measurement (engine/tools/bench/decode.py) over one random-weight
 #     Llama-3.1-8B-shaped AWQ model (issue 6's target: the fastest 4-bit weights, where the KV
 #     read is the largest share of a step) at 1K- and 32K-token prompts: KV bf16, int8, fp8 (all
 #     read by the Triton kernel) and bf16 read by SDPA (the default for 16-bit caches). One model

@@ -92,7 +92,7 @@ def _load(shape_dir: Path, quant: str, context: int, gib: float, kv_dtype: str =
     from engine.events import LoadRequest
     from engine.generate.session import Session
     from engine.load import loader
-    from engine.tools.bench import _folder_for_random
+    from engine.tools.bench.decode import _folder_for_random
 
     req = LoadRequest(model=str(shape_dir), quant=quant, kv_dtype=kv_dtype, context=context,
                       memory_limit_gib=gib)

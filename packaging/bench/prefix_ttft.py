@@ -37,7 +37,7 @@ from engine.events import (  # noqa: E402
 )
 from engine.generate.session import Session  # noqa: E402
 from engine.load import loader  # noqa: E402
-from engine.tools.bench import _folder_for_random  # noqa: E402
+from engine.tools.bench.decode import _folder_for_random  # noqa: E402
 
 
 def generate(session: Session, ids: list[int], new_tokens: int) -> tuple[Finished, list[int]]:

@@ -41,7 +41,7 @@ from engine.parallel.session import random_host_model  # noqa: E402
 from engine.plan.multi_gpu import plan_multi  # noqa: E402
 from engine.platform import gpu  # noqa: E402
 from engine.step.decode import Decoder  # noqa: E402
-from engine.tools.bench import _folder_for_random  # noqa: E402
+from engine.tools.bench.decode import _folder_for_random  # noqa: E402
 
 
 class PeakSampler:

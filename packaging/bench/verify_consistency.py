@@ -28,7 +28,7 @@ from engine.events import LoadRequest  # noqa: E402
 from engine.generate.session import Session  # noqa: E402
 from engine.kernels import attention_backend  # noqa: E402
 from engine.load import loader
-from engine.tools.bench import _folder_for_random, _prompts  # noqa: E402
+from engine.tools.bench.decode import _folder_for_random, _prompts  # noqa: E402
 
 
 @torch.inference_mode()

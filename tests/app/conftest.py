@@ -15,8 +15,8 @@ import pytest  # noqa: E402
 from PySide6.QtCore import QSettings  # noqa: E402
 
 from app.app_settings import AppSettings  # noqa: E402
-from app.conversation_store import FILE_NAME, ConversationStore  # noqa: E402
-from app.worker_client import WorkerClient  # noqa: E402
+from app.history.conversation_store import FILE_NAME, ConversationStore  # noqa: E402
+from app.worker.worker_client import WorkerClient  # noqa: E402
 from engine.events import request_from_json  # noqa: E402
 
 FAKE_WORKER = Path(__file__).resolve().parent / "fake_worker.py"

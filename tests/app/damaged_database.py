@@ -11,7 +11,7 @@ import tempfile
 from contextlib import closing
 from pathlib import Path
 
-from app.conversation_store import ConversationStore
+from app.history.conversation_store import ConversationStore
 
 NUM_CONVERSATIONS = 50
 NUM_MESSAGES_EACH = 4

@@ -1,5 +1,5 @@
 """A stand-in for the Hugging Face Hub on localhost (stdlib http.server in a thread), serving
-what huggingface_hub and app/hub_download.py ask of it, the way the Hub answers:
+what huggingface_hub and app/get_model/hub_download.py ask of it, the way the Hub answers:
 
   GET  /api/models?search=WORDS               search: ids holding the words, most downloaded first
   GET  /api/models/{repo}[/revision/{rev}]   model info with siblings (sizes, blob ids, LFS)

@@ -13,7 +13,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from app.conversation import DEFAULT_TITLE, ChatSettings, Conversation, Message
+from app.history.conversation import DEFAULT_TITLE, ChatSettings, Conversation, Message
 from engine.events import Stats
 
 SCHEMA = """

@@ -9,10 +9,10 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QGuiApplication
 
 from app.app_settings import AppSettings
-from app.chat_controller import SAMPLING_TEMPERATURE
-from app.conversation import ChatSettings
-from app.conversation_store import ConversationStore
-from app.welcome_view import SUGGESTED_PROMPTS
+from app.chat.chat_controller import SAMPLING_TEMPERATURE
+from app.chat.welcome_view import SUGGESTED_PROMPTS
+from app.history.conversation import ChatSettings
+from app.history.conversation_store import ConversationStore
 from engine.events import GenerateRequest
 from tests.app.conftest import recorded_text
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
-from app.conversation import ChatSettings
-from app.conversation_settings_dialog import ConversationSettingsDialog
+from app.chat.conversation_settings_dialog import ConversationSettingsDialog
+from app.history.conversation import ChatSettings
 from engine.events import CancelRequest, GenerateRequest, LoadRequest, ShutdownRequest
 from tests.app.conftest import recorded_text
 

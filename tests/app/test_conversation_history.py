@@ -10,15 +10,15 @@ from contextlib import closing
 
 import pytest
 
-from app import conversation_export
-from app.conversation import ChatSettings
-from app.conversation_export import ImportRefused
-from app.conversation_store import FILE_NAME, ConversationStore
+from app.chat import conversation_export
+from app.chat.conversation_export import ImportRefused
+from app.history.conversation import ChatSettings
+from app.history.conversation_store import FILE_NAME, ConversationStore
 
 
 @pytest.fixture(scope="module")
 def old_store_module():
-    """app/conversation_store.py as the previous version wrote databases (a verbatim copy)."""
+    """app/history/conversation_store.py as the previous version wrote databases (verbatim)."""
     from tests.app import store_v0
 
     return store_v0
@@ -80,7 +80,7 @@ def test_a_migration_that_fails_leaves_the_file_as_it_was(tmp_path, old_store_mo
     cid = old.create_conversation("kept").id
     old.add_message(cid, "user", "hello")
     old.close()
-    from app import store_schema
+    from app.history import store_schema
 
     def broken(db, ids=None):
         raise sqlite3.OperationalError("disk I/O error")

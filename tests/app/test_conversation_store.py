@@ -11,9 +11,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from app.chat_controller import FLUSH_INTERVAL_MS, ChatController
-from app.conversation import ChatSettings
-from app.conversation_store import FILE_NAME, ConversationStore
+from app.chat.chat_controller import FLUSH_INTERVAL_MS, ChatController
+from app.history.conversation import ChatSettings
+from app.history.conversation_store import FILE_NAME, ConversationStore
 from engine.events import LoadRequest, Stats
 from tests.app.conftest import FAKE_COMMAND, recorded_text
 
@@ -80,9 +80,9 @@ KILL_MID_ANSWER = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, {repo!r})
     from PySide6.QtCore import QCoreApplication, QTimer
-    from app.chat_controller import ChatController
-    from app.conversation_store import ConversationStore
-    from app.worker_client import WorkerClient
+    from app.chat.chat_controller import ChatController
+    from app.history.conversation_store import ConversationStore
+    from app.worker.worker_client import WorkerClient
     from engine.events import LoadRequest
 
     app = QCoreApplication([])

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from app.conversation import ChatSettings
-from app.conversation_store import FILE_NAME, ConversationStore
+from app.history.conversation import ChatSettings
+from app.history.conversation_store import FILE_NAME, ConversationStore
 from app.main_window import MainWindow
 from app.paths import DEMO_MODEL_DIR
-from app.worker_client import WorkerClient
+from app.worker.worker_client import WorkerClient
 from engine.events import LoadRequest
 
 pytest.importorskip("torch")  # the engine's side; the app itself never imports it

@@ -14,11 +14,11 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox
 
-from app.endpoint_keys import SERVICE, EndpointKeys
-from app.endpoints import EndpointModel
 from app.log_file import setup_logging
-from app.model_picker_dialog import ENTRY_ROLE, ModelPickerDialog
-from app.performance_panel import PerformancePanel
+from app.models.model_picker_dialog import ENTRY_ROLE, ModelPickerDialog
+from app.remote.endpoint_keys import SERVICE, EndpointKeys
+from app.remote.endpoints import EndpointModel
+from app.worker.performance_panel import PerformancePanel
 from tests.fake_endpoint import ANSWER, FakeEndpoint, closed_port_url
 
 KEY = "sk-hearth-test-7f3a9c2e5b1d4a60"

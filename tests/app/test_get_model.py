@@ -11,11 +11,11 @@ import huggingface_hub.constants
 import pytest
 from PySide6.QtCore import Qt
 
-from app import hub_download
-from app.get_model_panel import size_text
-from app.hub_download import DownloadCancelled
-from app.hub_listing import HubError, fetch_listing
-from app.model_picker_dialog import ENTRY_ROLE, ModelPickerDialog
+from app.get_model import hub_download
+from app.get_model.get_model_panel import size_text
+from app.get_model.hub_download import DownloadCancelled
+from app.get_model.hub_listing import HubError, fetch_listing
+from app.models.model_picker_dialog import ENTRY_ROLE, ModelPickerDialog
 from engine.files import model_folder
 from tests.app.fake_hub import FakeHub, folder_files
 from tests.app.test_model_picker import card

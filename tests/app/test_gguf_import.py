@@ -15,9 +15,9 @@ import pytest
 from PySide6.QtCore import QTimer
 
 from app import __main__ as app_main
-from app.gguf_import_job import GGUFImportJob
-from app.model_catalog import default_load_name, imported_entries
-from app.model_picker_dialog import ENTRY_ROLE, ModelPickerDialog
+from app.get_model.gguf_import_job import GGUFImportJob
+from app.models.model_catalog import default_load_name, imported_entries
+from app.models.model_picker_dialog import ENTRY_ROLE, ModelPickerDialog
 from app.paths import DEMO_MODEL_DIR
 from engine.files.model_home import STARTER_NAME, models_dir, starter_dir
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.gguf_sources import MAX_MANIFEST_BYTES, find_gguf_files
-from app.model_picker_dialog import ENTRY_ROLE, ModelPickerDialog
+from app.get_model.gguf_sources import MAX_MANIFEST_BYTES, find_gguf_files
+from app.models.model_picker_dialog import ENTRY_ROLE, ModelPickerDialog
 
 HEX = "ab" * 32
 OTHER_HEX = "cd" * 32

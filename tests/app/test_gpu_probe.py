@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from app import fit_check
-from app.gpu_probe import GpuProbe
+from app.models import fit_check
+from app.worker.gpu_probe import GpuProbe
 from engine.platform.gpu import GpuInfo, GpuReport
 
 GiB = 1 << 30

@@ -11,10 +11,11 @@ from types import SimpleNamespace
 import huggingface_hub.constants
 import pytest
 
-from app import hub_download, hub_listing, model_catalog
-from app.get_model_panel import GetModelPanel
-from app.hub_listing import HubError, fetch_listing, parse_repo_id
-from app.model_download import ModelDownload
+from app.get_model import hub_download, hub_listing
+from app.get_model.get_model_panel import GetModelPanel
+from app.get_model.hub_listing import HubError, fetch_listing, parse_repo_id
+from app.get_model.model_download import ModelDownload
+from app.models import model_catalog
 from engine.files import model_folder
 from tests.app.fake_hub import ENDLESS, FakeHub, Lie, folder_files
 

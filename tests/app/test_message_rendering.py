@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from app.code_highlighter import is_code_block
-from app.conversation import Message
-from app.message_view import MessageView
-from app.think_split import answer_only, split_think
+from app.chat.code_highlighter import is_code_block
+from app.chat.message_view import MessageView
+from app.chat.think_split import answer_only, split_think
+from app.history.conversation import Message
 
 
 def test_split_think():

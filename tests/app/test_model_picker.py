@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from app.fit_panel import Speculation
-from app.model_catalog import all_entries, hub_entries
-from app.model_picker_dialog import ModelPickerDialog
+from app.models.fit_panel import Speculation
+from app.models.model_catalog import all_entries, hub_entries
+from app.models.model_picker_dialog import ModelPickerDialog
 from app.paths import DEMO_DRAFT_DIR
 from engine.events import GenerateRequest, LoadRequest
 from engine.platform.gpu import GpuInfo, GpuReport

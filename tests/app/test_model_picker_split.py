@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from app.model_picker_dialog import ModelPickerDialog
+from app.models.model_picker_dialog import ModelPickerDialog
 from engine.formats.model_shape import ModelShape
 from engine.plan.multi_gpu import recommend_split
 from engine.platform.gpu import GpuInfo, GpuReport

@@ -11,9 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from app.chart_axis import MAX_GAP_S, WINDOWS_S
-from app.performance_panel import MIN_PREFILL_TOKENS, PerformancePanel
-from app.process_usage import ProcessSample, read_usage
+from app.widgets.chart_axis import MAX_GAP_S, WINDOWS_S
+from app.worker.performance_panel import MIN_PREFILL_TOKENS, PerformancePanel
+from app.worker.process_usage import ProcessSample, read_usage
 from engine.events import Loaded, Stats
 from engine.platform.gpu import GpuReport
 

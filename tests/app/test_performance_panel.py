@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 
-from app.gpu_probe import VramSample
-from app.performance_panel import REDRAW_INTERVAL_MS, PerformancePanel
-from app.ring_buffer import RingBuffer
+from app.widgets.ring_buffer import RingBuffer
+from app.worker.gpu_probe import VramSample
+from app.worker.performance_panel import REDRAW_INTERVAL_MS, PerformancePanel
 from engine.events import Loaded, Stats
 from engine.platform.gpu import GpuReport
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.chat_controller import ChatController
-from app.worker_client import WorkerClient
+from app.chat.chat_controller import ChatController
+from app.worker.worker_client import WorkerClient
 from engine.events import LoadRequest
 
 pytest.importorskip("torch")  # the engine's side; the app itself never imports it

@@ -18,7 +18,7 @@ def test_the_window_starts_with_its_style_sheet_and_icon(tmp_path):
                           env={**env, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    # the sheet in use may be a theme made from hearth.qss (app/theme.py): loaded, not empty
+    # the sheet in use may be a theme made from hearth.qss (app/widgets/theme.py): loaded, not empty
     match = re.search(r"^style sheet: loaded, (\d+) characters$", done.stdout, re.M)
     assert match and int(match.group(1)) > 0, done.stdout
     assert f"icon: loaded ({RESOURCES_DIR / 'icons' / 'hearth.svg'})" in done.stdout

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from app.__main__ import load_request, open_window, parse_args
-from app.conversation_list_view import ID_ROLE
-from app.conversation_store import FILE_NAME, ConversationStore
+from app.chat.conversation_list_view import ID_ROLE
+from app.history.conversation_store import FILE_NAME, ConversationStore
 from app.paths import REPO_ROOT
 from tests.app import damaged_database as dd
 from tests.app.conftest import FAKE_COMMAND

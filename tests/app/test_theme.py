@@ -8,10 +8,10 @@ import re
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
-from app import theme
 from app.app_settings import AppSettings
-from app.markdown_view import CODE_BACKGROUND, MarkdownView
+from app.chat.markdown_view import CODE_BACKGROUND, MarkdownView
 from app.paths import RESOURCES_DIR
+from app.widgets import theme
 
 
 def theme_action(window, text: str):

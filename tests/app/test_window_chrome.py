@@ -10,8 +10,8 @@ from pathlib import Path
 from PySide6.QtCore import QPoint
 
 from app.crash_report import engine_error
-from app.fitted_label import FittedLabel
 from app.paths import DEMO_MODEL_DIR
+from app.widgets.fitted_label import FittedLabel
 from engine.events import Loaded, LoadRequest
 
 RECORDINGS = Path(__file__).parent / "recordings"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.worker_client import JsonLineReader, WorkerClient, WorkerDied
+from app.worker.worker_client import JsonLineReader, WorkerClient, WorkerDied
 from engine.events import (
     Finished,
     GenerateRequest,

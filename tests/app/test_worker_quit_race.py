@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtCore import QProcess
 
 from app.main_window import MainWindow
-from app.worker_client import WorkerClient
+from app.worker.worker_client import WorkerClient
 from engine.events import LoadRequest
 from tests.app.conftest import FAKE_COMMAND
 

@@ -1,0 +1,1 @@
+"""Getting a model onto this machine: Hugging Face search, listing and download, and GGUF import."""

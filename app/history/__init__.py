@@ -1,0 +1,1 @@
+"""Saved conversations: the data model and the SQLite store, its schema, opening and salvage."""

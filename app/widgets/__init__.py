@@ -1,0 +1,1 @@
+"""Small reusable widgets and the theme, which know nothing of chat, models or the worker."""

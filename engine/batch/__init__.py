@@ -1,0 +1,1 @@
+"""Continuous batching: sequences in one shared paged arena and the scheduler that fills a step."""

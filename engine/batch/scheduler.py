@@ -1,0 +1,137 @@
+"""Which tokens of which sequences one step computes, under a token budget (vLLM V1's policy):
+running sequences first (a decode is one token; a prefill continues in chunks), then waiting ones
+in arrival order while the budget, `max_seqs` and free blocks allow. Admission shares the cached
+blocks of a prompt's prefix (block_manager's hashes, across concurrent sequences). When a running
+sequence needs a block and none is left, the newest running sequence is preempted (its blocks go
+back; its full blocks stay cached by hash) and recomputed later: never an out-of-memory.
+
+Pure Python: the step (which runs the chunks) and the sampler report back through `finish_step`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from engine.batch.sequence import Chunk, Seq, State
+from engine.cache.block_manager import BlockManager, OutOfBlocks
+
+
+class TooLong(ValueError):
+    """A request that could never fit the arena alone (prompt and max tokens past its blocks)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    chunks: tuple[Chunk, ...]
+    preempted: tuple[Seq, ...]  # sent back to waiting by this step's planning
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(c.length for c in self.chunks)
+
+
+class Scheduler:
+    def __init__(self, blocks: BlockManager, max_seqs: int, token_budget: int):
+        if max_seqs < 1 or token_budget < 1:
+            raise ValueError("max_seqs and the token budget must be at least 1")
+        self.blocks = blocks
+        self.max_seqs = max_seqs
+        self.token_budget = token_budget
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []  # in admission order: the last is the newest
+        self._arrivals = 0
+        self.num_preemptions = 0
+
+    # ------------------------------------------------------------------ requests
+
+    def add(self, seq: Seq) -> None:
+        need = self.blocks.blocks_for(max(seq.max_tokens, 1))
+        if need > len(self.blocks.blocks):
+            raise TooLong(f"the prompt and {seq.max_new_tokens} new tokens need {need} KV "
+                          f"blocks; the cache has {len(self.blocks.blocks)}")
+        seq.state = State.WAITING
+        self.waiting.append(seq)
+
+    def finish(self, seq: Seq, reason: str) -> None:
+        """End `seq` (stop, eos, length, cancelled, failed), wherever it is; its blocks go back."""
+        if seq.state is State.FINISHED:
+            return
+        if seq.state is State.RUNNING:
+            self.blocks.commit(seq.table, seq.token_ids[:seq.num_computed])
+            self.blocks.release(seq.table)
+            self.running.remove(seq)
+        else:
+            self.waiting.remove(seq)
+        seq.state, seq.finish_reason = State.FINISHED, reason
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ------------------------------------------------------------------ one step
+
+    def schedule(self) -> Step:
+        budget, chunks, preempted = self.token_budget, [], []
+        for seq in list(self.running):  # oldest first
+            if seq.state is not State.RUNNING or not budget:
+                continue
+            n = min(seq.num_pending, budget)
+            if not self._grow(seq, seq.num_computed + n, preempted):
+                continue  # seq itself was preempted: nothing older was left to take from
+            chunks.append(Chunk(seq, seq.num_computed, n))
+            budget -= n
+        while budget and self.waiting and len(self.running) < self.max_seqs and not preempted:
+            seq = self.waiting[0]
+            try:
+                start = self.blocks.allocate(seq.table, seq.token_ids)
+            except OutOfBlocks:
+                break  # first come, first served: later arrivals do not jump the queue
+            self.waiting.popleft()
+            self._arrivals += 1
+            seq.arrival, seq.num_computed, seq.state = self._arrivals, start, State.RUNNING
+            self.running.append(seq)
+            n = min(seq.num_pending, budget)
+            chunks.append(Chunk(seq, start, n))
+            budget -= n
+        return Step(tuple(chunks), tuple(preempted))
+
+    def _grow(self, seq: Seq, num_tokens: int, preempted: list[Seq]) -> bool:
+        """Blocks for positions below num_tokens, preempting the newest running sequences as
+        needed; False when `seq` is the newest and had to go itself."""
+        while True:
+            try:
+                self.blocks.append(seq.table, num_tokens)
+                return True
+            except OutOfBlocks:
+                victim = self.running[-1]
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is seq:
+                    return False
+
+    def _preempt(self, seq: Seq) -> None:
+        """Back to the front of the queue, to be recomputed: its committed full blocks stay
+        cached by hash, so what survives eviction is not computed again."""
+        self.blocks.commit(seq.table, seq.token_ids[:seq.num_computed])
+        self.blocks.release(seq.table)
+        self.running.remove(seq)
+        seq.num_computed, seq.state = 0, State.WAITING
+        seq.preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def finish_step(self, step: Step, sampled: dict[Seq, int]) -> None:
+        """The step ran: every chunk's K/V is written; `sampled` holds the next token of each
+        chunk that ended at its sequence's last token. A sequence that reached max_new_tokens is
+        finished ("length"); the caller finishes the others (eos, stop strings) with `finish`."""
+        for chunk in step.chunks:
+            seq = chunk.seq
+            if seq.state is not State.RUNNING:
+                continue  # finished (cancelled) while the step ran
+            seq.num_computed = chunk.start + chunk.length
+            if chunk.sample and seq in sampled:
+                seq.output_ids.append(sampled[seq])
+            self.blocks.commit(seq.table, seq.token_ids[:seq.num_computed])
+            if seq.done:
+                self.finish(seq, "length")

@@ -1,0 +1,117 @@
+"""What each part of a plan takes, in bytes: weights in a format, KV per token in a dtype, the
+forward pass's workspace, the margin; and the allowances the planner adds (plan/memory.py puts
+them together). Pure arithmetic over engine.formats, no torch: the Qt app imports it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from engine.formats import kv_dtypes, weights
+from engine.formats.model_shape import AWQ_GROUP, ModelShape, PlanError
+
+MiB, GiB = 1 << 20, 1 << 30
+# the scaled KV dtypes: + one fp16 scale per token per KV head, for K and for V
+QUANTIZED_KV = kv_dtypes.NameView(kv_dtypes.quantized)
+CUDA_CONTEXT_BYTES = 768 * MiB  # outside torch's allocator: the bare context plus the kernels
+# loaded and graphs made by the time a 32K generation ends (BENCHMARKS.md, the planner against
+# NVML)
+CUBLAS_WORKSPACE_BYTES = 32 * MiB  # torch's default cuBLAS workspace on Hopper (:4096:8)
+GRAPH_POOL_BASE_BYTES = 64 * MiB  # private pool of the captured decode graphs (+ decode tensors)
+MARGIN_FRACTION, MARGIN_MIN, MARGIN_MAX = 0.05, 256 * MiB, 2 * GiB  # allocator fragmentation
+PREFILL_CHUNK = 512  # the smallest prefill pass the engine uses; larger where memory allows
+KV_BLOCK_SIZE = 16  # tokens a block of the paged KV arena (cache/kv_cache.py says why)
+LOGITS_BYTES_PER_ENTRY = 24  # bf16 logits + fp32 copy + fp32 probs + int64 sort index + fp32 sort
+NF4_BLOCK, NF4_DQ_BLOCK = 64, 256
+NF4_DOUBLE_QUANT = True  # engine/load/loader.py loads NF4 with bnb_4bit_use_double_quant=True
+
+
+def seed_kv_cache_size(num_layers: int, num_heads: int, head_dim: int, seq_len: int,
+                       batch_size: int, dtype_size: int = 2) -> int:
+    """The seed's kv_cache_size, verbatim: K and V, one copy each."""
+    return 2 * num_layers * num_heads * head_dim * seq_len * batch_size * dtype_size
+
+
+def weight_bytes(shape: ModelShape, quant: str, double_quant: bool | None = None) -> int:
+    """Bytes of the weights in `quant`; embeddings, lm_head, norms and biases stay 16-bit."""
+    if quant not in weights.names():
+        raise PlanError(f"unknown weight format {quant!r}; choose from "
+                        f"{', '.join(weights.names())}")
+    fmt = weights.get(quant)
+    if not fmt.quantized:
+        return shape.total_params * fmt.bits // 8
+    dq = NF4_DOUBLE_QUANT if double_quant is None else double_quant
+    group = shape.quant_group_size or AWQ_GROUP
+    total = 2 * (shape.embed_params + shape.lm_head_params + shape.other_params)
+    for out, inp, count in shape.linears:
+        n = out * inp
+        if quant == "int8":  # LLM.int8: int8 CB + one fp32 scale (SCB) per output row
+            b = n + 4 * out
+        elif quant == "nf4":  # packed 4-bit + absmax per 64 weights + the 16-entry fp32 code
+            blocks = -(-n // NF4_BLOCK)
+            # double quant: uint8 absmax + fp32 absmax per 256 blocks + 256-entry code + offset
+            absmax = (blocks + 4 * -(-blocks // NF4_DQ_BLOCK) + 4 * 256 + 4) if dq else 4 * blocks
+            b = -(-n // 2) + absmax + 64
+        else:  # AWQ: qweight [in, out/8] int32, qzeros [in/g, out/8] int32, scales [in/g, out] fp16
+            groups, packed = -(-inp // group), 4 * -(-out // 8)
+            b = inp * packed + groups * packed + groups * out * 2
+        total += b * count
+    return total
+
+
+def kv_bytes_per_token(shape: ModelShape, kv_dtype: str) -> int:
+    """layers x KV heads x head_dim x (K and V) x dtype bytes (+ fp16 scales): GQA counts right."""
+    if kv_dtype not in kv_dtypes.names():
+        raise PlanError(f"unknown KV dtype {kv_dtype!r}; choose from "
+                        f"{', '.join(kv_dtypes.names())}")
+    kv = kv_dtypes.get(kv_dtype)
+    per_head = shape.head_dim * kv.bytes_per_element + (2 if kv.scaled else 0)
+    return shape.num_layers * shape.num_kv_heads * 2 * per_head
+
+
+def kv_arena_tokens(context: int) -> int:
+    """Token slots of the arena for `context`: whole blocks (at most a block more)."""
+    return -(-context // KV_BLOCK_SIZE) * KV_BLOCK_SIZE
+
+
+def margin_bytes(vram_bytes: int | None) -> int:
+    """Allocator fragmentation and driver slack: 5% of the card, at least 256 MiB, at most 2 GiB."""
+    if vram_bytes is None:
+        return MARGIN_MIN
+    return min(max(MARGIN_MIN, int(vram_bytes * MARGIN_FRACTION)), MARGIN_MAX)
+
+
+def vram_needed(base_bytes: int) -> int:
+    """The smallest card that holds `base_bytes` plus the margin that card would need."""
+    cands = (base_bytes + MARGIN_MIN, math.ceil(base_bytes / (1 - MARGIN_FRACTION)),
+             base_bytes + MARGIN_MAX)
+    return min(v for v in cands if v >= base_bytes + margin_bytes(v))
+
+
+def workspace_bytes(shape: ModelShape, quant: str, kv_dtype: str, tokens: int, rows: int,
+               kv_tokens: int) -> int:
+    """Transient bytes of one forward over `tokens` tokens, `rows` logits rows.
+
+    One decoder layer is live at a time: residual, its norm, attention and MLP outputs
+    (4 x hidden), q/k/v and the attention output, gate/up/act(gate)*up (3 x intermediate).
+    Assumes flash / memory-efficient attention (no chunk x context score matrix) and logits for
+    the last position of each sequence only (+ the draft tokens being verified), bf16 then fp32
+    for sampling. bitsandbytes NF4 and AWQ (torch backend) dequantize one weight matrix to 16 bits
+    for a prefill matmul; LLM.int8 keeps int8 inputs and int32 outputs; prefill attention reads
+    a contiguous copy of one layer's K/V gathered from the paged arena (SDPA cannot read blocks
+    in place), dequantized to the compute dtype for an int8/fp8 cache.
+    """
+    fmt = weights.get(quant)
+    a = 2 if fmt.quantized else fmt.bits // 8  # the compute dtype: quantized formats run in 16
+    s = shape
+    act = tokens * a * (4 * s.hidden_size + 3 * s.intermediate_size
+                        + 2 * (s.num_heads + s.num_kv_heads) * s.head_dim)
+    scratch = 0
+    if quant in ("nf4", "awq"):
+        scratch = 2 * max((o * i for o, i, _ in s.linears), default=0)
+    elif quant == "int8":
+        scratch = tokens * max((4 * o + i for o, i, _ in s.linears), default=0)
+    kv = kv_dtypes.get(kv_dtype)
+    copy = a if kv.scaled else kv.bytes_per_element
+    scratch += kv_tokens * s.num_kv_heads * s.head_dim * 2 * copy
+    return act + rows * s.vocab_size * LOGITS_BYTES_PER_ENTRY + scratch

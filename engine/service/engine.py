@@ -1,0 +1,175 @@
+"""The one thread that owns the model, and the queue every front end puts work on: the app's
+worker (JSON lines on stdin), `hearth serve`'s HTTP clients, a benchmark's concurrent prompts.
+
+Each request comes with the sink its events go to and, optionally, an id that a cancel can name.
+Work runs in arrival order; a generation runs to its terminal event before the next one starts
+(continuous batching replaces this executor, not its interface). A load or unload waits for the
+generations queued before it, and generations queued after it run on what it leaves loaded.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.events import (
+    BadRequest,
+    Failed,
+    Finished,
+    GenerateRequest,
+    LoadRequest,
+    Token,
+    UnloadRequest,
+)
+
+MAX_WAITING = 256  # generations queued behind the running one; past this, QueueFull
+
+
+class QueueFull(RuntimeError):
+    """Too many generations are waiting: a server answers 503 and the client retries later."""
+
+
+@dataclass(eq=False)
+class Job:
+    req: LoadRequest | UnloadRequest | GenerateRequest
+    sink: Callable[[object], None]  # every event of this job, ending in one Finished or Failed
+    id: str | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+class Engine:
+    def __init__(self, max_waiting: int = MAX_WAITING):
+        self.max_waiting = max_waiting
+        self.session = None
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
+        self._queue: list[Job | None] = []  # None: stop after what is queued before it
+        self._live: list[Job] = []  # queued or running
+        self.running: Job | None = None
+        self.tokens_generated = 0
+        self.requests_finished = 0
+
+    # ------------------------------------------------------------------ any thread
+
+    @property
+    def num_waiting(self) -> int:
+        with self._lock:
+            return sum(isinstance(j.req, GenerateRequest) for j in self._live
+                       if j is not self.running)
+
+    @property
+    def num_running(self) -> int:
+        return int(self.running is not None and isinstance(self.running.req, GenerateRequest))
+
+    def submit(self, req, sink: Callable[[object], None], request_id: str | None = None) -> Job:
+        """Queue `req`; its events go to `sink` from the engine thread. Raises QueueFull, or
+        BadRequest for an id that a queued or running request already has."""
+        job = Job(req, sink, request_id)
+        with self._lock:
+            if request_id is not None and any(j.id == request_id for j in self._live):
+                raise BadRequest(f"request id {request_id!r} is already queued or running")
+            if isinstance(req, GenerateRequest):
+                waiting = sum(isinstance(j.req, GenerateRequest) for j in self._live
+                              if j is not self.running)
+                if waiting >= self.max_waiting:
+                    raise QueueFull(f"{waiting} requests are waiting; try again shortly")
+            self._live.append(job)
+            self._queue.append(job)
+            self._ready.notify()
+        return job
+
+    def cancel(self, request_id: str | None = None) -> int:
+        """Cancel the request with this id (None: every request); -> how many were told. A
+        running one stops at its next step, a queued one as it starts (Finished "cancelled")."""
+        with self._lock:
+            found = [j for j in self._live if request_id is None or j.id == request_id]
+        for job in found:
+            job.cancel.set()
+        return len(found)
+
+    def stop(self) -> None:
+        """Cancel everything and let `run` return once the running job has stopped."""
+        self.cancel()
+        with self._lock:
+            self._queue.append(None)
+            self._ready.notify()
+
+    # ------------------------------------------------------------------ the engine thread
+
+    def run(self) -> None:
+        """The engine thread: one job at a time; every job's stream ends in a terminal event."""
+        while (job := self._next()) is not None:
+            self.running = job
+            try:
+                self.run_job(job)
+            except Exception as e:  # a broken job must not take the engine down
+                job.sink(Failed(f"{type(e).__name__}: {e}"))
+            finally:
+                self.running = None
+                with self._lock:
+                    self._live.remove(job)
+
+    def _next(self) -> Job | None:
+        with self._lock:
+            while not self._queue:
+                self._ready.wait()
+            return self._queue.pop(0)
+
+    def run_job(self, job: Job) -> None:
+        req = job.req
+        if isinstance(req, LoadRequest):
+            self._load(req, job)
+        elif isinstance(req, UnloadRequest):
+            self.unload()
+            job.sink(Finished("unloaded"))
+        elif isinstance(req, GenerateRequest):
+            if self.session is None:
+                job.sink(Failed("no model is loaded", hint="send a load command first",
+                                bad_input=True))
+                return
+            for event in self.session.generate(req, job.cancel):
+                if isinstance(event, Token):
+                    self.tokens_generated += 1
+                job.sink(event)
+            self.requests_finished += 1
+
+    def _load(self, req: LoadRequest, job: Job) -> None:
+        from engine.generate.session import Session
+        from engine.load.loader import LoadCancelled
+        from engine.parallel.session import TPSession
+        from engine.plan.oom import OutOfMemory
+
+        self.unload()
+        try:
+            # N > 1: this process is rank 0 and starts, supervises and ends the other ranks
+            opener = TPSession if req.tensor_parallel > 1 else Session
+            self.session = opener.load(req, job.sink, job.cancel)
+        except BadRequest as e:
+            job.sink(Failed(str(e), bad_input=True))
+            return
+        except LoadCancelled:
+            job.sink(Finished("cancelled"))
+            return
+        except OutOfMemory as e:  # memory already released: the next load can succeed
+            job.sink(Failed(str(e), hint=e.hint))
+            return
+        job.sink(self.session.loaded_event())
+
+    def unload(self) -> None:
+        if self.session is None:
+            return
+        from engine.load.loader import clear_memory_limit
+        from engine.parallel.session import TPSession
+
+        if isinstance(self.session, TPSession):
+            self.session.close()  # its follower processes end with it
+        device = self.session.lm.device
+        self.session = None
+        gc.collect()
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        clear_memory_limit(device)  # a --memory-limit is its load's, not the next one's

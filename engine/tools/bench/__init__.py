@@ -1,0 +1,2 @@
+"""`hearth bench`: batch-1 decode against its references, speculative decoding, many requests
+at once."""
