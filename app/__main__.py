@@ -11,6 +11,7 @@ STARTED_AT = time.perf_counter()
 
 import argparse
 import logging
+import os
 import shlex
 import sys
 
@@ -24,6 +25,7 @@ from app.main_window import MainWindow
 from app.models.model_catalog import default_load_name
 from app.paths import RESOURCES_DIR, data_dir
 from app.startup_timer import StartupTimer
+from app.worker import worker_client
 from app.worker.worker_client import WorkerClient
 from engine.events import LoadRequest, kv_dtype_choices, quant_choices
 
@@ -96,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     code = qt_app.exec()
     worker.kill()  # normally gone already: closing the window shut it down
     store.close()
+    if worker_client.RELEASED:  # a worker serving on past the window: Qt's teardown of its
+        logging.shutdown()  # QProcess would kill it, so the app leaves without one
+        sys.stdout.flush()
+        os._exit(code)
     return code
 
 

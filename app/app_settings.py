@@ -1,6 +1,7 @@
 """What Hearth remembers between runs (QSettings): the model folders the user added, the last
 model choice, the endpoints added (URLs only: keys live in the keyring), the window's geometry,
-its theme, and which key sends."""
+its theme, which key sends, and the Server panel's address and keep-serving choice (its key is in
+the keyring)."""
 
 from __future__ import annotations
 
@@ -69,3 +70,13 @@ class AppSettings:
 
     def set_geometry(self, geometry: QByteArray) -> None:
         self.q.setValue("window/geometry", geometry)
+
+    def server(self) -> dict:
+        """The Server panel's last host, port and keep-serving choice (its API key is in the
+        keyring, as the endpoints' keys are: app/server/server_panel.py)."""
+        value = json.loads(self.q.value("server/settings", "{}") or "{}")
+        return {"host": str(value.get("host", "127.0.0.1")), "port": int(value.get("port", 8000)),
+                "keep": bool(value.get("keep", False))}
+
+    def set_server(self, values: dict) -> None:
+        self.q.setValue("server/settings", json.dumps(values))

@@ -1,14 +1,13 @@
-"""The main window: assembles the sidebar, the chat, the performance panel and the model strip,
-and routes the worker's (or an endpoint's) load and crash events to them. Behaviour lives in the
-parts."""
+"""The main window: assembles the sidebar, the chat, the performance and server panels and the
+model strip, and routes the worker's (or an endpoint's) load and crash events to them. Behaviour
+lives in the parts (menus and docks: window_menus.py; the model picker: window_picker.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QUrl, Signal
-from PySide6.QtGui import QAction, QActionGroup, QDesktopServices, QKeySequence
-from PySide6.QtWidgets import QDockWidget, QMainWindow, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QMainWindow, QSplitter, QVBoxLayout, QWidget
 
 from app.app_settings import AppSettings
 from app.chat.chat_controller import ChatController
@@ -19,28 +18,28 @@ from app.crash_report import engine_error
 from app.get_model.gguf_import_job import GGUFImportJob
 from app.get_model.model_download import ModelDownload
 from app.history.conversation_store import ConversationStore
-from app.models.fit_panel import Speculation
 from app.models.model_picker_dialog import ModelPickerDialog
 from app.models.model_status_panel import ModelStatusPanel
-from app.paths import DEMO_MODEL_DIR, data_dir
+from app.paths import DEMO_MODEL_DIR
 from app.remote.endpoint_client import EndpointClient, RemoteLoad
 from app.remote.endpoint_keys import EndpointKeys
 from app.remote.endpoints import EndpointModel
+from app.server.server_panel import ServerPanel
 from app.widgets.banner_overlay import BannerOverlay
 from app.widgets.notice_panel import NoticePanel
-from app.widgets.theme import MODES, Theme
+from app.widgets.theme import Theme
+from app.window_menus import RESTART, build_docks, build_menus
+from app.window_picker import PickerWiring
 from app.worker.gpu_probe import GpuProbe
 from app.worker.performance_panel import PerformancePanel
 from app.worker.worker_client import WorkerClient, WorkerDied
 from engine.events import Failed, Finished, Loaded, LoadRequest
 
-RESTART = "Restart engine"
 DEMO_NOTICE = "Hearth is running its bundled 5M-parameter demo model on the CPU."
-PERFORMANCE_WIDTH = 400
 SIDEBAR_MIN_WIDTH = 170
 
 
-class MainWindow(QMainWindow):
+class MainWindow(PickerWiring, QMainWindow):
     sig_closed = Signal()
     """The window has closed for good (its worker has ended): the app may quit."""
 
@@ -80,15 +79,11 @@ class MainWindow(QMainWindow):
         # over the content, not in its layout: a banner never moves the chat under the pointer
         self.banners = BannerOverlay(central, [self.storage_notice, self.notice])
         self.setCentralWidget(central)
-        self.performance_dock = QDockWidget("Performance")
-        self.performance_dock.setObjectName("performanceDock")
-        self.performance_dock.setWidget(self.performance_panel)
-        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.performance_dock)
-        # the chat is the main thing: the charts get a column, the sidebar room for titles
-        self.resizeDocks([self.performance_dock], [PERFORMANCE_WIDTH], Qt.Orientation.Horizontal)
+        self.server_panel = ServerPanel(worker, settings)
+        build_docks(self)
         self.conversation_list.setMinimumWidth(SIDEBAR_MIN_WIDTH)
         self.statusBar().addPermanentWidget(self.model_status, 1)
-        self._build_menus()
+        build_menus(self)
         geometry = settings.geometry()
         if geometry is not None:
             self.restoreGeometry(geometry)
@@ -122,36 +117,6 @@ class MainWindow(QMainWindow):
         self.theme.sig_changed.connect(self.performance_panel.set_dark)
         self.theme.apply()
 
-    def _build_menus(self) -> None:
-        chat = self.menuBar().addMenu("&Chat")
-        for text, keys, slot in (
-            ("New chat", QKeySequence.StandardKey.New, lambda: self.controller.new_conversation()),
-            ("Choose model…", QKeySequence("Ctrl+L"), self.open_model_picker),
-            (RESTART, None, self._restart_engine),
-            ("Quit", QKeySequence.StandardKey.Quit, self.close),
-        ):
-            action = QAction(text, self)
-            if keys is not None:
-                action.setShortcut(keys)
-            action.triggered.connect(slot)
-            chat.addAction(action)
-        ctrl_enter = QAction("Send with Ctrl+Enter", self, checkable=True)
-        ctrl_enter.setChecked(self.settings.sends_on_ctrl_enter())
-        ctrl_enter.toggled.connect(self._on_ctrl_enter_action_toggled)
-        chat.insertAction(chat.actions()[-1], ctrl_enter)
-        view = self.menuBar().addMenu("&View")
-        view.addAction(self.performance_dock.toggleViewAction())
-        themes = view.addMenu("Theme")
-        group = QActionGroup(self)
-        for mode in MODES:
-            action = themes.addAction(mode.capitalize() if mode != "system" else
-                                      "Follow the system")
-            action.setCheckable(True)
-            action.setChecked(mode == self.theme.mode)
-            action.triggered.connect(lambda _=False, m=mode: self.set_theme(m))
-            group.addAction(action)
-        self.menuBar().addMenu("&Help").addAction("Open the log folder", self._open_log_folder)
-
     # ------------------------------------------------------------------ public
 
     def start(self, request: LoadRequest) -> None:
@@ -181,6 +146,7 @@ class MainWindow(QMainWindow):
         # else the worker frees the old model's VRAM itself before it loads the new one
         self.last_load = request
         self.controller.clear_model()
+        self.server_panel.set_has_model(False)
         self.model_status.show_loading(request.model or "the demo model")
         self.worker.send(request)
 
@@ -202,24 +168,6 @@ class MainWindow(QMainWindow):
         self.endpoint_client.kill()  # a remote model is asked for anew at each choice
         self.controller.set_client(client)
 
-    def open_model_picker(self) -> None:
-        if self.picker is not None:
-            self.picker.deleteLater()
-        self.picker = ModelPickerDialog(self.settings, self.gpu_probe.report,
-                                        download=self.model_download,
-                                        gguf_import=self.gguf_import,
-                                        endpoint_keys=self.endpoint_keys, parent=self)
-        self.picker.fit_panel.set_speculation(self._speculation_in_force())
-        self.picker.accepted.connect(self._on_picker_accepted)
-        self.picker.open()
-
-    def _speculation_in_force(self) -> Speculation:
-        if self.controller.prompt_lookup:
-            return Speculation(prompt_lookup=True,
-                               num_speculative_tokens=self.controller.num_speculative_tokens)
-        last = self.last_load or LoadRequest()
-        return Speculation(draft=last.draft, num_speculative_tokens=last.num_speculative_tokens)
-
     def open_conversation_settings(self, conversation_id: int) -> ConversationSettingsDialog:
         dialog = ConversationSettingsDialog(self.store.conversation(conversation_id), self)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
@@ -231,6 +179,7 @@ class MainWindow(QMainWindow):
 
     def _on_worker_loaded(self, event: Loaded) -> None:
         self.model_status.show_loaded(event)
+        self.server_panel.set_has_model(True)
         self.performance_panel.set_loaded(event)
         self.gpu_probe.watch(event.pid or self.worker.pid)
         if self.last_load is not None:
@@ -257,6 +206,7 @@ class MainWindow(QMainWindow):
 
     def _on_worker_failed(self, event: Failed) -> None:
         if self.worker.ended_command == "load":
+            self.server_panel.set_has_model(False)
             self.model_status.show_unloaded("No model loaded (the load failed)")
             self.notice.show_message(f"Could not load the model: {event.error}", event.hint)
 
@@ -265,6 +215,7 @@ class MainWindow(QMainWindow):
 
     def _on_worker_worker_died(self, event: WorkerDied) -> None:
         self.gpu_probe.watch(0)
+        self.server_panel.set_has_model(False)
         self.model_status.show_unloaded("No model loaded (the engine stopped)")
         error = engine_error(event.stderr_tail)  # the real error, not the last warning
         self.notice.show_message(event.message + (f" The engine said: {error}" if error else ""),
@@ -272,6 +223,7 @@ class MainWindow(QMainWindow):
 
     def _on_worker_stopped(self) -> None:
         self.gpu_probe.watch(0)
+        self.server_panel.set_has_model(False)
         if self._is_closing:
             self.close()
 
@@ -303,46 +255,9 @@ class MainWindow(QMainWindow):
         self.controller.update_settings(cid, dialog.settings())
         self.controller.rename_conversation(cid, dialog.title())
 
-    def _on_picker_accepted(self) -> None:
-        remote = self.picker.remote_choice() if self.picker is not None else None
-        if remote is not None:
-            self.load_remote(remote)
-            return
-        request = self.picker.load_request() if self.picker is not None else None
-        if request is not None:
-            speculation = self.picker.fit_panel.speculation()
-            self.controller.prompt_lookup = speculation.prompt_lookup  # sent with each answer
-            self.controller.num_speculative_tokens = speculation.num_speculative_tokens
-            self.load(request)
-
-    def _on_gpu_probe_report(self, report) -> None:
-        self.performance_panel.set_gpu_report(report)
-        if self.picker is not None and self.picker.isVisible():
-            self.picker.set_gpu_report(report)
-
-    def _on_model_download_downloaded(self, snapshot) -> None:
-        if self.picker is None or not self.picker.isVisible():
-            listing = self.model_download.listing
-            name = listing.repo_id if listing is not None else str(snapshot)
-            self.notice.show_message(f"{name} is downloaded; choose it in the model picker "
-                                     "(Ctrl+L).", is_error=False)
-
-    def _on_chat_view_get_model_requested(self) -> None:
-        self.open_model_picker()
-        self.picker.get_model_panel.repo_edit.setFocus()
-
     def _on_ctrl_enter_action_toggled(self, on: bool) -> None:
         self.settings.set_sends_on_ctrl_enter(on)
         self.chat_view.set_sends_on_ctrl_enter(on)
-
-    def _on_gguf_import_imported(self, result) -> None:
-        if self.picker is None or not self.picker.isVisible():
-            self.notice.show_message(f"{result.folder.name} is imported; choose it in the model "
-                                     "picker (Ctrl+L).", is_error=False)
-
-    def _open_log_folder(self) -> None:
-        """The folder of hearth.log, to attach to a bug report."""
-        QDesktopServices.openUrl(QUrl.fromLocalFile(str(data_dir())))
 
     def _restart_engine(self) -> None:
         self.notice.hide()
@@ -358,6 +273,8 @@ class MainWindow(QMainWindow):
         self.model_download.cancel()  # what arrived is kept for the next start
         self.gguf_import.cancel()  # a half-done import is removed: the next one starts over
         self.endpoint_client.kill()  # an answer streaming from an endpoint is kept, interrupted
+        if self.server_panel.keeps_serving:
+            self.worker.release()  # serves on after the window, until stopped by a signal
         if self.worker.is_running:
             if not self._is_closing:
                 self._is_closing = True

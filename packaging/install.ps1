@@ -113,9 +113,10 @@ $TorchArgs = $Pip + @($TorchSpec)
 if ($TorchIndex) { $TorchArgs += @("--index-url", $TorchIndex) }
 Invoke-Native $VenvPy $TorchArgs
 
-# the awq extra, where pyproject.toml defines one
+# the awq and server extras, where pyproject.toml defines them
 $Probe = "import sys, tomllib; d = tomllib.load(open(sys.argv[1], 'rb')); " +
-         "print('[awq]' if 'awq' in d.get('project', {}).get('optional-dependencies', {}) else '')"
+         "e = d.get('project', {}).get('optional-dependencies', {}); " +
+         "w = [n for n in ('awq', 'server') if n in e]; print('[' + ','.join(w) + ']' if w else '')"
 $Extras = (& $VenvPy -c $Probe (Join-Path $Repo "pyproject.toml")).Trim()
 $Editable = @(if ($env:HEARTH_EDITABLE) { "-e" })
 Say "installing Hearth and its dependencies: pip install $($Editable -join ' ') $Repo$Extras"

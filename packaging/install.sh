@@ -92,12 +92,14 @@ if [ -n "$cuda" ] && [ "$tag" = cpu ] && [ -z "${HEARTH_TORCH_SPEC:-}" ]; then
         "Installing the CPU build; update the driver (https://www.nvidia.com/drivers) to use the GPU."
 fi
 
-# the awq extra, where pyproject.toml defines one (read with the chosen Python's tomllib)
+# the awq and server extras, where pyproject.toml defines them (read with the chosen Python's
+# tomllib): the window's Server panel runs the local server inside the worker
 extras=$("$python" - "$repo/pyproject.toml" <<'EOF'
 import sys, tomllib
 with open(sys.argv[1], "rb") as f:
     extras = tomllib.load(f).get("project", {}).get("optional-dependencies", {})
-print("[awq]" if "awq" in extras else "")
+wanted = [name for name in ("awq", "server") if name in extras]
+print(f"[{','.join(wanted)}]" if wanted else "")
 EOF
 )
 

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from app.chat.conversation_browser import ConversationBrowser
 from app.chat.think_split import answer_only
-from app.history.conversation import DEFAULT_TITLE, ChatSettings, Conversation, Message
+from app.history.conversation import DEFAULT_TITLE, Message
 from app.history.conversation_store import ConversationStore
 from app.worker.worker_client import WorkerClient
 from engine.events import Failed, Finished, GenerateRequest, Loaded, SamplingParams, Stats, Token
@@ -32,15 +33,9 @@ class ContextUsage:
     has_model: bool = False
 
 
-class ChatController(QObject):
+class ChatController(ConversationBrowser):
     """Drives one generation at a time through the worker; owns no widget."""
 
-    sig_conversations_changed = Signal()
-    """Conversations were added, removed, renamed or reordered."""
-    sig_conversation_shown = Signal(object)
-    """Another conversation is shown: its Conversation, or None when there is none."""
-    sig_messages_changed = Signal(object)
-    """The shown conversation's message list changed: the list of Message."""
     sig_message_updated = Signal(object)
     """One message has new text or a new status: the Message."""
     sig_generating_changed = Signal(bool)
@@ -55,10 +50,8 @@ class ChatController(QObject):
 
     def __init__(self, store: ConversationStore, worker: WorkerClient,
                  parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self.store = store
+        super().__init__(store, parent)
         self.worker = worker  # the client answers come from: a WorkerClient or EndpointClient
-        self.conversation: Conversation | None = None
         self.context_total_tokens = 0  # from Loaded; 0: no model, or an endpoint's unsaid
         self.has_model = False  # a Loaded came and nothing has unloaded it since
         self.loaded: Loaded | None = None  # what the worker loaded (the welcome screen says)
@@ -125,18 +118,6 @@ class ChatController(QObject):
         return "Waiting for the engine."
 
     @property
-    def regenerate_would_repeat(self) -> bool:
-        """Greedy decoding (temperature 0) or a fixed seed, and a whole answer to repeat: a
-        regenerated answer would come out the same as the one before (a stopped or failed one
-        would not: it goes on past where that one ended)."""
-        if self.conversation is None:
-            return False
-        settings = self.conversation.settings
-        path = self.store.messages(self.conversation.id)
-        is_whole = bool(path) and path[-1].role == "assistant" and path[-1].status == "done"
-        return is_whole and (settings.temperature == 0 or settings.seed is not None)
-
-    @property
     def streaming_message(self) -> Message | None:
         return self._streaming
 
@@ -155,31 +136,6 @@ class ChatController(QObject):
 
     # ------------------------------------------------------------------ conversations
 
-    def conversations(self) -> list[Conversation]:
-        return self.store.conversations()
-
-    def show_conversation(self, conversation_id: int | None) -> None:
-        self.conversation = (self.store.conversation(conversation_id)
-                             if conversation_id is not None else None)
-        self.sig_conversation_shown.emit(self.conversation)
-        self.sig_messages_changed.emit(self.messages())
-        self._emit_context()
-
-    def show_latest_or_new(self) -> None:
-        """At start-up: the most recent conversation, or a new one."""
-        conversations = self.store.conversations()
-        if conversations:
-            self.show_conversation(conversations[0].id)
-        else:
-            self.new_conversation()
-
-    def new_conversation(self, settings: ChatSettings | None = None) -> Conversation:
-        base = settings or (self.conversation.settings if self.conversation else None)
-        conversation = self.store.create_conversation(settings=base)
-        self.sig_conversations_changed.emit()
-        self.show_conversation(conversation.id)
-        return conversation
-
     def delete_conversation(self, conversation_id: int) -> None:
         if self._streaming is not None and self._streaming.conversation_id == conversation_id:
             self.stop()  # its Finished comes later and finds no row to update
@@ -187,15 +143,6 @@ class ChatController(QObject):
         self.sig_conversations_changed.emit()
         if self.conversation is not None and self.conversation.id == conversation_id:
             self.show_latest_or_new()
-
-    def rename_conversation(self, conversation_id: int, title: str) -> None:
-        self.store.rename_conversation(conversation_id, title.strip() or DEFAULT_TITLE)
-        self._reload_conversation(conversation_id)
-        self.sig_conversations_changed.emit()
-
-    def update_settings(self, conversation_id: int, settings: ChatSettings) -> None:
-        self.store.update_settings(conversation_id, settings)
-        self._reload_conversation(conversation_id)
 
     # ------------------------------------------------------------------ chat actions
 
@@ -361,14 +308,6 @@ class ChatController(QObject):
                 self.sig_context_trimmed.emit(stats.dropped_messages)
 
     # ------------------------------------------------------------------ helpers
-
-    def _is_shown(self, message: Message) -> bool:
-        return self.conversation is not None and message.conversation_id == self.conversation.id
-
-    def _reload_conversation(self, conversation_id: int) -> None:
-        if self.conversation is not None and self.conversation.id == conversation_id:
-            self.conversation = self.store.conversation(conversation_id)
-            self.sig_conversation_shown.emit(self.conversation)
 
     def _emit_context(self, used_tokens: int | None = None) -> None:
         if used_tokens is None:

@@ -14,7 +14,8 @@ NO_KEYRING = ("No system keyring is available, so this API key is kept for this 
 
 
 class EndpointKeys:
-    def __init__(self) -> None:
+    def __init__(self, service: str = SERVICE) -> None:
+        self.service = service  # the keyring's service name
         self._session: dict[str, str] = {}  # base URL -> key, when the keyring failed
         self.has_keyring: bool | None = None  # None until the keyring was first used
 
@@ -28,7 +29,7 @@ class EndpointKeys:
         try:
             import keyring
 
-            key = keyring.get_password(SERVICE, base_url)
+            key = keyring.get_password(self.service, base_url)
         except Exception as e:  # a backend raises its own: D-Bus, a locked store
             self._lost(e)
             return None
@@ -43,7 +44,7 @@ class EndpointKeys:
         try:
             import keyring
 
-            keyring.set_password(SERVICE, base_url, key)
+            keyring.set_password(self.service, base_url, key)
         except Exception as e:
             self._lost(e)
             self._session[base_url] = key
@@ -56,7 +57,7 @@ class EndpointKeys:
         try:
             import keyring
 
-            keyring.delete_password(SERVICE, base_url)
+            keyring.delete_password(self.service, base_url)
         except Exception:  # none kept, or no keyring: nothing to delete
             pass
 

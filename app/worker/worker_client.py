@@ -1,71 +1,56 @@
 """The app's end of the worker process: requests out as JSON lines, events back as Qt signals.
 
 It owns the QProcess and the one-stream-at-a-time rule, nothing else: what a conversation does
-with the events lives in chat_controller.py.
+with the events lives in chat_controller.py. Each generate and cancel it sends carries an id of
+its own; events tagged with an id it did not send (or no longer waits on) are ignored. The
+worker's server (serve, serve_stop) runs beside that one stream, and its events have signals of
+their own.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import logging
 import os
 import sys
 from collections import deque
-from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
 from app.paths import REPO_ROOT
+from app.worker.worker_lines import JsonLineReader, WorkerDied, parse_event
 from engine.events import (
     CancelRequest,
     Failed,
     Finished,
+    GenerateRequest,
     Loaded,
     LoadProgress,
     PrefillProgress,
+    ServeRequest,
+    ServerStats,
+    ServerStopped,
+    ServeStopRequest,
+    Serving,
     ShutdownRequest,
     Stats,
     Token,
-    event_from_json,
     request_to_json,
 )
 from engine.platform.child_env import NO_MULTICAST
+
+__all__ = ["JsonLineReader", "WorkerClient", "WorkerDied"]
 
 log = logging.getLogger("hearth.worker")
 
 DEFAULT_COMMAND = (sys.executable, "-m", "engine.serve.worker")
 SHUTDOWN_TIMEOUT_MS = 3000
 NUM_STDERR_LINES_KEPT = 40
-
-
-@dataclass(frozen=True)
-class WorkerDied:
-    """The worker process ended without being asked to (a crash, a kill, an out-of-memory)."""
-
-    exit_code: int
-    was_signalled: bool  # QProcess.CrashExit: killed by a signal, not a normal exit
-    command: str | None  # the command whose stream it left unfinished ("load", "generate")
-    stderr_tail: str
-    message: str  # one sentence for the user
-
-
-class JsonLineReader:
-    """Splits a byte stream into complete lines, keeping a partial line until its newline comes.
-
-    Decoding happens per complete line, so a UTF-8 character split across two reads is whole.
-    """
-
-    def __init__(self) -> None:
-        self._pending = b""
-
-    def feed(self, chunk: bytes) -> list[str]:
-        *lines, self._pending = (self._pending + chunk).split(b"\n")
-        return [s for line in lines if (s := line.decode("utf-8", "replace").strip())]
-
-    def flush(self) -> list[str]:
-        """The last line of a stream that ended without a newline."""
-        rest, self._pending = self._pending, b""
-        text = rest.decode("utf-8", "replace").strip()
-        return [text] if text else []
+# workers let go with a server that outlives the window (release()): their QProcess must never
+# be destroyed, which would kill them; the app leaves by os._exit while this is not empty
+RELEASED: list[QProcess] = []
+_ids = itertools.count(1)  # one sequence for every client: no two requests share an id
 
 
 class WorkerClient(QObject):
@@ -94,6 +79,14 @@ class WorkerClient(QObject):
     """The process ended because it was asked to (shutdown() or kill())."""
     sig_log_line = Signal(str)
     """One line the worker wrote on stderr."""
+    sig_serving = Signal(object)
+    """A Serving event: the worker's server listens at its url."""
+    sig_server_stats = Signal(object)
+    """A ServerStats event (about once a second while serving)."""
+    sig_server_stopped = Signal(object)
+    """A ServerStopped: the worker's server ended (asked to, or its worker did)."""
+    sig_server_failed = Signal(object)
+    """A Failed event answering a serve command (the port in use, say)."""
 
     def __init__(self, command: tuple[str, ...] | list[str] | None = None,
                  env: dict[str, str] | None = None, parent: QObject | None = None) -> None:
@@ -108,6 +101,9 @@ class WorkerClient(QObject):
         self._stderr_tail: deque[str] = deque(maxlen=NUM_STDERR_LINES_KEPT)
         self._unsent: list[str] = []  # lines written before the process had started
         self._is_exit_expected = False
+        self.generate_id: str | None = None  # the id of the generation this client waits on
+        self.serve_id: str | None = None  # of the last serve command
+        self.server_url = ""  # while the worker's server listens
         self._signals = {
             LoadProgress: self.sig_load_progress,
             Loaded: self.sig_loaded,
@@ -116,6 +112,9 @@ class WorkerClient(QObject):
             Stats: self.sig_stats,
             Finished: self.sig_finished,
             Failed: self.sig_failed,
+            Serving: self.sig_serving,
+            ServerStats: self.sig_server_stats,
+            ServerStopped: self.sig_server_stopped,
         }
 
     # ------------------------------------------------------------------ process
@@ -159,12 +158,20 @@ class WorkerClient(QObject):
         """Write one request; starts the worker if needed.
 
         Load, generate and unload each open a stream that ends in one terminal event; one
-        stream at a time. Cancel and shutdown may be sent at any moment.
+        stream at a time. Cancel, shutdown, serve and serve_stop may be sent at any moment.
         """
-        if not isinstance(request, (CancelRequest, ShutdownRequest)):
+        if isinstance(request, GenerateRequest) and request.id is None:
+            request = dataclasses.replace(request, id=f"chat-{next(_ids)}")
+        if isinstance(request, ServeRequest) and request.id is None:
+            request = dataclasses.replace(request, id=f"serve-{next(_ids)}")
+        if not isinstance(request, (CancelRequest, ShutdownRequest, ServeRequest,
+                                    ServeStopRequest)):
             if self.busy is not None:
                 raise RuntimeError(f"the worker is busy with a {self.busy}; wait or cancel it")
             self.busy = request.command
+            self.generate_id = request.id if isinstance(request, GenerateRequest) else None
+        if isinstance(request, ServeRequest):
+            self.serve_id = request.id
         self.start()
         line = request_to_json(request)
         if self._process.state() == QProcess.ProcessState.Running:
@@ -175,7 +182,24 @@ class WorkerClient(QObject):
     def cancel(self) -> None:
         """Ask the running generation to stop; it ends in Finished(reason="cancelled")."""
         if self.busy == "generate":
-            self.send(CancelRequest())
+            self.send(CancelRequest(id=self.generate_id))
+
+    def release(self) -> None:
+        """Let the worker serve on without this window (a server started with keep): its stdin
+        closes, and the process is this client's no more. A later start() makes a new one."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        process.disconnect(self)  # nothing it says reaches this client any more
+        if process.state() == QProcess.ProcessState.Running:
+            process.write((request_to_json(ShutdownRequest()) + "\n").encode("utf-8"))
+        process.closeWriteChannel()
+        process.setParent(None)
+        RELEASED.append(process)
+        self.busy = None
+        self._unsent.clear()
+        self._server_ended("")
+        self.sig_stopped.emit()
 
     def shutdown(self, timeout_ms: int = SHUTDOWN_TIMEOUT_MS) -> None:
         """Ask the worker to exit; kill it if it has not after `timeout_ms`. Never blocks."""
@@ -203,7 +227,13 @@ class WorkerClient(QObject):
         process.deleteLater()
         self.busy = None
         self._unsent.clear()
+        self._server_ended("the engine process was ended")
         self.sig_stopped.emit()
+
+    def _server_ended(self, error: str) -> None:
+        if self.server_url:
+            self.server_url = ""
+            self.sig_server_stopped.emit(ServerStopped(error))
 
     def _kill_if_still(self, process: QProcess) -> None:
         if self._process is process:
@@ -252,6 +282,7 @@ class WorkerClient(QObject):
         process.deleteLater()
         command, self.busy = self.busy, None
         self._unsent.clear()
+        self._server_ended("the engine process ended")
         log.info("worker ended (exit code %s, signalled: %s)", exit_code, was_signalled)
         if self._is_exit_expected:
             self.sig_stopped.emit()
@@ -268,15 +299,26 @@ class WorkerClient(QObject):
     def _dispatch(self, lines: list[str]) -> None:
         for line in lines:
             try:
-                event = event_from_json(line)
+                event, request_id = parse_event(line)
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 # a library printing on stdout must not break the stream: log and go on
                 log.warning("ignoring a worker stdout line that is not an event (%s): %.200s",
                             e, line)
                 continue
-            if isinstance(event, (Loaded, Finished, Failed)):
+            if request_id is not None and request_id == self.serve_id:
+                if isinstance(event, Failed):
+                    self.sig_server_failed.emit(event)
+                continue
+            if request_id is not None and request_id != self.generate_id:
+                continue  # another client's, or a generation this client stopped waiting on
+            if isinstance(event, Serving):
+                self.server_url = event.url
+            elif isinstance(event, ServerStopped):
+                self.server_url = ""
+            elif isinstance(event, (Loaded, Finished, Failed)):
                 # before emitting: a handler may send the next request
                 self.ended_command, self.busy = self.busy, None
+                self.generate_id = None
             self._signals[type(event)].emit(event)
 
     def _log(self, lines: list[str]) -> None:

@@ -24,8 +24,9 @@ from engine.kernels.decode_splits import MAX_SPLITS, MIN_SPLIT_TOKENS, num_split
 
 
 def backend(cache: KVCache) -> str:
-    """How decode steps read this cache: "sdpa" (16-bit only), "triton" or "reference"."""
-    return attention_backend.backend(cache.device, cache.kv_dtype)
+    """How decode steps read this cache: "sdpa" (16-bit only), "triton" or "reference" (the
+    session's setting, as far as its kernel health allows)."""
+    return cache.decode_attention
 
 
 CHECK_TOKENS = 300  # the load check's cache: two splits of 256, the second partly filled
@@ -45,7 +46,8 @@ def check_kernel(cache: KVCache, num_heads: int, dtype: torch.dtype) -> str | No
     kv0 = cache.layer(0)
     device, Hkv, D = kv0.k.device, kv0.k.shape[1], kv0.k.shape[-1]
     try:
-        probe = KVCache(1, Hkv, D, CHECK_TOKENS, cache.kv_dtype, device)
+        probe = KVCache(1, Hkv, D, CHECK_TOKENS, cache.kv_dtype, device,
+                        backends=cache.backends, health=cache.health)
         probe.reserve(CHECK_TOKENS)  # blocks for every position the probe writes
         g = torch.Generator(device="cpu").manual_seed(0)
         k, v = (torch.randn(1, Hkv, CHECK_TOKENS, D, generator=g).to(device) for _ in range(2))
@@ -55,17 +57,18 @@ def check_kernel(cache: KVCache, num_heads: int, dtype: torch.dtype) -> str | No
         for T in (1, 5):
             q = torch.randn(1, num_heads, T, D, generator=g).to(device, dtype)
             pos = torch.arange(CHECK_TOKENS - T, CHECK_TOKENS, device=device)
-            out = attend(q, kv, pos, CHECK_TOKENS, D ** -0.5, "triton").float()
+            out = attend(q, kv, pos, CHECK_TOKENS, D ** -0.5, "triton",
+                         launch=cache.backends.launch).float()
             ref = reference(q.float(), kv, pos, CHECK_TOKENS, D ** -0.5)
             worst = max(worst, ((out - ref).norm() / ref.norm()).item())
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # a failed launch reports here, not mid-generation
     except Exception as e:  # whatever broke, the kernel is not for this machine
-        attention_backend.mark_failed(device, cache.kv_dtype)
+        cache.health.mark_failed(attention_backend.KERNEL, device, cache.kv_dtype)
         return (f"the Triton decode-attention kernel failed here ({type(e).__name__}: "
                 f"{str(e)[:200]}); decode attention falls back to {backend(cache)}")
     if not worst < CHECK_TOLERANCE:  # (NaN included)
-        attention_backend.mark_failed(device, cache.kv_dtype)
+        cache.health.mark_failed(attention_backend.KERNEL, device, cache.kv_dtype)
         return (f"the Triton decode-attention kernel disagreed with the reference here "
                 f"(relative error {worst:.1e}); decode attention falls back to {backend(cache)}")
     return None
@@ -81,13 +84,14 @@ def describe(cache: KVCache) -> str:
 
 
 def attend(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int, scaling: float,
-           how: str) -> torch.Tensor:
+           how: str, launch: dict | None = None) -> torch.Tensor:
     """q: [1, H, T, D], pos: [T] int64 (device) -> [1, H, T, D] in q's dtype; `how` is
-    backend()'s answer ("triton" or "reference")."""
+    backend()'s answer ("triton" or "reference"); `launch`: the kernel's launch overrides
+    (the cache's backends.launch)."""
     if how == "triton":
         from engine.kernels import decode_attention_kernel
 
-        return decode_attention_kernel.decode_attention(q, kv, pos, kv_len, scaling)
+        return decode_attention_kernel.decode_attention(q, kv, pos, kv_len, scaling, launch)
     return reference(q, kv, pos, kv_len, scaling)
 
 

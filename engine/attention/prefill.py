@@ -60,7 +60,7 @@ def hearth_attention(module, query, key, value, attention_mask, scaling=None, dr
     if T == 1 and how != "sdpa":  # split-context decode, reading int8/fp8 as stored
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         out = decode_attention.attend(query, cache.layer(layer), step.positions, step.end, scale,
-                                      how)
+                                      how, launch=cache.backends.launch)
         return out.transpose(1, 2).contiguous(), None
     # SDPA cannot read the paged arena: a contiguous copy of positions 0..end-1
     k, v = cache.read(layer, step.end, query.dtype)  # [1, H_kv, end, D]

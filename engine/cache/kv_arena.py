@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from engine.formats import kv_dtypes
-from engine.kernels import attention_backend, kv_quant
+from engine.kernels import kv_quant
 
 # --kv-dtype name -> storage dtype; the scaled ones (int8, fp8) add one fp16 scale per token per
 # KV head
@@ -24,14 +24,15 @@ DEQUANT_CHUNK_BLOCKS = 256  # 4,096 tokens: the fp32 transient of one chunk, not
 
 
 def store(values: torch.Tensor, scales: torch.Tensor | None, table: torch.Tensor,
-          positions: torch.Tensor, x: torch.Tensor) -> None:
+          positions: torch.Tensor, x: torch.Tensor, fused: bool = False) -> None:
     """Write x: [1, H_kv, T, D] at `positions` ([T] int64) of the sequence whose block table is
     `table` ([max_blocks] int32) into values: [num_blocks, H_kv, B, D] (+ scales:
-    [num_blocks, H_kv, B], quantized first for int8/fp8), in place."""
+    [num_blocks, H_kv, B], quantized first for int8/fp8), in place. `fused`: quantize and store
+    in one Triton launch (attention_backend.fused_write: where the kernel reads the cache)."""
     B = values.shape[2]
     x = x[0].transpose(0, 1)  # [T, H_kv, D]: advanced indices first, as values[b, :, s]
-    if (scales is not None and values.is_cuda and not torch.compiler.is_compiling()
-            and attention_backend.fused_write(values)):
+    if (fused and scales is not None and values.is_cuda
+            and not torch.compiler.is_compiling()):
         from engine.kernels import kv_write_kernel  # Triton: imported only where it runs
 
         kv_write_kernel.quantize_store(values, scales, table, positions, x)
@@ -125,12 +126,12 @@ class KVArena:
         return self.k_scale[layer], self.v_scale[layer]
 
     def write(self, layer: int, table: torch.Tensor, positions: torch.Tensor, k: torch.Tensor,
-              v: torch.Tensor) -> None:
+              v: torch.Tensor, fused: bool = False) -> None:
         """k, v: [1, H_kv, T, D] at `positions` ([T] int64) of the sequence whose block table
-        is `table` ([max_blocks] int32, same device)."""
+        is `table` ([max_blocks] int32, same device); `fused` as in store()."""
         ks, vs = self._scales(layer)
-        store(self.k[layer], ks, table, positions, k)
-        store(self.v[layer], vs, table, positions, v)
+        store(self.k[layer], ks, table, positions, k, fused)
+        store(self.v[layer], vs, table, positions, v, fused)
 
     def gather(self, layer: int, table: torch.Tensor, end: int, dtype: torch.dtype
                ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -21,7 +21,11 @@ import torch
 from engine.cache import kv_arena
 from engine.cache.block_manager import BlockManager, Sequence
 from engine.cache.kv_arena import STORAGE, KVArena  # noqa: F401 (STORAGE re-exported)
+from engine.config import overrides
+from engine.config.backends import Backends
 from engine.formats import kv_dtypes
+from engine.kernels import attention_backend
+from engine.kernels.health import KernelHealth
 from engine.plan.memory import KV_BLOCK_SIZE
 
 # tokens a block (plan.KV_BLOCK_SIZE, 16): small enough that a short system prompt fills a
@@ -51,12 +55,18 @@ class KVCache:
     callers extend it after writing. Positions are written only below `reserve`'s bound.
     `share_prefixes`: look up a new prompt's blocks by hash (off for tensor-parallel ranks, whose
     followers never see the leader's cache decisions: they keep one position-to-block mapping).
+    `backends`: the session's backend settings (EngineConfig.backends; None: the developer
+    overrides, read once here), which decide how steps read and write it; `health`: the
+    session's record of kernels that failed their load check (one per cache unless shared).
     """
 
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, max_len: int,
                  dtype: torch.dtype | str, device: torch.device | str, *,
                  block_size: int = BLOCK_SIZE, num_blocks: int | None = None,
-                 share_prefixes: bool = True):
+                 share_prefixes: bool = True, backends: Backends | None = None,
+                 health: KernelHealth | None = None):
+        self.backends = overrides.backends() if backends is None else backends
+        self.health = KernelHealth() if health is None else health
         if isinstance(dtype, str):
             self.kv_dtype = dtype
         else:
@@ -110,6 +120,12 @@ class KVCache:
     def bytes_per_token(self) -> int:
         return self.num_bytes // (self.arena.num_blocks * self.block_size)  # scratch included
 
+    @property
+    def decode_attention(self) -> str:
+        """How decode steps read this cache: "sdpa" (16-bit only), "triton" or "reference"."""
+        return attention_backend.backend(self.device, self.kv_dtype,
+                                         self.backends.decode_attention, self.health)
+
     def layer(self, i: int) -> LayerKV:
         a = self.arena
         return LayerKV(a.k[i], a.v[i], a.k_scale[i] if self.quantized else None,
@@ -117,7 +133,8 @@ class KVCache:
 
     def write(self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         """k, v: [1, H_kv, T, D] at `positions` ([T], int64, same device), below reserve's bound."""
-        self.arena.write(layer, self.table, positions, k, v)
+        fused = self.quantized and self.decode_attention == "triton"
+        self.arena.write(layer, self.table, positions, k, v, fused)
 
     def read(self, layer: int, end: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """K, V of positions 0..end-1: contiguous copies [1, H_kv, end, D], gathered through the

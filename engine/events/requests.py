@@ -4,6 +4,7 @@ of their values. Pure data (no torch); their JSON form is events/request_json.py
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -148,6 +149,7 @@ class GenerateRequest:
     """
 
     command: ClassVar[str] = "generate"
+    id: str | None = None  # the worker tags this request's events with it; a cancel can name it
     prompt: str | None = None
     messages: tuple[dict, ...] | None = None
     prompt_ids: tuple[int, ...] | None = None
@@ -181,11 +183,74 @@ class GenerateRequest:
             raise BadRequest("stop strings must not be empty")
         _check_speculative_tokens(self.num_speculative_tokens, minimum=0)
         self.sampling.validate()
+        check_request_id(self.id)
+
+
+MAX_REQUEST_ID_CHARS = 64
+
+
+def check_request_id(request_id: str | None) -> None:
+    """An id is echoed in every event line of its request: short printable ASCII."""
+    if request_id is None:
+        return
+    if not (0 < len(request_id) <= MAX_REQUEST_ID_CHARS and request_id.isascii()
+            and request_id.isprintable()):
+        raise BadRequest(f"a request id must be 1 to {MAX_REQUEST_ID_CHARS} printable ASCII "
+                         f"characters, got {short_repr(request_id)}")
 
 
 @dataclass(frozen=True)
 class CancelRequest:
     command: ClassVar[str] = "cancel"
+    id: str | None = None  # the generation to stop; None: every queued and running one
+
+    def validate(self) -> None:
+        check_request_id(self.id)
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    """Start the OpenAI-compatible server inside the worker, on the worker's own model; port 0
+    takes a free one (the `serving` event says which). `keep`: it outlives the window."""
+
+    command: ClassVar[str] = "serve"
+    id: str | None = None  # tags this command's Failed, told apart from a generation's
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    cors_origins: tuple[str, ...] = ()
+    keep: bool = False
+
+    def validate(self) -> None:
+        check_request_id(self.id)
+        if not 0 < len(self.host) <= 253 or not self.host.isascii() or any(
+                c.isspace() or c in "/@?#" for c in self.host):
+            raise BadRequest(f"the server's host must be an address or a host name, got "
+                             f"{short_repr(self.host)}")
+        if not 0 <= self.port <= 65535:
+            raise BadRequest(f"the server's port must be 0 to 65535, got {self.port}")
+        if self.api_key is not None and not self.api_key.strip():
+            raise BadRequest("the server's API key must not be empty")
+        if not is_loopback(self.host) and self.api_key is None:
+            raise BadRequest(f"refusing to serve on {self.host} without an API key: anyone on "
+                             "the network could use the model; set a key or use 127.0.0.1")
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost: reachable from this machine only."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class ServeStopRequest:
+    """Stop the worker's server; generations of its clients end as cancelled."""
+
+    command: ClassVar[str] = "serve_stop"
 
 
 @dataclass(frozen=True)
@@ -199,7 +264,7 @@ class ShutdownRequest:
 
 
 REQUESTS = {c.command: c for c in (LoadRequest, GenerateRequest, CancelRequest, UnloadRequest,
-                                   ShutdownRequest)}
+                                   ShutdownRequest, ServeRequest, ServeStopRequest)}
 
 
 def short_repr(v, limit: int = 40) -> str:

@@ -41,6 +41,9 @@ class Loaded:
     kv_cache_bytes: int
     notes: tuple[str, ...] = ()
     pid: int = 0
+    # the load's resolved configuration (EngineConfig.as_dict: placement, KV dtype, prefill
+    # chunk, backend settings and the decode path they came to); {} from remote endpoints
+    config: dict = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -107,8 +110,36 @@ class Failed:
     bad_input: bool = False
 
 
+@dataclass(frozen=True)
+class Serving:
+    """The worker's server listens: its base URL (http://host:port/v1)."""
+
+    name: ClassVar[str] = "serving"
+    url: str
+
+
+@dataclass(frozen=True)
+class ServerStats:
+    """The worker's server, about once a second while it serves."""
+
+    name: ClassVar[str] = "server_stats"
+    url: str
+    num_clients: int = 0  # open HTTP connections
+    num_running: int = 0  # generations of every client of the engine, the window's too
+    num_waiting: int = 0
+    tokens_per_s: float = 0.0  # over the last interval, all clients together
+
+
+@dataclass(frozen=True)
+class ServerStopped:
+    """The worker's server has stopped: asked to (error "") or it could not go on."""
+
+    name: ClassVar[str] = "server_stopped"
+    error: str = ""
+
+
 EVENTS = {c.name: c for c in (LoadProgress, Loaded, PrefillProgress, Token, Stats, Finished,
-                              Failed)}
+                              Failed, Serving, ServerStats, ServerStopped)}
 TERMINAL = (Finished, Failed, Loaded)
 
 

@@ -14,6 +14,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from engine.config import overrides
 from engine.events import LoadProgress
 from engine.files.gguf_check import BadGGUF, GGUFSummary, check
 from engine.files.model_home import STARTER_PACKAGE, models_dir
@@ -141,7 +142,7 @@ def _model(summary: GGUFSummary):
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    if os.environ.get("HEARTH_DEBUG", "").strip().lower() not in ("1", "true", "yes"):
+    if not overrides.debug():
         hf_logging.set_verbosity_error()  # its notes on packed GGUF kernels are not for users
     hf_logging.disable_progress_bar()  # the stages travel as LoadProgress instead
     try:

@@ -7,7 +7,7 @@ generated, and leaves out the oldest turns of a chat that outgrew the context), 
 conversation that starts as an earlier one did (a system prompt) reuses its cached blocks
 (KVCache.reuse). Tokens come from one of two strategies: PlainDecoding (one step a token) or
 speculative.SpeculativeDecoding (a draft model or prompt lookup, verified in blocks). Loading
-and the per-card choices (KV dtype, prefill chunk) are session_load.py's.
+and the configuration (KV dtype, prefill chunk, backends: one EngineConfig) are session_load.py's.
 """
 
 from __future__ import annotations
@@ -16,11 +16,13 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import torch
 
 from engine.attention import decode_attention
 from engine.cache.kv_cache import KVCache
+from engine.config.engine_config import EngineConfig, Speculation
 from engine.events import (
     BadRequest,
     Failed,
@@ -36,7 +38,7 @@ from engine.events import (
 from engine.generate.detokenizer import Detokenizer, StopMatcher
 from engine.generate.prompt import Prompt
 from engine.generate.prompt import build as build_prompt
-from engine.generate.session_load import kv_dtype_for, load_session, prefill_chunk_for
+from engine.generate.session_load import load_session, resolve_config
 from engine.generate.template_guard import RenderCancelled
 from engine.load import loader
 from engine.plan.oom import memory_kind, out_of_memory
@@ -44,7 +46,7 @@ from engine.platform import telemetry
 from engine.spec.controller import MAX_ADAPTIVE_K, Controller
 from engine.spec.proposers import DraftModel, PromptLookup
 from engine.spec.speculative import SpeculativeDecoding
-from engine.step.decode import Decoder
+from engine.step.decode import DecodeEngine, Decoder
 from engine.step.plain_decoding import PlainDecoding
 from engine.step.sampling import Sampler, resolve
 
@@ -59,38 +61,64 @@ class _NoText:
 
 
 class Session:
+    """`config`: the load's EngineConfig (session_load.resolve_config); without one it is
+    resolved here from `lm` and the other arguments (benchmarks and tests that build a model
+    themselves)."""
+
     def __init__(self, lm: loader.LoadedModel, kv_dtype: str = "auto", fast_path: bool = True,
-                 compile_layers: bool = False):
+                 compile_layers: bool = False, *, config: EngineConfig | None = None):
         self.lm = lm
-        self._init_speculation()
+        self.config = config or self._configure(lm, kv_dtype, fast_path, compile_layers)
+        self._init_speculation(self.config.speculation.num_speculative_tokens)
+        self.speculation = self.config.speculation
+        self.kv_dtype, self.kv_reason = self.config.kv_dtype, self.config.kv_reason
+        self.decoder, self.kernel_note = self._open_decoder()
+        self.cache = self.decoder.cache
+        self.prefill_chunk = self.config.prefill_chunk
+        if self.config.fast_path:
+            self.decoder.setup_fast_path(allow_graph=self.config.allow_graph,
+                                         compile_layers=self.config.compile_layers)
+
+    def _configure(self, lm: loader.LoadedModel, kv_dtype: str, fast_path: bool,
+                   compile_layers: bool) -> EngineConfig:
+        """The configuration where none was given (TPSession: for one rank's share)."""
+        return resolve_config(lm, kv_dtype, fast_path, compile_layers)
+
+    def _open_decoder(self) -> tuple[DecodeEngine, str | None]:
+        """(the decoder over a new cache, the decode kernel's load-check note): the cache reads
+        and writes as self.config.backends say, and records a kernel that fails its check in
+        its own KernelHealth (this session's, not the process's)."""
+        lm = self.lm
         cfg = lm.model.config
-        self.kv_dtype, self.kv_reason = kv_dtype_for(lm, kv_dtype)
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-        self.cache = KVCache(cfg.num_hidden_layers, kv_heads, head_dim, lm.context, self.kv_dtype,
-                             lm.device)
-        self.kernel_note = decode_attention.check_kernel(self.cache, cfg.num_attention_heads,
-                                                         lm.compute_dtype)
-        self.decoder = Decoder(lm.model, self.cache, lm.device)
-        self.prefill_chunk = self._prefill_chunk()
-        if fast_path:
-            # LLM.int8's outlier columns have data-dependent shapes: no graph capture
-            self.decoder.setup_fast_path(allow_graph=lm.quant != "int8",
-                                         compile_layers=compile_layers)
+        cache = KVCache(cfg.num_hidden_layers, kv_heads, head_dim, lm.context, self.kv_dtype,
+                        lm.device, backends=self.config.backends)
+        note = decode_attention.check_kernel(cache, cfg.num_attention_heads, lm.compute_dtype)
+        return Decoder(lm.model, cache, lm.device), note
 
     def _init_speculation(self, num_speculative_tokens: int | None = None) -> None:
         """Speculative decoding's state (attach_draft; GenerateRequest.prompt_lookup needs no
         setup): shared with TPSession, whose ranks decode the same way."""
         self.draft: Session | None = None
         self.synthetic = None  # bench only: a proposers.SyntheticDraft over self.draft
-        self.num_speculative_tokens = num_speculative_tokens  # fixed K; None: adaptive
-        self.adaptive, self.switch_off = True, True  # tests and benchmarks may turn them off
+        self.speculation = Speculation(num_speculative_tokens)
         # one per way of speculating; they remember timings and switch-offs across generations
         self.controllers: dict[tuple, Controller] = {}
 
-    def _prefill_chunk(self) -> int:
-        """The prefill's longest pass on this card (TPSession: for one rank's share)."""
-        return prefill_chunk_for(self.lm, self.kv_dtype)
+    def configure_speculation(self, **changes) -> None:
+        """Replace fields of the Speculation in force (num_speculative_tokens, adaptive,
+        switch_off) from the next generation on; the load's is self.config.speculation."""
+        self.speculation = replace(self.speculation, **changes)
+
+    # shorthands for configure_speculation (tests speculate every step with both off)
+    num_speculative_tokens = property(
+        lambda self: self.speculation.num_speculative_tokens,
+        lambda self, k: self.configure_speculation(num_speculative_tokens=k))
+    adaptive = property(lambda self: self.speculation.adaptive,
+                        lambda self, on: self.configure_speculation(adaptive=on))
+    switch_off = property(lambda self: self.speculation.switch_off,
+                          lambda self, on: self.configure_speculation(switch_off=on))
 
     @classmethod
     def load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None] = lambda e: None,
@@ -98,9 +126,11 @@ class Session:
         """Raises oom.OutOfMemory (memory released, a hint that fits) when the card is full."""
         return load_session(cls, req, progress, cancel)
 
-    def attach_draft(self, draft: Session) -> None:
-        """Speculate with `draft` (same tokenizer, same device) from the next generation on."""
+    def attach_draft(self, draft: Session, proposer=None) -> None:
+        """Speculate with `draft` (same tokenizer, same device) from the next generation on;
+        `proposer`: one over it in place of its own proposals (the bench's SyntheticDraft)."""
         self.draft = draft
+        self.synthetic = proposer
         self.decoder.capture_blocks(range(2, (self.num_speculative_tokens or MAX_ADAPTIVE_K) + 2))
 
     def loaded_event(self) -> Loaded:
@@ -114,14 +144,17 @@ class Session:
                  else ""))
         notes = (*lm.notes, kv, f"decode path: {self.decoder.mode}",
                  decode_attention.describe(self.cache),
-                 *([self.kernel_note] if self.kernel_note else []), *self.decoder.notes)
+                 *([self.kernel_note] if self.kernel_note else []), *self.decoder.notes,
+                 self.config.summary())
         if self.draft is not None:
             d = self.draft
             notes += (f"speculative decoding with the draft {d.lm.folder.path} "
                       f"({d.lm.quant}, decode path: {d.decoder.mode})",)
+        config = {**self.config.as_dict(), "decode_attention": decode_attention.backend(
+            self.cache), "failed_kernels": self.cache.health.as_list()}
         return Loaded(str(lm.folder.path), lm.folder.architecture, str(lm.device), lm.quant,
                       self.kv_dtype, lm.context, lm.weights_bytes, self.cache.num_bytes, notes,
-                      os.getpid())
+                      os.getpid(), config)
 
     def prompt(self, req: GenerateRequest, cancel: threading.Event | None = None) -> Prompt:
         """The ids to prefill, given what the cache holds now (generate/prompt.py)."""
@@ -176,7 +209,8 @@ class Session:
             return PlainDecoding(self.decoder, self.cache, sampler)
         max_k = k or MAX_ADAPTIVE_K
         self.decoder.capture_blocks(range(2, max_k + 2))  # once; a no-op without CUDA graphs
-        key = (proposer.name, max_k, k is None and self.adaptive, self.switch_off)
+        spec = self.speculation
+        key = (proposer.name, max_k, k is None and spec.adaptive, spec.switch_off)
         control = self.controllers.get(key)
         if control is None:
             known = [c.plain_step_s for c in self.controllers.values() if c.plain_step_s]

@@ -1,6 +1,7 @@
 """How a Session comes to be: its model and draft loaded from a LoadRequest (out of memory
-answered with a plan that fits), and what it chooses for this card: the KV dtype for "auto" and
-the largest prefill chunk. Not generation (session.py)."""
+answered with a plan that fits), and its EngineConfig, resolved once: the KV dtype for "auto",
+the largest prefill chunk under the allocator's budget, the backend settings and the decode path
+they come to on this card. Not generation (session.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,19 @@ from collections.abc import Callable
 
 import torch
 
+from engine.config import overrides
+from engine.config.backends import Backends
+from engine.config.engine_config import EngineConfig, Speculation
 from engine.events import BadRequest, LoadProgress, LoadRequest
 from engine.files.model_folder import check
 from engine.formats.model_shape import ModelShape
+from engine.kernels import attention_backend
 from engine.load import loader
 from engine.plan.kv_dtype import PLANNED_WEIGHTS, choose_kv_dtype
 from engine.plan.memory import PREFILL_CHUNK, GiB, largest_prefill_chunk
+from engine.plan.multi_gpu import rank_shape
 from engine.plan.oom import memory_kind, out_of_memory
+from engine.platform import allocator
 from engine.spec.proposers import check_same_tokenizer
 
 NATIVE_KV = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -27,9 +34,10 @@ def allocator_budget(device: torch.device) -> int:
     return int(total * torch.cuda.get_per_process_memory_fraction(device.index or 0))
 
 
-def kv_dtype_for(lm: loader.LoadedModel, requested: str) -> tuple[str, str]:
+def kv_dtype_for(lm: loader.LoadedModel, requested: str, budget: int | None = None
+                 ) -> tuple[str, str]:
     """(KV dtype name, why): as asked, or for "auto" the model's own dtype unless the planner
-    finds memory tight on this GPU (plan/kv_dtype.py)."""
+    finds memory tight on this GPU under `budget` (plan/kv_dtype.py)."""
     native = NATIVE_KV[lm.compute_dtype]
     if requested != "auto":
         return requested, "as asked"
@@ -38,23 +46,52 @@ def kv_dtype_for(lm: loader.LoadedModel, requested: str) -> tuple[str, str]:
     cc = torch.cuda.get_device_capability(lm.device)
     try:
         shape = ModelShape.from_config(lm.folder.config)
-        return choose_kv_dtype(native, shape, lm.quant, lm.context, allocator_budget(lm.device),
-                               cc)
+        budget = allocator_budget(lm.device) if budget is None else budget
+        return choose_kv_dtype(native, shape, lm.quant, lm.context, budget, cc)
     except Exception:  # the planner cannot read this config: the model's own dtype
         return native, f"auto: the model's own {native} (the planner cannot size this model)"
 
 
-def prefill_chunk_for(lm: loader.LoadedModel, kv_dtype: str) -> int:
-    """The planner's choice on a GPU (the allocator's budget); the smallest pass on CPU."""
+def prefill_chunk_for(lm: loader.LoadedModel, kv_dtype: str, budget: int | None = None,
+                      world_size: int = 1) -> int:
+    """The planner's choice on a GPU (under `budget`, for one rank's share of the model under
+    tensor parallelism); the smallest pass on CPU."""
     if lm.device.type != "cuda":
         return PREFILL_CHUNK
     quant = lm.quant if lm.quant in PLANNED_WEIGHTS else "bf16"
     try:
         shape = ModelShape.from_config(lm.folder.config)
-        return largest_prefill_chunk(shape, quant, kv_dtype, lm.context,
-                                     allocator_budget(lm.device))
+        if world_size > 1:
+            shape = rank_shape(shape, world_size)
+        budget = allocator_budget(lm.device) if budget is None else budget
+        return largest_prefill_chunk(shape, quant, kv_dtype, lm.context, budget)
     except Exception:  # the planner cannot read this config: stay with the safe size
         return PREFILL_CHUNK
+
+
+def resolve_config(lm: loader.LoadedModel, kv_dtype: str = "auto", fast_path: bool = True,
+                   compile_layers: bool = False, speculation: Speculation | None = None,
+                   backends: Backends | None = None, world_size: int = 1,
+                   reserved_bytes: int = 0) -> EngineConfig:
+    """The session's configuration, once: the allocator's budget (less `reserved_bytes`, say
+    NCCL's buffers) read once and used by the KV dtype's and the prefill chunk's choices; the
+    backend settings (None: the developer overrides, read here) and the decode path they give
+    on this device."""
+    backends = overrides.backends() if backends is None else backends
+    on_gpu = lm.device.type == "cuda"
+    budget = allocator_budget(lm.device) - reserved_bytes if on_gpu else None
+    kv, why = kv_dtype_for(lm, kv_dtype, budget)
+    return EngineConfig(
+        model=str(lm.folder.path), device=str(lm.device), quant=lm.quant,
+        compute_dtype=NATIVE_KV.get(lm.compute_dtype, str(lm.compute_dtype)),
+        context=lm.context, kv_dtype=kv, kv_reason=why,
+        prefill_chunk=prefill_chunk_for(lm, kv, budget, world_size),
+        allocator_budget_bytes=budget, fast_path=fast_path,
+        # LLM.int8's outlier columns have data-dependent shapes: no graph capture
+        allow_graph=lm.quant != "int8", compile_layers=compile_layers, world_size=world_size,
+        speculation=speculation or Speculation(), backends=backends,
+        decode_attention=attention_backend.choose(str(lm.device), kv, backends.decode_attention),
+        allocator=allocator.configure() if on_gpu else "")
 
 
 def load_session(cls, req: LoadRequest, progress: Callable[[LoadProgress], None],
@@ -87,9 +124,11 @@ def _load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None],
         tok, draft_tok = (AutoTokenizer.from_pretrained(f.path, trust_remote_code=False)
                           for f in (folder, check(req.draft)))
         check_same_tokenizer(tok, draft_tok, req.draft)
-    lm = loader.load(folder, req, progress, cancel, tokenizer=tok)
-    session = cls(lm, req.kv_dtype, fast_path=not req.eager, compile_layers=req.compile)
-    session.num_speculative_tokens = req.num_speculative_tokens
+    backends = overrides.backends()  # the developer overrides: read once a load
+    lm = loader.load(folder, req, progress, cancel, tokenizer=tok, backends=backends)
+    config = resolve_config(lm, req.kv_dtype, not req.eager, req.compile,
+                            Speculation(req.num_speculative_tokens), backends)
+    session = cls(lm, config=config)
     if req.draft is not None:
         session.attach_draft(_load_draft(cls, req, lm, progress, cancel, draft_tok))
     return session
@@ -102,8 +141,10 @@ def _load_draft(cls, req: LoadRequest, lm: loader.LoadedModel,
                        eager=req.eager, compile=req.compile)
     tagged = lambda e: progress(LoadProgress(f"draft {e.stage}", e.done, e.total,
                                              e.message and f"draft: {e.message}"))
+    backends = overrides.backends()
     try:
-        dlm = loader.load(folder, dreq, tagged, cancel, tokenizer=tokenizer)
+        dlm = loader.load(folder, dreq, tagged, cancel, tokenizer=tokenizer, backends=backends)
     except BadRequest as e:
         raise BadRequest(f"draft model: {e}") from None
-    return cls(dlm, "auto", fast_path=not req.eager, compile_layers=req.compile)
+    return cls(dlm, config=resolve_config(dlm, "auto", not req.eager, req.compile,
+                                          backends=backends))

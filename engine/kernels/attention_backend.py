@@ -1,11 +1,12 @@
 """Which path reads a KV cache in decode steps: the Triton kernel, SDPA over a gathered copy, or
 the PyTorch reference (attention/decode_attention.py holds all three), chosen per device and KV
 dtype from
-`HEARTH_DECODE_ATTENTION` and what this machine has; and whether K/V writes are quantized by
-one Triton launch, which follows the same choice so eager steps and captured graphs agree.
+the session's setting (config.Backends.decode_attention), what this machine has and the
+session's kernel health; and whether K/V writes are quantized by one Triton launch, which follows
+the same choice so eager steps and captured graphs agree.
 
-A leaf (torch, kv_quant and the KV dtype registry only): the cache, the arena, the kernels and
-the attention paths all ask it, and it asks none of them.
+A leaf (torch, kv_quant, the KV dtype registry and the settings only): the cache, the arena, the
+kernels and the attention paths all ask it, and it asks none of them.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ import shutil
 
 import torch
 
+from engine.config import overrides
+from engine.config.backends import DECODE_ATTENTION as SETTINGS
 from engine.formats import kv_dtypes
 from engine.kernels import kv_quant
+from engine.kernels.health import KernelHealth
 
 # auto: every cache through the Triton kernel on a GPU where Triton runs: a paged arena cannot be
 # read in place by SDPA, and even a bf16 cache decodes faster through the kernel, by far at long
@@ -27,10 +31,8 @@ from engine.kernels import kv_quant
 # to them on CPU). triton: the same as auto. sdpa: SDPA over a gathered copy for 16-bit caches,
 # the reference for quantized ones. reference: the PyTorch split algorithm for every cache (if
 # Triton misbehaves somewhere)
-ENV = "HEARTH_DECODE_ATTENTION"
-CONFIG_ENV = "HEARTH_DECODE_ATTENTION_CONFIG"  # JSON over the kernel's CONFIGS, for benchmarks
-SETTINGS = ("auto", "triton", "sdpa", "reference")
-_FAILED: set[tuple[str, str]] = set()  # (device, KV dtype) where the kernel failed to run
+ENV = overrides.DECODE_ATTENTION  # the developer override of the setting
+KERNEL = "decode_attention"  # its name in a session's KernelHealth
 
 
 @functools.cache
@@ -44,11 +46,12 @@ def triton_available() -> bool:
     return any(shutil.which(c) for c in (os.environ.get("CC") or "cc", "gcc", "clang"))
 
 
-def backend(device: torch.device | str, kv_dtype: str) -> str:
-    """How decode steps read a cache of `kv_dtype` on `device`: "sdpa" (16-bit only), "triton"
-    or "reference"."""
-    how = choose(str(device), kv_dtype, os.environ.get(ENV, "auto"))
-    if how == "triton" and (str(device), kv_dtype) in _FAILED:
+def backend(device: torch.device | str, kv_dtype: str, setting: str = "auto",
+            health: KernelHealth | None = None) -> str:
+    """How decode steps read a cache of `kv_dtype` on `device` under `setting`: "sdpa" (16-bit
+    only), "triton" or "reference"; where `health` saw the kernel fail, not "triton"."""
+    how = choose(str(device), kv_dtype, setting)
+    if how == "triton" and health is not None and health.is_failed(KERNEL, device, kv_dtype):
         return "reference" if kv_dtypes.get(kv_dtype).scaled else "sdpa"
     return how
 
@@ -70,20 +73,17 @@ def choose(device: str, kv_dtype: str, setting: str) -> str:
     return "reference" if quantized else "sdpa"
 
 
-def kernel_reads(device: torch.device, kv_dtype: str) -> bool:
+def kernel_reads(device: torch.device, kv_dtype: str, setting: str = "auto",
+                 health: KernelHealth | None = None) -> bool:
     """Whether the Triton kernel reads caches of `kv_dtype` on `device` (it then runs too)."""
-    return backend(device, kv_dtype) == "triton"
+    return backend(device, kv_dtype, setting, health) == "triton"
 
 
-def mark_failed(device: torch.device | str, kv_dtype: str) -> None:
-    """The kernel failed its load check here: this process reads such caches another way."""
-    _FAILED.add((str(device), kv_dtype))
-
-
-def fused_write(values: torch.Tensor) -> bool:
+def fused_write(values: torch.Tensor, setting: str = "auto",
+                health: KernelHealth | None = None) -> bool:
     """Whether quantize-on-write runs as one Triton launch (kernels/kv_write_kernel.py) here:
-    wherever
-    the decode-attention kernel reads this cache (under torch.compile kv_quant's ops are fused
-    by inductor instead). Fixed per device and dtype, so eager steps and captured graphs agree."""
+    wherever the decode-attention kernel reads this cache (under torch.compile kv_quant's ops
+    are fused by inductor instead). Fixed per session, device and dtype, so eager steps and
+    captured graphs agree."""
     name = next(n for n, d in kv_quant.STORAGE.items() if d == values.dtype)
-    return kernel_reads(values.device, name)
+    return kernel_reads(values.device, name, setting, health)

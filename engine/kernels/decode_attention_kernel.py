@@ -9,8 +9,6 @@ Triton imports (CPU torch ships no Triton; tests run it in Triton's interpreter)
 from __future__ import annotations
 
 import functools
-import json
-import os
 from typing import TYPE_CHECKING
 
 import torch
@@ -18,7 +16,6 @@ import triton
 import triton.language as tl
 
 from engine.events import MAX_SPECULATIVE_TOKENS
-from engine.kernels.attention_backend import CONFIG_ENV
 from engine.kernels.decode_splits import num_splits
 
 if TYPE_CHECKING:  # the cache sits above the kernels; its view is only a parameter type here
@@ -64,11 +61,6 @@ def _widen(x, dtype, F16: tl.constexpr, INT8: tl.constexpr, ASM: tl.constexpr):
         return (u | 0x6400).to(tl.uint16).to(tl.float16, bitcast=True) - 1152.0
     else:
         return x.to(dtype)
-
-
-@functools.cache
-def _env_config(text: str | None) -> dict:
-    return json.loads(text) if text else {}
 
 
 @triton.jit
@@ -238,12 +230,12 @@ def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: in
                      scaling: float, config: dict | None = None) -> torch.Tensor:
     """q: [1, H, T, D], pos: [T] int64 -> [1, H, T, D] in q's dtype. Launches only: no host
     sync, and shapes depend on (T, kv_len) alone, so a CUDA graph captures it per bucket.
-    `config` overrides CONFIGS (benchmark sweeps)."""
+    `config` overrides CONFIGS (a session's Backends.launch: benchmark sweeps)."""
     _, H, T, D = q.shape
     Hkv, B = kv.k.shape[1], kv.k.shape[2]
     rows = H // Hkv * T
     quantized = kv.k_scale is not None
-    cfg = {**CONFIGS[quantized], **_env_config(os.environ.get(CONFIG_ENV)), **(config or {})}
+    cfg = {**CONFIGS[quantized], **(config or {})}
     # a 16-bit cache is read in its own dtype (as the SDPA path does); a quantized one upcasts
     # its values to the query's dtype inside the kernel
     qg = (q if quantized else q.to(kv.k.dtype)).reshape(Hkv, rows, D).contiguous()

@@ -38,8 +38,9 @@ def _meta_model(folder_path, dtype: torch.dtype):
 
 
 def load_model(folder: ModelFolder, device: torch.device, dtype: torch.dtype,
-               kernel: str | None = None) -> torch.nn.Module:
-    """The checkpoint's model with Int4Linear layers (`kernel`: int4_linear's choice if None)."""
+               kernel: str | None = None, forced: str | None = None) -> torch.nn.Module:
+    """The checkpoint's model with Int4Linear layers (`kernel`: int4_linear's choice if None,
+    `forced` where it fits: a session's Backends.int4_kernel)."""
     from safetensors import safe_open
 
     try:
@@ -65,7 +66,7 @@ def load_model(folder: ModelFolder, device: torch.device, dtype: torch.dtype,
                 raise BadModel(f"{prefix} in the AWQ checkpoint: {e}") from None
             bias = get(prefix + ".bias") if prefix + ".bias" in where else None
             _replace_linear(model, prefix, Int4Linear.from_codes(
-                codes, zeros, scales, bias, dtype, device, kernel))
+                codes, zeros, scales, bias, dtype, device, kernel, forced))
         for name in sorted(where):
             if not name.endswith(QUANT_SUFFIXES) and not _is_int4_bias(model, name):
                 _assign(model, name, get(name), device, dtype)
@@ -74,7 +75,7 @@ def load_model(folder: ModelFolder, device: torch.device, dtype: torch.dtype,
 
 
 def random_model(config, device: torch.device, dtype: torch.dtype, group_size: int = 128,
-                 kernel: str | None = None) -> torch.nn.Module:
+                 kernel: str | None = None, forced: str | None = None) -> torch.nn.Module:
     """A transformers config -> its model with random 4-bit linears (lm_head 16-bit), random
     embeddings and unit norms: real shapes for speed runs, values that decode without NaNs."""
     from transformers import AutoModelForCausalLM
@@ -97,7 +98,7 @@ def random_model(config, device: torch.device, dtype: torch.dtype, group_size: i
         bias = (torch.randn(N, generator=g, device=device) * 0.02 if mod.bias is not None
                 else None)
         _replace_linear(model, name, Int4Linear.from_codes(codes, zeros, scales, bias, dtype,
-                                                           device, kernel))
+                                                           device, kernel, forced))
     tie_and_materialize(model, device, missing=random_fill(config, device, dtype, g))
     return model.eval()
 

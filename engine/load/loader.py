@@ -16,10 +16,17 @@ from dataclasses import dataclass
 import torch
 
 from engine.attention import prefill as attention
+from engine.config import overrides
+from engine.config.backends import Backends
 from engine.events import BadRequest, LoadProgress, LoadRequest
 from engine.files.model_folder import ModelFolder
 from engine.formats import weights
-from engine.platform import library_noise
+from engine.load.memory_limit import (  # noqa: F401 (callers and tests import them here)
+    apply_memory_limit,
+    clear_memory_limit,
+    cuda_context_bytes,
+)
+from engine.platform import allocator, library_noise
 
 DTYPES = {f.name: getattr(torch, f.torch_dtype) for f in weights.floats()}  # "bf16": bfloat16
 CONFIG_DTYPES = {f.torch_dtype: f.name for f in weights.floats()}  # config.json's "bfloat16"
@@ -99,6 +106,7 @@ def _recommended_quant(req: LoadRequest, folder: ModelFolder, device: torch.devi
 def _placement(req: LoadRequest, folder: ModelFolder, random_weights: bool = False
                ) -> tuple[torch.device, str, torch.dtype]:
     """Device, weight format and compute dtype for a load; applies --memory-limit."""
+    allocator.configure()  # before anything starts CUDA in this process
     device = choose_device(req)
     quant = choose_quant(req, folder, device, random_weights)
     apply_memory_limit(device, req.memory_limit_gib)
@@ -112,8 +120,10 @@ def _placement(req: LoadRequest, folder: ModelFolder, random_weights: bool = Fal
 
 
 def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress], None],
-         cancel: threading.Event | None = None, tokenizer=None) -> LoadedModel:
-    """`tokenizer`: the folder's, where the caller has read it already (a draft's check)."""
+         cancel: threading.Event | None = None, tokenizer=None,
+         backends: Backends | None = None) -> LoadedModel:
+    """`tokenizer`: the folder's, where the caller has read it already (a draft's check);
+    `backends`: the session's settings (the int4 kernel; None: the developer overrides)."""
     library_noise.skip_torchao()  # before transformers' quantizer registry loads
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
     from transformers.utils import logging as hf_logging
@@ -145,7 +155,8 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
     if quant == "awq":  # the engine's own int4 layers, converted to the kernel's layout here
         from engine.load import awq_loader
 
-        model = awq_loader.load_model(folder, device, compute_dtype)
+        forced = (overrides.backends() if backends is None else backends).int4_kernel
+        model = awq_loader.load_model(folder, device, compute_dtype, forced=forced)
     else:
         model = AutoModelForCausalLM.from_pretrained(folder.path, **kwargs).eval()
     head_notes = _quantize_lm_head(model, req, device, compute_dtype)
@@ -185,51 +196,8 @@ def _slow_on_cpu(quant: str, device: torch.device) -> str:
             "it is meant for GPUs")
 
 
-def apply_memory_limit(device: torch.device, gib: float | None) -> None:
-    """Emulate a smaller card: cap torch's allocator at that size minus the CUDA context.
-
-    None lifts an earlier load's cap: the fraction is per process and outlives its load."""
-    if device.type != "cuda":
-        return
-    if gib is None:
-        return clear_memory_limit(device)
-    device = _indexed(device)
-    free, total = torch.cuda.mem_get_info(device)  # creates the context we must subtract
-    from engine.platform.telemetry import nvml_process_used_bytes
-
-    context_bytes = cuda_context_bytes(total, free, torch.cuda.memory_reserved(device),
-                                       nvml_process_used_bytes(device))
-    budget = gib * 2**30 - max(context_bytes, 0)
-    if budget <= 0:
-        raise BadRequest(f"a {gib} GiB memory limit leaves nothing after the CUDA context")
-    torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), device)
-
-
-def clear_memory_limit(device: torch.device) -> None:
-    """The whole card for torch's allocator again (an unload, or a load without a limit)."""
-    if device.type == "cuda":
-        torch.cuda.set_per_process_memory_fraction(1.0, _indexed(device))
-
-
-def _indexed(device: torch.device) -> torch.device:
-    # set_per_process_memory_fraction wants an index: "cuda" alone means the current device
-    return torch.device("cuda", torch.cuda.current_device() if device.index is None
-                        else device.index)
-
-
-def cuda_context_bytes(total: int, free: int, reserved: int, process_used: int | None) -> int:
-    """This process's memory outside torch's allocator (the CUDA context, loaded kernels).
-
-    NVML's per-process figure where it answers: the device-wide free memory also counts every
-    other process on the card (a desktop's display server, other engines' processes), which
-    would shrink an emulated card to nothing.
-    """
-    if process_used is not None:
-        return process_used - reserved
-    return total - free - reserved
-
-
-def random_model(folder: ModelFolder, req: LoadRequest) -> LoadedModel:
+def random_model(folder: ModelFolder, req: LoadRequest, backends: Backends | None = None
+                 ) -> LoadedModel:
     """A model with real shapes and random weights, from config.json alone (benchmarks)."""
     library_noise.skip_torchao()
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -241,7 +209,8 @@ def random_model(folder: ModelFolder, req: LoadRequest) -> LoadedModel:
     if quant == "awq":  # random 4-bit codes made on the device: no 16-bit copy ever exists
         from engine.load import awq_loader
 
-        model = awq_loader.random_model(config, device, compute_dtype)
+        forced = (overrides.backends() if backends is None else backends).int4_kernel
+        model = awq_loader.random_model(config, device, compute_dtype, forced=forced)
     elif quantized and req.memory_limit_gib is not None:
         # an emulated small card cannot hold the 16-bit weights: built on meta, each linear
         # made on the card and quantized at once (building on the host took minutes for 8B)

@@ -1,7 +1,8 @@
 """Whether a decode step's small pieces run as one Triton launch each
 (kernels/fused_ops_kernel.py): the
 norms (eight PyTorch kernels each), SiLU * up (two) and the q/k/v split with RoPE and the K/V
-stores (about twenty). Where Triton runs on a GPU, unless `HEARTH_FUSED_OPS=off`, or
+stores (about twenty). Where Triton runs on a GPU, unless the session's fused_ops setting is
+"off" (config.Backends; the developer override HEARTH_FUSED_OPS), or
 `--compile` fuses them already. Checked at load against the PyTorch pieces on this model's own
 weights and a probe cache of its KV dtype; a launch that fails or disagrees leaves them all as
 they were.
@@ -10,15 +11,15 @@ they were.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
 from engine.cache import kv_arena
 from engine.cache.kv_cache import KVCache
+from engine.config import overrides
 from engine.kernels import attention_backend
 
-ENV = "HEARTH_FUSED_OPS"  # auto (default) | off
+ENV = overrides.FUSED_OPS  # auto (default) | off
 NOTE = "norms, SiLU * up and RoPE with the K/V stores: one Triton launch each"
 PROBE_TOKENS = 64  # the probe cache the RoPE piece writes into at load
 TOLERANCE = 1e-2  # relative: the two round alike step for step (the interpreter tests see 0 to
@@ -28,10 +29,11 @@ READ_BACK_TOLERANCE = 0.1  # int8/fp8 K/V read back: where the 16-bit inputs dif
 # bf16 probe over fp8 failed and left the step unfused)
 
 
-def wanted(device: torch.device) -> bool:
-    setting = os.environ.get(ENV, "auto")
+def wanted(device: torch.device, setting: str | None = None) -> bool:
+    """`setting`: the session's Backends.fused_ops (None: the developer override)."""
+    setting = overrides.backends().fused_ops if setting is None else setting
     if setting not in ("auto", "off"):
-        raise ValueError(f"{ENV} must be auto or off, not {setting!r}")
+        raise ValueError(f"fused_ops must be auto or off, not {setting!r}")
     return setting == "auto" and device.type == "cuda" and attention_backend.triton_available()
 
 
@@ -42,13 +44,13 @@ def prepare(step, device: torch.device, compile_layers: bool) -> str | None:
     if compile_layers:
         step.compile()
         return None
-    if wanted(device):
+    if wanted(device, step.cache.backends.fused_ops):
         return enable(step) or NOTE
     return None
 
 
 def enable(step) -> str | None:
-    """Swap a FamilyStep's (or TPStep's) rms, add_rms, silu_mul and qkv_rope for the Triton ones
+    """Swap a FamilyStep's rms, add_rms, silu_mul and qkv_rope for the Triton ones
     after comparing the two over one token and five: rows of its hidden size with its first
     layer's norm weight, an MLP input of its width, and its q/k/v written into probe caches.
     -> a note for the load event when they stay as they were, else None."""
@@ -114,5 +116,5 @@ def _mlp_width(step) -> int:
     down = step.layers[0].down
     if hasattr(down, "in_features"):  # nn.Linear, bitsandbytes' and the int4 layers
         return down.in_features
-    weight = down if isinstance(down, torch.Tensor) else down.weight  # plain, RowParallel
+    weight = down if isinstance(down, torch.Tensor) else down.weight  # plain, or a module's
     return weight.shape[1]

@@ -1,79 +1,34 @@
-"""The engine's own decode step for the families on the fast path (formats/families: Llama,
-Mistral, Qwen2, Qwen3), reading each family's module names from its registry entry.
+"""The engine's own step for the families on the fast path (formats/families: Llama, Mistral,
+Qwen2, Qwen3), over one shard of the model: all of it on one device, or rank r's heads and MLP
+columns under tensor parallelism (the same math, with a sum over ranks after o and down).
 
 A one-token step over the loaded model's own weights and linear modules (bf16, bitsandbytes, int4)
 with every shape fixed and every position in a device tensor, so the step can be captured as one
 CUDA graph and, optionally, its small ops fused by torch.compile. transformers' modules stay the
-reference (tests compare the two) and serve prefill and every other architecture.
+reference (tests compare the two) and serve prefill and every other architecture on one device.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 
 from engine.attention import decode_attention
 from engine.cache import kv_arena
-from engine.cache.kv_cache import KVCache
-from engine.formats import families
+from engine.cache.kv_cache import KVCache, LayerKV
+from engine.models.step_weights import WHOLE, Shard, StepWeights, weights_of
+
+# attention(layer index, q [1, H, T, D], that layer's cache) -> [1, T, H D]
+Attention = Callable[[int, torch.Tensor, LayerKV], torch.Tensor]
 
 
-@dataclass
-class LayerParams:
-    """One decoder layer: plain weights where they are plain, else the module itself."""
+class RowSum(Protocol):
+    """A row-parallel product summed over the ranks (parallel/all_reduce.py's AllReduce)."""
 
-    qkv: torch.nn.Module | torch.Tensor  # fused [q; k; v] weight for plain linears
-    qkv_bias: torch.Tensor | None
-    o: torch.nn.Module | torch.Tensor
-    gate_up: torch.nn.Module | torch.Tensor  # fused [gate; up] for plain linears
-    down: torch.nn.Module | torch.Tensor
-    ln_in: torch.Tensor
-    ln_post: torch.Tensor
-    q_norm: torch.Tensor | None  # Qwen3: RMSNorm over each head before RoPE
-    k_norm: torch.Tensor | None
-
-
-def family_of(model) -> families.Family | None:
-    """The model's registered family where it runs the fast path, else None."""
-    family = families.get(getattr(model.config, "model_type", None))
-    return family if family is not None and family.fast_path else None
-
-
-def in_family(model) -> bool:
-    """A fast-path family with a bias-free MLP: the shapes this file's math covers."""
-    family = family_of(model)
-    if family is None:
-        return False
-    n = family.names
-    layer = model.get_submodule(n.layers)[0]
-    return all(getattr(layer.get_submodule(m), "bias", None) is None
-               for m in (n.gate, n.up, n.down))
-
-
-def supports(model) -> bool:
-    """The fused step adds biases to q/k/v only (Qwen2's); a model with a bias on o_proj
-    (Llama's attention_bias) decodes through transformers' modules."""
-    if not in_family(model):
-        return False
-    n = family_of(model).names
-    return model.get_submodule(n.layers)[0].get_submodule(n.o).bias is None
-
-
-def _is_plain(*mods) -> bool:
-    return all(type(m) is torch.nn.Linear for m in mods)
-
-
-def _fuse(mods: list[torch.nn.Linear]) -> torch.Tensor:
-    """Concatenate weights once and make each module's weight a view: no extra memory."""
-    fused = torch.cat([m.weight.data for m in mods])
-    row = 0
-    for m in mods:
-        n = m.weight.shape[0]
-        m.weight.data = fused[row: row + n]
-        row += n
-    return fused
+    def linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor: ...
 
 
 def _linear(x: torch.Tensor, w, bias=None) -> torch.Tensor:
@@ -81,37 +36,43 @@ def _linear(x: torch.Tensor, w, bias=None) -> torch.Tensor:
 
 
 class FamilyStep:
-    """The decode step: token [1] at position pos [1] -> logits [V], reading cache[:, :, :kv_len];
-    and `block`, the same over T consecutive tokens (speculative verification).
+    """The step over one shard: token [1] at position pos [1] -> logits [V], reading
+    cache[:, :, :kv_len]; `block`, the same over T consecutive tokens (speculative verification);
+    `prefill`, a chunk under causal flash attention.
 
     `kv_len` is a host int fixed per captured graph (a bucket); positions past `pos` inside it
-    are masked, so one graph serves every position below its bucket.
+    are masked, so one graph serves every position below its bucket. A shard of N > 1 holds H/N
+    query heads, H_kv/N KV heads (its cache holds only those) and I/N MLP columns; `reduce` sums
+    the row-parallel o and down over the ranks, and its lm_head gathers the vocabulary. At world
+    size 1 there is nothing to sum: the step is the plain one, op for op.
     """
 
-    def __init__(self, model, cache: KVCache):
-        cfg, family = model.config, family_of(model)
-        n = family.names
-        self.cache = cache
-        self.eps = cfg.rms_norm_eps
-        self.num_heads = cfg.num_attention_heads
-        self.num_kv_heads = cfg.num_key_value_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.num_heads
-        self.embed = model.get_submodule(n.embed).weight
-        self.norm = model.get_submodule(n.norm).weight
-        lm_head = model.get_submodule(n.lm_head)
-        self.lm_head = lm_head if not _is_plain(lm_head) else lm_head.weight
-        rotary = model.get_submodule(n.rotary)
-        self.inv_freq = rotary.inv_freq.float()
-        self.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
-        layers = model.get_submodule(n.layers)
-        self.scaling = layers[0].get_submodule(n.attn).scaling
-        self.layers = [_params(layer, family) for layer in layers]
+    def __init__(self, weights: StepWeights, cache: KVCache, shard: Shard = WHOLE,
+                 reduce: RowSum | None = None):
+        if shard.world_size > 1 and reduce is None:
+            raise ValueError("a shard of several ranks needs their sum after o and down")
+        w = weights
+        self.cache, self.shard, self.reduce = cache, shard, reduce
+        self.eps, self.scaling, self.rope_scale = w.eps, w.scaling, w.rope_scale
+        self.num_heads = shard.local(w.num_heads)  # this shard's heads (column-parallel q/k/v)
+        self.num_kv_heads = shard.local(w.num_kv_heads)
+        self.head_dim = w.head_dim
+        self.embed, self.norm, self.inv_freq = w.embed, w.norm, w.inv_freq
+        self.lm_head = w.lm_head
+        self.layers = w.layers
         self._init_pieces()
 
+    @classmethod
+    def of(cls, model, cache: KVCache) -> FamilyStep:
+        """The whole model's step, on one device (its plain linears fused in place)."""
+        return cls(weights_of(model), cache)
+
     def _init_pieces(self) -> None:
-        """The pieces between linear layers; compile() and fused_ops.enable swap in fused ones."""
-        self.fns = dict(rms=self.rms, qkv_rope=self.qkv_rope, add_rms=self.add_rms,
-                        silu_mul=self.silu_mul)
+        """The pieces between linear layers; compile() and fused_ops.enable swap in fused ones.
+        `prefill` keeps the PyTorch ones: each new chunk length would compile again."""
+        self.eager_fns = dict(rms=self.rms, qkv_rope=self.qkv_rope, add_rms=self.add_rms,
+                              silu_mul=self.silu_mul)
+        self.fns = dict(self.eager_fns)
         self.compiled = False
 
     def rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -151,8 +112,9 @@ class FamilyStep:
         q = self.rope(q.transpose(1, 2), cos, sin)  # [1, H, T, D]
         k = self.rope(k.transpose(1, 2), cos, sin)  # [1, H_kv, T, D]
         v = v.view(1, T, self.num_kv_heads, d).transpose(1, 2)
-        kv_arena.store(k_cache, k_scale, table, pos, k)
-        kv_arena.store(v_cache, v_scale, table, pos, v)
+        fused = self.cache.quantized and self.cache.decode_attention == "triton"
+        kv_arena.store(k_cache, k_scale, table, pos, k, fused)
+        kv_arena.store(v_cache, v_scale, table, pos, v, fused)
         return q
 
     def add_rms(self, x, delta, w):
@@ -180,13 +142,19 @@ class FamilyStep:
         out = out.view(1, self.num_kv_heads, group, T, self.head_dim).permute(0, 3, 1, 2, 4)
         return out.reshape(1, T, self.num_heads * self.head_dim)
 
+    def row_parallel(self, x: torch.Tensor, w, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """o and down: x holds this shard's input features -> the whole product, summed over the
+        ranks (nothing to sum at world size 1); a bias is added once, after the sum."""
+        y = _linear(x, w) if self.reduce is None else self.reduce.linear(x, w)
+        return y if bias is None else y + bias
+
     def __call__(self, token: torch.Tensor, pos: torch.Tensor, kv_len: int) -> torch.Tensor:
         """token: [1] int64, pos: [1] int64 (device tensors) -> logits [V].
 
         Linear layers run as they are (cuBLAS, bitsandbytes); the pieces between them are the
         ones torch.compile fuses.
         """
-        return self._logits(token, pos, kv_len)[0, 0]
+        return self._logits(token, pos, self._bucket_attention(pos, kv_len, 1), self.fns)[0, 0]
 
     def block(self, tokens: torch.Tensor, pos: torch.Tensor, kv_len: int,
               last_only: bool = False) -> torch.Tensor:
@@ -196,37 +164,72 @@ class FamilyStep:
         Speculative verification: T tokens in one pass, each attending causally to the cache
         and to the block's earlier tokens (their K/V are written before attention reads).
         """
-        return self._logits(tokens, pos, kv_len, last_only)[0]
+        attention = self._bucket_attention(pos, kv_len, tokens.shape[0])
+        return self._logits(tokens, pos, attention, self.fns, last_only)[0]
 
-    def _logits(self, token: torch.Tensor, pos: torch.Tensor, kv_len: int,
+    def prefill(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """ids: [T] int64 at positions start..start+T-1 -> logits of the last one [V]; writes
+        their K/V into the cache. As attention/prefill.py: causal flash attention over a
+        contiguous copy of the blocks, no KV expansion (a rank's prefill: it has no
+        transformers modules)."""
+        end = start + ids.numel()
+        self.cache.reserve(end)
+        positions = torch.arange(start, end, device=ids.device)
+        attention = self._causal_attention(start, end)
+        return self._logits(ids, positions, attention, self.eager_fns, last_only=True)[0, 0]
+
+    def _bucket_attention(self, pos: torch.Tensor, kv_len: int, T: int) -> Attention:
+        """Decode and verify: keys up to the bucket's kv_len; key j is visible to the token at
+        pos p when j <= p, the rest of the bucket is masked (by SDPA's mask here, or inside
+        decode_attention from pos itself)."""
+        how = decode_attention.backend(self.cache)
+        if how != "sdpa":
+            def kernel(i: int, q: torch.Tensor, kv: LayerKV) -> torch.Tensor:
+                attn = decode_attention.attend(q, kv, pos, kv_len, self.scaling, how,
+                                               launch=self.cache.backends.launch)
+                return attn.transpose(1, 2).reshape(1, T, self.num_heads * self.head_dim)
+            return kernel
+        keys = torch.arange(kv_len, device=pos.device)
+        if T == 1:
+            mask = (keys <= pos)[None, None, None, :]  # [1, 1, 1, kv]
+        else:
+            group = self.num_heads // self.num_kv_heads
+            mask = (keys[None, :] <= pos[:, None]).repeat(group, 1)[None, None]  # [1,1,G T,kv]
+        return lambda i, q, kv: self.attend(q, kv, mask, kv_len)
+
+    def _causal_attention(self, start: int, end: int) -> Attention:
+        """A prefill chunk at start..end-1: causal over the cache's first `end` positions."""
+        T = end - start
+        if start == 0:
+            causal = dict(is_causal=True)
+        else:  # query i at start+i sees keys 0..start+i: causal aligned to the lower right
+            from torch.nn.attention.bias import causal_lower_right  # imports dynamo: 1.5 s
+
+            causal = dict(attn_mask=causal_lower_right(T, end))
+
+        def attention(i: int, q: torch.Tensor, kv: LayerKV) -> torch.Tensor:
+            k, v = self.cache.read(i, end, q.dtype)  # a contiguous copy of the blocks
+            attn = F.scaled_dot_product_attention(q.to(k.dtype), k, v, scale=self.scaling,
+                                                  enable_gqa=True, **causal)
+            # [1, H, T, D] -> [1, T, H D]
+            return attn.transpose(1, 2).reshape(1, T, self.num_heads * self.head_dim).to(q.dtype)
+        return attention
+
+    def _logits(self, token: torch.Tensor, pos: torch.Tensor, attention: Attention, fns: dict,
                 last_only: bool = False) -> torch.Tensor:
-        """token, pos: [T] -> logits [1, T, V] ([1, 1, V] with last_only)."""
-        f = self.fns
-        T = token.shape[0]
+        """token, pos: [T] -> logits [1, T, V] ([1, 1, V] with last_only): every layer's math,
+        for decode, verify and prefill alike; `attention` is what differs."""
+        f = fns
         x = F.embedding(token, self.embed)[None]  # [1, T, hidden]
         cos, sin = self.cos_sin(pos, x.dtype)
-        # key j is visible to the token at pos p when j <= p; the rest of the bucket is masked
-        # (by SDPA's mask here, or inside decode_attention from pos itself)
-        how, mask = decode_attention.backend(self.cache), None
-        if how == "sdpa":
-            keys = torch.arange(kv_len, device=pos.device)
-            if T == 1:
-                mask = (keys <= pos)[None, None, None, :]  # [1, 1, 1, kv]
-            else:
-                group = self.num_heads // self.num_kv_heads
-                mask = (keys[None, :] <= pos[:, None]).repeat(group, 1)[None, None]  # [1,1,G T,kv]
         h = f["rms"](x, self.layers[0].ln_in)
         for i, p in enumerate(self.layers):
             kv = self.cache.layer(i)
             q = f["qkv_rope"](_linear(h, p.qkv, p.qkv_bias), p.q_norm, p.k_norm, cos, sin, pos,
                               *kv)
-            if how == "sdpa":
-                attn = self.attend(q, kv, mask, kv_len)
-            else:  # [1, H, T, D] -> [1, T, H D]
-                attn = decode_attention.attend(q, kv, pos, kv_len, self.scaling, how)
-                attn = attn.transpose(1, 2).reshape(1, T, self.num_heads * self.head_dim)
-            x, h = f["add_rms"](x, _linear(attn, p.o), p.ln_post)
-            mlp = _linear(f["silu_mul"](_linear(h, p.gate_up)), p.down)
+            attn = attention(i, q, kv)
+            x, h = f["add_rms"](x, self.row_parallel(attn, p.o, p.o_bias), p.ln_post)
+            mlp = self.row_parallel(f["silu_mul"](_linear(h, p.gate_up)), p.down)
             next_norm = self.layers[i + 1].ln_in if i + 1 < len(self.layers) else self.norm
             x, h = f["add_rms"](x, mlp, next_norm)
         return _linear(h[:, -1:] if last_only else h, self.lm_head)
@@ -241,41 +244,3 @@ class FamilyStep:
         self.fns = {name: torch.compile(fn, fullgraph=True, dynamic=False)
                     for name, fn in self.fns.items()}
         self.compiled = True
-
-
-def _params(layer, family: families.Family) -> LayerParams:
-    """One decoder layer's weights, found by the family's module names."""
-    n = family.names
-    q, k, v, o, gate, up, down = (layer.get_submodule(name) for name in n.linears)
-    if _is_plain(q, k, v):
-        qkv = _fuse([q, k, v])
-        bias = None
-        if q.bias is not None:
-            bias = torch.cat([q.bias, k.bias, v.bias])
-    else:
-        qkv, bias = _concat(q, k, v), None
-    gate_up = _fuse([gate, up]) if _is_plain(gate, up) else _concat(gate, up)
-    plain = lambda mod: mod.weight if _is_plain(mod) else mod
-    norm = lambda name: layer.get_submodule(name).weight if family.qk_norm else None
-    return LayerParams(qkv, bias, plain(o), gate_up, plain(down),
-                       layer.get_submodule(n.ln_in).weight, layer.get_submodule(n.ln_post).weight,
-                       norm(n.q_norm), norm(n.k_norm))
-
-
-def _concat(*mods) -> torch.nn.Module:
-    """One fused layer where the modules know how to share one matrix (the engine's int4 layers:
-    Int4Linear.concat), else each called in turn."""
-    fuse = getattr(type(mods[0]), "concat", None)
-    fused = fuse(list(mods)) if fuse and all(type(m) is type(mods[0]) for m in mods) else None
-    return fused if fused is not None else _Concat(*mods)
-
-
-class _Concat(torch.nn.Module):
-    """Quantized linears cannot share one weight: call each and concatenate the outputs."""
-
-    def __init__(self, *mods):
-        super().__init__()
-        self.mods = mods
-
-    def forward(self, x):
-        return torch.cat([m(x) for m in self.mods], dim=-1)

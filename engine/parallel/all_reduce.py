@@ -12,7 +12,6 @@ does not need it. `HEARTH_TP_ALL_REDUCE=nccl` keeps NCCL.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 
@@ -20,7 +19,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-ENV = "HEARTH_TP_ALL_REDUCE"  # auto (default) | nccl
+from engine.config import overrides
+
+ENV = overrides.TP_ALL_REDUCE  # auto (default) | nccl: the developer override of `setting`
 MAX_BYTES = 512 * 1024  # larger messages (prefill chunks) keep NCCL: every rank would read
 # every peer's whole buffer, where a ring reads each byte once
 TRIALS = 50  # timed replays of each candidate, after a warm-up
@@ -36,7 +37,7 @@ def _nccl(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 class AllReduce:
     """A row-parallel linear's product summed over the group: NCCL until `setup` finds something
-    faster for products up to MAX_BYTES. One per rank, shared by its RowParallel linears."""
+    faster for products up to MAX_BYTES. One per rank: its step's o and down."""
 
     def __init__(self):
         self.small: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = _nccl
@@ -50,14 +51,14 @@ class AllReduce:
         return _nccl(x, weight)
 
     def setup(self, hidden: int, dtype: torch.dtype, device: torch.device,
-              candidate: Callable | None = None) -> str | None:
+              candidate: Callable | None = None, setting: str | None = None) -> str | None:
         """Choose the sum for a decode step's products ([1, 1, hidden]): on every rank at once.
         `candidate(dtype, device)` -> (join, name) prepares the alternative without a
         collective; join() sets it up with one and returns its linear (tests give one).
         -> a note for the load event, None where NCCL stays without anything to say."""
-        setting = os.environ.get(ENV, "auto")
+        setting = overrides.backends().tp_all_reduce if setting is None else setting
         if setting not in ("auto", "nccl"):
-            raise ValueError(f"{ENV} must be auto or nccl, not {setting!r}")
+            raise ValueError(f"tp_all_reduce must be auto or nccl, not {setting!r}")
         if setting == "nccl":
             return None
         build = candidate or _symmetric_memory

@@ -1,6 +1,6 @@
-"""One process per rank of tensor parallelism: what every rank runs (`Rank`: its step, cache and
-CUDA graphs) and the follower process, `python -m engine.parallel.follower`, started by rank 0
-(parallel/leader.py). Not the math: that is parallel/sharded_step.py.
+"""One process per rank of tensor parallelism: what every rank runs (`Rank`: a Decoder over its
+sharded step and cache) and the follower process, `python -m engine.parallel.follower`, started by
+rank 0 (parallel/leader.py). Not the math: that is the family step's (parallel/sharded_step.py).
 
 A follower joins the process group (gloo on CPU, NCCL on CUDA), receives its tensors from rank 0,
 then executes rank 0's ops in lockstep: each is a 4-int header [op, position, length, token]
@@ -25,8 +25,8 @@ import torch.distributed as dist
 
 from engine.cache.kv_cache import KVCache
 from engine.models import fused_ops
-from engine.parallel.sharded_step import DTYPES, TPSpec, TPStep, layout
-from engine.step.decode import bucket, capture_graphs
+from engine.parallel.sharded_step import DTYPES, TPSpec, layout, rank_step
+from engine.step.decode import Decoder
 
 OP_PREFILL, OP_STEP, OP_VERIFY, OP_SETUP, OP_STOP = 1, 2, 3, 4, 5
 TIMEOUT = timedelta(minutes=10)  # longest a collective may wait (first compile and capture)
@@ -35,66 +35,60 @@ FAIL_LOAD_ENV = "HEARTH_TP_FAIL_AT_LOAD"  # tests: "R" makes follower R raise on
 
 
 class Rank:
-    """One rank's side of the lockstep: its step, its cache (its KV heads only), its graphs."""
+    """One rank's side of the lockstep: a Decoder over its step and its cache (its KV heads
+    only), which prefills, steps and verifies as on one device."""
 
     def __init__(self, spec: TPSpec, rank: int, weights: dict[str, torch.Tensor], device):
         self.device = device
         # no prefix sharing: followers only see positions, so every rank keeps the mapping of
         # positions to blocks that its own writes made (rank 0 still reuses its live prefix)
-        self.cache = KVCache(spec.num_layers, spec.num_kv_heads // spec.world_size,
-                             spec.head_dim, spec.context, DTYPES[spec.kv_dtype], device,
-                             share_prefixes=False)
-        self.step_fn = TPStep(spec, rank, weights, self.cache)
-        self.buckets = spec.buckets
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-        self.token = torch.zeros(1, dtype=torch.long, device=device)  # graph inputs
-        self.pos = torch.zeros(1, dtype=torch.long, device=device)
+        cache = KVCache(spec.num_layers, spec.num_kv_heads // spec.world_size, spec.head_dim,
+                        spec.context, DTYPES[spec.kv_dtype], device, share_prefixes=False)
+        self.decoder = Decoder(None, cache, device, family=rank_step(spec, rank, weights, cache))
+        if tuple(self.decoder.buckets) != spec.buckets:  # every rank must pick the same graph
+            raise RuntimeError(f"KV buckets {self.decoder.buckets} differ from rank 0's "
+                               f"{list(spec.buckets)}")
         self.num_steps = 0
         self.notes: list[str] = []  # what setup chose, for rank 0's load event
 
-    @torch.inference_mode()
-    def prefill(self, ids: torch.Tensor, start: int) -> torch.Tensor:
-        return self.step_fn.prefill(ids, start)
+    @property
+    def cache(self) -> KVCache:
+        return self.decoder.cache
 
-    @torch.inference_mode()
+    @property
+    def buckets(self) -> list[int]:
+        return self.decoder.buckets
+
+    @property
+    def graphs(self) -> dict:
+        return self.decoder.graphs
+
+    def prefill(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        return self.decoder.forward(ids, start)
+
     def step(self, token: torch.Tensor, position: int) -> torch.Tensor:
         self.num_steps += 1
-        kv_len = bucket(self.buckets, position + 1)
-        self.cache.reserve(position + 1)
-        if not self.graphs:
-            return self.step_fn(token, torch.tensor([position], device=self.device), kv_len)
-        graph, logits = self.graphs[kv_len]
-        self.token.copy_(token)
-        self.pos.fill_(position)
-        graph.replay()
-        return logits
+        return self.decoder.step(token, position)
 
-    @torch.inference_mode()
     def verify(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         """ids: [T] at start.. -> every position's logits [T, V] (speculative verification)."""
-        T = ids.numel()
-        kv_len = bucket(self.buckets, start + T)
-        self.cache.reserve(start + T)
-        return self.step_fn.block(ids, torch.arange(start, start + T, device=self.device), kv_len)
+        return self.decoder.verify(ids, start)
 
     @torch.inference_mode()
     def setup(self, allow_graph: bool, compile_layers: bool) -> None:
         """As Decoder.setup_fast_path, on every rank at once: the warm-up and the captured steps
         run their collectives in the same order everywhere. A capture that fails fails the rank
         (the others would wait on its collectives), unlike on one GPU."""
+        step = self.decoder.family
         # no collectives inside: ranks may differ here (the load event says rank 0's)
-        fused = fused_ops.prepare(self.step_fn, self.device, compile_layers)
-        step = self.step_fn  # the sum after each row-parallel linear, agreed by every rank;
-        # compiled layers keep NCCL (the symmetric buffers' turns are Python state)
-        note = None if compile_layers else step.all_reduce.setup(
+        fused = fused_ops.prepare(step, self.device, compile_layers)
+        # the sum after each row-parallel linear, agreed by every rank; compiled layers keep
+        # NCCL (the symmetric buffers' turns are Python state)
+        note = None if compile_layers else step.reduce.setup(
             step.embed.shape[1], step.embed.dtype, self.device)  # embed: [vocab, hidden]
         self.notes = [n for n in (fused, note) if n]
-        if self.device.type != "cuda" or not allow_graph:
-            return
-        # the warm-up off the capture stream also does NCCL's lazy setup
-        self.graphs = capture_graphs(
-            {b: (lambda b=b: self.step_fn(self.token, self.pos, b)) for b in self.buckets})
-        self.cache.crop(0)  # warm-up wrote K/V at position 0
+        if self.device.type == "cuda" and allow_graph:
+            self.decoder.capture()  # the warm-up off the capture stream does NCCL's lazy setup
 
 
 def device_id(device: torch.device) -> dict:

@@ -1,8 +1,8 @@
-"""Rank 0 of tensor parallelism, in the engine's own process: the Decoder-shaped face of N ranks
-for the session. It cuts the loaded model, starts one follower process per other rank
-(parallel/follower.py), sends each its tensors, drives every prefill chunk and decode step in
-lockstep,
-and supervises: a failing rank ends the others and surfaces as one TPFailed.
+"""Rank 0 of tensor parallelism, in the engine's own process: the session's DecodeEngine
+(step/decode.py) over N ranks. It cuts the loaded model, starts one follower process per other
+rank (parallel/follower.py), sends each its tensors, drives every prefill chunk, decode step and
+verify block in lockstep, and supervises: a failing rank ends the others and surfaces as one
+TPFailed.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from engine.parallel.follower import (
 )
 from engine.parallel.sharded_step import shard, spec_of
 from engine.platform.child_env import NO_MULTICAST, child_env
+from engine.step.decode import kv_buckets
 
 STARTUP_S = 120  # a follower not joined by then (import, CUDA init) fails the start
 ABORT_WAIT_S = 20  # longest close() waits for NCCL's teardown before leaving it to the thread
@@ -50,13 +51,11 @@ def rank0_nccl_env(environ) -> dict[str, str]:
 
 
 class TPLeader:
-    """Rank 0: the Decoder-shaped face of N GPUs (forward, step, setup_fast_path, cache, mode,
-    notes) for the session; it starts, drives and supervises the followers."""
+    """Rank 0: a DecodeEngine over N GPUs for the session (its own Decoder is `rank.decoder`);
+    it starts, drives and supervises the followers."""
 
     def __init__(self, model, world_size: int, context: int, kv_dtype: str, device,
                  memory_limit_gib: float | None = None):
-        from engine.step.decode import kv_buckets  # not at the top: followers skip its imports
-
         self.spec = replace(spec_of(model, world_size, context, kv_dtype, memory_limit_gib),
                             buckets=tuple(kv_buckets(context)))  # BadRequest: nothing started
         self.device = torch.device(device)
@@ -70,6 +69,7 @@ class TPLeader:
             apply_memory_limit(self.device, memory_limit_gib)  # per GPU: followers do the same
         self.backend = "nccl" if self.device.type == "cuda" else "gloo"
         self.mode = "static"
+        self.block_graphs: dict = {}  # verify blocks run eagerly on the ranks (none captured)
         self.notes = [f"tensor parallel over {world_size} "
                       f"{'GPUs' if self.backend == 'nccl' else 'CPU processes'} ({self.backend})"]
         self._procs: dict[int, subprocess.Popen] = {}

@@ -1,6 +1,6 @@
 """A Session over N ranks (`--tensor-parallel N`): the model is loaded whole into host memory,
 cut by a TPLeader (rank 0 in this process, one follower process per other GPU), and generated
-from through the leader, which has the Decoder's face (forward, step, verify, mode, notes).
+from through the leader, Session's DecodeEngine here (forward, step, verify, mode, notes).
 
 Not the lockstep (parallel/leader.py) nor the math (parallel/sharded_step.py). Generation,
 sampling, stop
@@ -17,14 +17,12 @@ import torch
 
 from engine.events import BadRequest, Loaded, LoadProgress, LoadRequest
 from engine.files.model_folder import check
-from engine.formats.model_shape import ModelShape
 from engine.generate.session import Session
-from engine.generate.session_load import allocator_budget
+from engine.generate.session_load import resolve_config
 from engine.load import loader
 from engine.parallel import request as tp_request
 from engine.parallel.leader import TPLeader
-from engine.plan.memory import PREFILL_CHUNK, largest_prefill_chunk
-from engine.plan.multi_gpu import NCCL_BUFFERS_BYTES, rank_shape
+from engine.plan.multi_gpu import NCCL_BUFFERS_BYTES
 
 
 def device_for(req: LoadRequest) -> torch.device:
@@ -61,33 +59,46 @@ def random_host_model(folder, req: LoadRequest, device: torch.device) -> loader.
     return replace(lm, device=torch.device("cpu"))
 
 
+def rank_kv_dtype(lm: loader.LoadedModel, requested: str) -> tuple[str, str]:
+    """(the ranks' KV dtype, why): as asked (validated 16-bit), else the weights' own."""
+    if requested != "auto":
+        return requested, "as asked"
+    return lm.quant, (f"auto: the weights' own {lm.quant}; tensor parallelism keeps a 16-bit "
+                      f"cache so far")
+
+
 class TPSession(Session):
-    """Session over a TPLeader. It sets every attribute Session.__init__ sets (the inherited
-    methods read them; the speculation state through Session._init_speculation, the rest its
-    own way; a test keeps the two in step) and `leader`, which close() ends."""
+    """Session over a TPLeader: Session.__init__ itself, with the leader as its decoder (whose
+    cache is rank 0's: its KV heads, and the tokens they hold), and `leader`, which close()
+    ends."""
 
     def __init__(self, lm: loader.LoadedModel, req: LoadRequest, device: torch.device):
-        n = req.tensor_parallel
-        kv_dtype = lm.quant if req.kv_dtype == "auto" else req.kv_dtype  # 16-bit (validated)
         self._weights_bytes = lm.weights_bytes  # before the host copy goes
-        self.leader = TPLeader(lm.model, n, lm.context, kv_dtype, device, req.memory_limit_gib)
+        self._kv_choice = rank_kv_dtype(lm, req.kv_dtype)
+        self.leader = TPLeader(lm.model, req.tensor_parallel, lm.context, self._kv_choice[0],
+                               device, req.memory_limit_gib)
         try:
             lm.model.to("meta")  # every rank holds its own copy now: free the host's
-            self.lm = replace(lm, device=self.leader.device)
-            self._init_speculation(req.num_speculative_tokens)
-            self.cache = self.leader.cache  # rank 0's: its KV heads, and the tokens they hold
-            self.kv_dtype = kv_dtype
-            self.kv_reason = ("as asked" if req.kv_dtype != "auto" else
-                              f"auto: the weights' own {kv_dtype}; tensor parallelism keeps a "
-                              f"16-bit cache so far")
-            self.kernel_note = None  # not checked on the ranks yet: their steps read the cache as
-            # FamilyStep does (the Triton kernel on a GPU); tensor parallelism has not run on GPUs
-            self.decoder = self.leader
-            self.prefill_chunk = self._prefill_chunk()
-            self.leader.setup_fast_path(allow_graph=True, compile_layers=req.compile)
+            super().__init__(replace(lm, device=self.leader.device), req.kv_dtype,
+                             compile_layers=req.compile)
+            self.num_speculative_tokens = req.num_speculative_tokens
         except BaseException:
             self.leader.close()
             raise
+
+    def _configure(self, lm, kv_dtype, fast_path, compile_layers):
+        """Session's resolution, for the share of the model one card holds (NCCL's buffers
+        off the allocator's budget), with the KV dtype the leader's caches were made with."""
+        kv, why = self._kv_choice
+        config = resolve_config(lm, kv, fast_path, compile_layers,
+                                world_size=self.leader.spec.world_size,
+                                reserved_bytes=NCCL_BUFFERS_BYTES)
+        return replace(config, kv_reason=why)
+
+    def _open_decoder(self) -> tuple[TPLeader, None]:
+        # the decode kernel is not checked on the ranks yet: their steps read the cache as
+        # FamilyStep does (the Triton kernel on a GPU); tensor parallelism has not run on GPUs
+        return self.leader, None
 
     @classmethod
     def load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None] = lambda e: None,
@@ -107,18 +118,6 @@ class TPSession(Session):
             session.close()
             raise loader.LoadCancelled()
         return session
-
-    def _prefill_chunk(self) -> int:
-        """Session's rule, for the share of the model one card holds."""
-        lm, n = self.lm, self.leader.spec.world_size
-        if lm.device.type != "cuda":
-            return PREFILL_CHUNK
-        try:
-            shape = rank_shape(ModelShape.from_config(lm.folder.config), n)
-            return largest_prefill_chunk(shape, lm.quant, self.kv_dtype, lm.context,
-                                         allocator_budget(lm.device) - NCCL_BUFFERS_BYTES)
-        except Exception:  # the planner cannot read this config: stay with the safe size
-            return PREFILL_CHUNK
 
     def loaded_event(self) -> Loaded:
         """The whole model's weights; the KV cache of one GPU (each holds 1/N of its heads), as

@@ -1,6 +1,6 @@
 """Tensor parallelism for the families that allow it (formats/families): a loaded model's weights
-cut for rank r of N, found by the family's module names, and the decode step over one rank's cut,
-which is FamilyStep's own math (models/layers.py) plus collectives.
+cut for rank r of N, found by the family's module names, and the step over one rank's cut, which
+is FamilyStep itself (models/layers.py) told its Shard and given the collectives.
 
 Column-parallel [q; k; v] (whole KV heads with their query heads) and [gate; up]; row-parallel o
 and down, each followed by one all-reduce; the lm_head cut by vocabulary and all-gathered;
@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from engine.cache.kv_cache import KVCache
 from engine.events import BadRequest
 from engine.formats import families, weights
-from engine.models.layers import FamilyStep, LayerParams, _linear, family_of, in_family
+from engine.models.layers import FamilyStep
+from engine.models.step_weights import LayerParams, Shard, StepWeights, family_of, in_family
 from engine.parallel.all_reduce import AllReduce
 
 DTYPES = {f.name: getattr(torch, f.torch_dtype) for f in weights.floats()}  # "bf16": bfloat16
@@ -143,9 +144,9 @@ def layout(spec: TPSpec) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
 def shard(model, spec: TPSpec, rank: int, device) -> Iterator[tuple[str, torch.Tensor]]:
     """Rank `rank`'s tensors in layout() order, each a fresh copy on `device`, one at a time (so
     rank 0 never holds a whole follower's cut on its own GPU while sending it)."""
-    hq, hkv, inter = spec.local_sizes
-    q_rows, kv_rows = slice(rank * hq, (rank + 1) * hq), slice(rank * hkv, (rank + 1) * hkv)
-    i_rows = slice(rank * inter, (rank + 1) * inter)
+    part, d = Shard(rank, spec.world_size), spec.head_dim
+    q_rows, kv_rows = part.rows(spec.num_heads * d), part.rows(spec.num_kv_heads * d)
+    i_rows = part.rows(spec.intermediate_size)
 
     def own(t: torch.Tensor) -> torch.Tensor:
         return t.detach().to(device, copy=True).contiguous()  # no view keeps the whole alive
@@ -187,17 +188,6 @@ def vocab_rows(weight: torch.Tensor, rank: int, spec: TPSpec) -> torch.Tensor:
     return torch.cat([rows, rows.new_zeros(vs - rows.shape[0], rows.shape[1])])
 
 
-class RowParallel:
-    """y = x_r @ W_r^T summed over ranks: each rank holds a slice of the input features."""
-
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, reduce: AllReduce):
-        self.weight, self.bias, self.reduce = weight, bias, reduce
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.reduce.linear(x, self.weight)  # the one collective after each such linear
-        return y if self.bias is None else y + self.bias  # once, after the sum
-
-
 class VocabParallel:
     """The lm_head cut by vocabulary: each rank's Vs logits, all-gathered, padding trimmed."""
 
@@ -213,62 +203,17 @@ class VocabParallel:
         return full[:, : self.vocab_size].view(1, T, -1)
 
 
-class TPStep(FamilyStep):
-    """FamilyStep over one rank's cut: the same pieces (norms, RoPE, GQA attention, SiLU) on
-    H/N query heads, H_kv/N KV heads and I/N MLP columns; the row-parallel linears and the
-    lm_head bring in the other ranks' parts. Its cache holds this rank's KV heads only.
-    It sets every attribute FamilyStep.__init__ sets: the inherited methods read them."""
-
-    def __init__(self, spec: TPSpec, rank: int, w: dict[str, torch.Tensor], cache: KVCache):
-        n = spec.world_size
-        self.cache = cache
-        self.eps = spec.eps
-        self.num_heads, self.num_kv_heads = spec.num_heads // n, spec.num_kv_heads // n
-        self.head_dim = spec.head_dim
-        self.embed, self.norm, self.inv_freq = w["embed"], w["norm"], w["inv_freq"]
-        lm = vocab_rows(self.embed, rank, spec) if spec.tied else w["lm_head"]
-        self.lm_head = VocabParallel(lm, spec.vocab_size, n)
-        self.rope_scale, self.scaling = spec.rope_scale, spec.scaling
-        self.all_reduce = AllReduce()  # NCCL until its setup (Rank.setup) finds a faster sum
-        self.layers = [
-            LayerParams(w[p + "qkv"], w.get(p + "qkv_bias"),
-                        RowParallel(w[p + "o"], w.get(p + "o_bias"), self.all_reduce),
-                        w[p + "gate_up"], RowParallel(w[p + "down"], None, self.all_reduce),
-                        w[p + "ln_in"], w[p + "ln_post"], w.get(p + "q_norm"), w.get(p + "k_norm"))
-            for p in (f"layers.{i}." for i in range(spec.num_layers))]
-        self._init_pieces()
-
-    def prefill(self, ids: torch.Tensor, start: int) -> torch.Tensor:
-        """ids: [T] int64 at positions start..start+T-1 -> logits of the last one [V]; writes
-        their K/V (this rank's heads) into the cache. As attention/prefill.py: causal, no KV
-        expansion."""
-        T, end = ids.numel(), start + ids.numel()
-        H, Hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
-        self.cache.reserve(end)
-        positions = torch.arange(start, end, device=ids.device)
-        x = F.embedding(ids, self.embed)[None]  # [1, T, hidden]
-        cos, sin = self.cos_sin(positions, x.dtype)
-        if start == 0:
-            causal = dict(is_causal=True)
-        else:  # query i at start+i sees keys 0..start+i: causal aligned to the lower right
-            from torch.nn.attention.bias import causal_lower_right  # imports dynamo: 1.5 s
-
-            causal = dict(attn_mask=causal_lower_right(T, end))
-        h = self.rms(x, self.layers[0].ln_in)
-        for i, p in enumerate(self.layers):
-            q, k, v = _linear(h, p.qkv, p.qkv_bias).split([H * d, Hkv * d, Hkv * d], dim=-1)
-            q, k = q.view(1, T, H, d), k.view(1, T, Hkv, d)  # [B, T, H, D]
-            if p.q_norm is not None:
-                q, k = self.rms(q, p.q_norm), self.rms(k, p.k_norm)
-            q = self.rope(q.transpose(1, 2), cos, sin)  # [1, H, T, D]
-            k = self.rope(k.transpose(1, 2), cos, sin)  # [1, H_kv, T, D]
-            self.cache.write(i, positions, k, v.view(1, T, Hkv, d).transpose(1, 2))
-            kc, vc = self.cache.read(i, end, x.dtype)  # a contiguous copy of the blocks
-            attn = F.scaled_dot_product_attention(q.to(kc.dtype), kc, vc, scale=self.scaling,
-                                                  enable_gqa=True, **causal)
-            attn = attn.transpose(1, 2).reshape(1, T, H * d).to(x.dtype)  # [1, T, H D]
-            x, h = self.add_rms(x, _linear(attn, p.o), p.ln_post)
-            mlp = _linear(self.silu_mul(_linear(h, p.gate_up)), p.down)
-            next_norm = self.layers[i + 1].ln_in if i + 1 < len(self.layers) else self.norm
-            x, h = self.add_rms(x, mlp, next_norm)
-        return _linear(h[:, -1:], self.lm_head)[0, 0]
+def rank_step(spec: TPSpec, rank: int, w: dict[str, torch.Tensor], cache: KVCache) -> FamilyStep:
+    """The family step over rank `rank`'s cut (`w`, named as layout() names them; `cache` holds
+    its KV heads only): o and down summed by an AllReduce (NCCL until Rank.setup finds a faster
+    sum), the lm_head's vocabulary rows all-gathered."""
+    n = spec.world_size
+    lm = vocab_rows(w["embed"], rank, spec) if spec.tied else w["lm_head"]
+    layers = [LayerParams(w[p + "qkv"], w.get(p + "qkv_bias"), w[p + "o"], w[p + "gate_up"],
+                          w[p + "down"], w[p + "ln_in"], w[p + "ln_post"], w.get(p + "q_norm"),
+                          w.get(p + "k_norm"), w.get(p + "o_bias"))
+              for p in (f"layers.{i}." for i in range(spec.num_layers))]
+    weights = StepWeights(spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.eps,
+                          spec.scaling, spec.rope_scale, w["embed"], w["norm"], w["inv_freq"],
+                          VocabParallel(lm, spec.vocab_size, n), layers)
+    return FamilyStep(weights, cache, Shard(rank, n), AllReduce())

@@ -1,6 +1,7 @@
 """The environment of every process the engine or the app starts (the worker, tensor-parallel
-followers, the app): the parent's, with NVLink multicast switched off and the CPU thread policy
-(physical cores, passive waiting). No torch here: the app imports it to start the worker.
+followers, the app): the parent's, with NVLink multicast switched off, the CPU thread policy
+(physical cores, passive waiting) and torch's CUDA allocator settings. No torch here: the app
+imports it to start the worker.
 """
 
 from __future__ import annotations
@@ -12,6 +13,11 @@ from pathlib import Path
 # that uses it can put every GPU out of service (the device machines' KINDS.md)
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                 "NVSHMEM_DISABLE_NVLS": "1"}
+# torch's CUDA allocator, unless the user chose its settings: expandable segments can hand freed
+# pages back (fusing q/k/v and gate/up frees the unfused weights' blocks), and the VRAM planner
+# was validated with them (BENCHMARKS.md)
+ALLOCATOR = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+ALLOCATOR_NAMES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")  # either is the user's choice
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
 _CPU_SYSFS = Path("/sys/devices/system/cpu")
 
@@ -51,9 +57,16 @@ def apply_thread_policy() -> None:
     os.environ.update(thread_policy())
 
 
+def allocator_policy(environ=os.environ) -> dict[str, str]:
+    """ALLOCATOR, where the user set neither of torch's allocator variables."""
+    return {} if any(environ.get(k) for k in ALLOCATOR_NAMES) else dict(ALLOCATOR)
+
+
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """os.environ plus the thread policy plus `extra` plus NO_MULTICAST (which wins over all),
-    with the repository on PYTHONPATH so the child finds `engine` from any folder."""
-    env = {**thread_policy(), **os.environ, **(extra or {}), **NO_MULTICAST}
+    """os.environ plus the thread policy and allocator settings plus `extra` plus NO_MULTICAST
+    (which wins over all), with the repository on PYTHONPATH so the child finds `engine` from
+    any folder."""
+    env = {**thread_policy(), **allocator_policy(), **os.environ, **(extra or {}),
+           **NO_MULTICAST}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
     return env

@@ -4,8 +4,9 @@ it), and torchao (which gptqmodel, the `[awq]` extra, brings) left unimported on
 from __future__ import annotations
 
 import logging
-import os
 import sys
+
+from engine.config import overrides
 
 # loggers whose warnings are notes to library developers, not to a Hearth user: torchao's
 # "Failed to load _C_mxfp8..." (kernels for GPUs this build has no code for), torch's pytree
@@ -15,7 +16,7 @@ NOISY_LOGGERS = ("torchao", "torch.utils._pytree", "bitsandbytes")
 
 
 def is_debug() -> bool:
-    return os.environ.get("HEARTH_DEBUG", "").strip().lower() in ("1", "true", "yes")
+    return overrides.debug()
 
 
 def hush() -> None:

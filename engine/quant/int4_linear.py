@@ -16,13 +16,14 @@ CUDA-graph capturable (static shapes, no host sync).
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import torch.nn.functional as F
 
-KERNELS = ("tinygemm", "triton", "cpu", "reference")
-KERNEL_ENV = "HEARTH_INT4_KERNEL"  # force one (benchmarks, tests); unset: choose_kernel's pick
+from engine.config import overrides
+from engine.config.backends import INT4_KERNELS as KERNELS
+
+KERNEL_ENV = overrides.INT4_KERNEL  # force one (benchmarks, tests); unset: choose_kernel's pick
 CUDA_DEFAULT = "tinygemm"  # the fastest at every decode shape measured (BENCHMARKS.md, the int4
 # kernels); the Triton GEMV stays as the fallback
 QUANTIZE_ROWS = 8192  # rows rounded at once: a 150K-vocabulary lm_head never sits in fp32 whole
@@ -77,11 +78,12 @@ def kernel_fits(kernel: str, device: torch.device, dtype: torch.dtype, N: int, K
 
 
 def choose_kernel(device: torch.device, dtype: torch.dtype, N: int, K: int,
-                  group_size: int) -> str:
-    """$HEARTH_INT4_KERNEL where it fits these shapes; else the fastest that does."""
-    forced = os.environ.get(KERNEL_ENV)
+                  group_size: int, forced: str | None = None) -> str:
+    """`forced` (a session's Backends.int4_kernel; None: the developer override) where it fits
+    these shapes; else the fastest that does."""
+    forced = forced or overrides.backends().int4_kernel
     if forced and forced not in KERNELS:
-        raise ValueError(f"{KERNEL_ENV}={forced!r}; choose one of {', '.join(KERNELS)}")
+        raise ValueError(f"int4 kernel {forced!r}; choose one of {', '.join(KERNELS)}")
     order = ([forced] if forced else []) + (
         [CUDA_DEFAULT, "triton", "tinygemm"] if device.type == "cuda" else ["cpu"])
     return next((k for k in order if kernel_fits(k, device, dtype, N, K, group_size)),
@@ -125,11 +127,12 @@ class Int4Linear(torch.nn.Module):
     @classmethod
     def from_codes(cls, codes: torch.Tensor, zeros: torch.Tensor, scales: torch.Tensor,
                    bias: torch.Tensor | None, dtype: torch.dtype, device: torch.device,
-                   kernel: str | None = None) -> Int4Linear:
-        """codes [N, K] (0..15), zeros [K/G, N] (AWQ's zero points), scales [K/G, N]."""
+                   kernel: str | None = None, forced: str | None = None) -> Int4Linear:
+        """codes [N, K] (0..15), zeros [K/G, N] (AWQ's zero points), scales [K/G, N].
+        `kernel`: this one or fail; else choose_kernel's pick (`forced` where it fits)."""
         N, K = codes.shape
         G = K // scales.shape[0]
-        kernel = kernel or choose_kernel(device, dtype, N, K, G)
+        kernel = kernel or choose_kernel(device, dtype, N, K, G, forced)
         if not kernel_fits(kernel, device, dtype, N, K, G):
             raise ValueError(f"the {kernel} int4 kernel cannot run a {K}x{N} {dtype} layer on "
                              f"{device}")

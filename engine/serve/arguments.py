@@ -11,6 +11,7 @@ from importlib import metadata
 
 from engine.events import BadRequest, kv_dtype_choices, quant_choices
 from engine.serve import chat_cli, import_cli
+from engine.server import command as serve_command
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,6 +44,22 @@ def _whole(low: int, high: int):
             raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high:,}")
         return value
     return parse
+
+
+MAX_CONCURRENCY = 4096  # prompts in flight at once in one bench round
+
+
+def _concurrency_list(text: str) -> tuple[int, ...]:
+    """--concurrency 1,4,16,64: whole numbers, comma-separated; each one is a round's N."""
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or not all(1 <= v <= MAX_CONCURRENCY for v in values):
+        raise argparse.ArgumentTypeError(
+            f"must be whole numbers from 1 to {MAX_CONCURRENCY:,}, comma-separated (e.g. "
+            f"1,4,16,64), got {text[:40]!r}")
+    return values
 
 
 def _version() -> str:
@@ -116,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--eager", action="store_true", help="transformers' modules, no graphs")
     bench.add_argument("--compile", action="store_true", help="torch.compile the fused layer")
     bench.add_argument("--baseline-hf", action="store_true", help="also time plain generate()")
+    bench.add_argument("--concurrency", type=_concurrency_list, metavar="N[,N...]",
+                       help="submit N prompts at once to one engine, beside transformers' "
+                       "generate_batch; a list sweeps (1,4,16,64)")
+    bench.add_argument("--repeats", type=_whole(1, 1000), help="with --concurrency: the median "
+                       "of this many rounds per N (default 3)")
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--out", metavar="FILE")
 
@@ -146,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("install-desktop", help="install the .desktop entry and icon for this user")
     import_cli.add_parser(sub)
     chat_cli.add_parser(sub)
+    serve_command.add_parser(sub)
     return p
 
 

@@ -68,6 +68,13 @@ def main(argv: list[str] | None = None) -> int:
                                  tensor_parallel=args.tensor_parallel)
                 tp.validate()
                 tp_request.check(tp, resolve(args.model))
+            if args.concurrency is not None:
+                from engine.tools.bench import concurrent
+
+                return concurrent.run_cli(args)
+            if args.repeats is not None:
+                raise BadRequest("--repeats goes with --concurrency (the batch-1 bench takes "
+                                 "the median of 3)")
             from engine.tools.bench import decode as bench
 
             return bench.run_cli(args)
@@ -93,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
             return import_cli.run(args)
         if args.command == "chat":
             return chat_cli.run(args)
+        if args.command == "serve":
+            from engine.server import command as serve_command
+
+            return serve_command.run(args)
         if args.command == "install-desktop":
             from engine.tools import desktop_entry
 

@@ -56,8 +56,9 @@ class Engine:
     @property
     def num_waiting(self) -> int:
         with self._lock:
+            # a cancelled one never runs: it ends "cancelled" as it comes up
             return sum(isinstance(j.req, GenerateRequest) for j in self._live
-                       if j is not self.running)
+                       if j is not self.running and not j.cancel.is_set())
 
     @property
     def num_running(self) -> int:

@@ -6,29 +6,33 @@ The decode step takes the fastest path the model and device allow:
 - "static": the same step run eagerly (CPU, or where capture failed): the graph's reference;
 - "generic": transformers' own modules with the engine's attention (every architecture).
 `verify` runs a block of T tokens and returns every position's logits (speculative decoding);
-in "graph" mode each (T, bucket) pair can be captured too (`capture_blocks`).
+in "graph" mode each (T, bucket) pair can be captured too (`capture_blocks`). `DecodeEngine` is
+the face a session decodes through: a Decoder's, or a tensor-parallel leader's (parallel/).
 """
 
 from __future__ import annotations
 
-import os
 import time
+from typing import Protocol, runtime_checkable
 
 import torch
 
 from engine.attention import decode_attention
 from engine.attention.prefill import StepContext
 from engine.cache.kv_cache import KVCache
+from engine.config import overrides
+from engine.config.backends import Backends
 from engine.formats import families
 from engine.models import fused_ops
-from engine.models.layers import FamilyStep, supports
+from engine.models.layers import FamilyStep
+from engine.models.step_weights import supports
 
 MIN_BUCKET = 256
 SHORT_PREFILL = 64  # tokens: a prefill chunk this short runs the family step (forward)
 KERNEL_PREFILL = 4096  # and so does any chunk that ends within this many tokens of the start:
 # faster than transformers' modules over SDPA for short and middling prompts, but the decode
 # kernel's row tiles do not keep up with flash attention over long KV
-KERNEL_PREFILL_ENV = "HEARTH_KERNEL_PREFILL"  # tokens, or "all": replaces KERNEL_PREFILL
+KERNEL_PREFILL_ENV = overrides.KERNEL_PREFILL  # tokens, or "all": replaces KERNEL_PREFILL
 
 
 def kv_buckets(context: int) -> list[int]:
@@ -45,28 +49,52 @@ def bucket(buckets: list[int], end: int) -> int:
     return next(b for b in buckets if b >= end)
 
 
-def kernel_prefill() -> int | float:
+def kernel_prefill(backends: Backends | None = None) -> int | float:
     """The furthest position a prefill chunk may end at and still run the family step and the
-    decode kernel (chunks of at most SHORT_PREFILL tokens run it wherever they end)."""
-    setting = os.environ.get(KERNEL_PREFILL_ENV, "")
-    if not setting:
-        return KERNEL_PREFILL
-    if setting == "all":
-        return float("inf")
-    if not setting.isdigit():
-        raise ValueError(f"{KERNEL_PREFILL_ENV} must be a number of tokens or all, "
-                         f"not {setting!r}")
-    return int(setting)
+    decode kernel (chunks of at most SHORT_PREFILL tokens run it wherever they end): the
+    session's setting (None: the developer override, config/overrides.py)."""
+    backends = overrides.backends() if backends is None else backends
+    return backends.kernel_prefill_bound(KERNEL_PREFILL)
+
+
+@runtime_checkable
+class DecodeEngine(Protocol):
+    """What a session prefills, decodes and verifies through: one device's Decoder, or the
+    leader of N tensor-parallel ranks (parallel/leader.py), which drives a Decoder on each.
+    Logits returned may live in a graph's static buffer: use them before the next call."""
+
+    cache: KVCache  # this process's (rank 0's): the tokens it holds, its blocks
+    mode: str  # "graph" | "static" | "generic"
+    notes: list[str]  # what setup chose, for the load event
+    block_graphs: dict  # (T, bucket) -> a captured verify block
+
+    def setup_fast_path(self, allow_graph: bool, compile_layers: bool) -> None: ...
+
+    def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """ids [T] at start.. -> the last position's logits [V] (a prefill chunk)."""
+
+    def step(self, token: torch.Tensor, position: int) -> torch.Tensor:
+        """token [1] at position -> logits [V]."""
+
+    def verify(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """ids [T] at start.. -> every position's logits [T, V]."""
+
+    def capture_blocks(self, sizes) -> None: ...
 
 
 class Decoder:
-    def __init__(self, model: torch.nn.Module, cache: KVCache, device: torch.device):
+    """The decode paths over one model's step. Given a `family` step (a tensor-parallel rank's,
+    which has no transformers modules: `model` None), it starts "static" and prefills through
+    that step."""
+
+    def __init__(self, model: torch.nn.Module | None, cache: KVCache, device: torch.device,
+                 family: FamilyStep | None = None):
         self.model = model
         self.cache = cache
         self.device = device
-        self.mode = "generic"
+        self.mode = "generic" if family is None else "static"
         self.notes: list[str] = []
-        self.family: FamilyStep | None = None
+        self.family = family
         self.buckets = kv_buckets(cache.max_len)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.token = torch.zeros(1, dtype=torch.long, device=device)  # graph inputs
@@ -78,14 +106,15 @@ class Decoder:
 
     def setup_fast_path(self, allow_graph: bool, compile_layers: bool) -> None:
         """Choose the decode path once, at load; say why in `notes` when it is not the fastest."""
-        if not supports(self.model):
-            covers = families.listing(families.fast_path_types())
-            self.notes.append(f"{self.model.config.model_type} decodes through transformers' "
-                              f"modules (the fused step covers {covers})")
-            return
-        self.family = FamilyStep(self.model, self.cache)
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()  # the unfused weights' blocks, freed by fusing, go back
+        if self.family is None:
+            if not supports(self.model):
+                covers = families.listing(families.fast_path_types())
+                self.notes.append(f"{self.model.config.model_type} decodes through "
+                                  f"transformers' modules (the fused step covers {covers})")
+                return
+            self.family = FamilyStep.of(self.model, self.cache)
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()  # the unfused weights' blocks, freed by fusing, go back
         self.mode = "static"
         note = fused_ops.prepare(self.family, self.device, compile_layers)
         if note:
@@ -98,8 +127,7 @@ class Decoder:
             return
         try:
             t0 = time.perf_counter()
-            self._capture()
-            self.mode = "graph"
+            self.capture()
             self.notes.append(f"decode step captured as {len(self.graphs)} CUDA graphs in "
                               f"{time.perf_counter() - t0:.2f} s")
         except Exception as e:  # capture is an optimization: eager still computes the same
@@ -108,11 +136,14 @@ class Decoder:
                               "decode runs eagerly")
 
     @torch.inference_mode()
-    def _capture(self) -> None:
+    def capture(self) -> None:
+        """The decode step as one CUDA graph per KV bucket -> mode "graph"; raises where capture
+        fails (setup_fast_path then stays eager; a tensor-parallel rank fails)."""
         self.pos.zero_()
         bodies = {b: (lambda b=b: self.family(self.token, self.pos, b)) for b in self.buckets}
         self.graphs = capture_graphs(bodies)
         self.cache.crop(0)  # warm-up wrote K/V at position 0 (the scratch block: no blocks yet)
+        self.mode = "graph"
 
     @torch.inference_mode()
     def capture_blocks(self, sizes) -> None:
@@ -164,10 +195,13 @@ class Decoder:
         whose attention is the decode kernel reading the blocks in place, where that kernel
         runs: one pass of the engine's own layer instead of transformers' modules (whose host
         work costs tens of milliseconds a pass, whatever its length) over a gathered copy of the
-        whole history. Not when compiled: each new length would compile again."""
+        whole history. Not when compiled: each new length would compile again. A rank of
+        tensor parallelism (no transformers modules) prefills through its step's flash path."""
+        if self.model is None:
+            return self.family.prefill(ids, start)
         T = ids.numel()
         if (self.family is not None and not self.family.compiled
-                and (T <= SHORT_PREFILL or start + T <= kernel_prefill())
+                and (T <= SHORT_PREFILL or start + T <= kernel_prefill(self.cache.backends))
                 and decode_attention.backend(self.cache) == "triton"):
             kv_len = bucket(self.buckets, start + T)
             self.cache.reserve(start + T)

@@ -1,7 +1,9 @@
 """A stand-in for `python -m engine.serve.worker` that replays recorded event streams (no torch).
 
 Reads JSON-line commands on stdin like the real worker and answers each load or generate with a
-recording from tests/app/recordings/. Behaviour is set through environment variables:
+recording from tests/app/recordings/; a generate's events carry its id, as the real worker's do
+(the recordings themselves hold none: the id is the command's). Behaviour is set through
+environment variables:
   HEARTH_FAKE_LOAD, HEARTH_FAKE_GENERATE  recording file names (load.jsonl, generate_hello.jsonl)
   HEARTH_FAKE_DELAY_S       pause between two events (default 0.002)
   HEARTH_FAKE_REPEAT        replay the token events of a generation this many times
@@ -49,7 +51,9 @@ def read_commands(commands: queue.Queue) -> None:
     commands.put(None)  # stdin closed
 
 
-def emit(event: dict) -> None:
+def emit(event: dict, request_id: str | None = None) -> None:
+    if request_id is not None:
+        event["id"] = request_id
     if "pid" in event:
         event["pid"] = os.getpid()
     if isinstance(event.get("stats"), dict):
@@ -75,10 +79,11 @@ def expand_tokens(events: list[dict], repeat: int) -> list[dict]:
 
 
 def replay(events: list[dict], commands: queue.Queue, pending: list[str],
-           is_generation: bool) -> bool:
+           is_generation: bool, request_id: str | None = None) -> bool:
     """Emit events; returns False when the worker must exit (shutdown or stdin closed).
 
-    A cancel ends a generation; during a load it is ignored (the app ends a load by a kill).
+    A cancel (of this generation's id, or of every one) ends a generation; during a load it is
+    ignored (the app ends a load by a kill).
     """
     crash_after = int(os.environ.get("HEARTH_FAKE_CRASH_AFTER", "-1"))
     num_tokens = 0
@@ -91,10 +96,12 @@ def replay(events: list[dict], commands: queue.Queue, pending: list[str],
                 break
             if line is None or isinstance(parse(line), ShutdownRequest):
                 return False
-            if isinstance(parse(line), CancelRequest):
-                if not is_generation:
+            cancel = parse(line)
+            if isinstance(cancel, CancelRequest):
+                if not is_generation or cancel.id not in (None, request_id):
                     continue
-                emit({"event": "finished", "reason": "cancelled", "stats": dict(last_stats)})
+                emit({"event": "finished", "reason": "cancelled", "stats": dict(last_stats)},
+                     request_id)
                 return True
             pending.append(line)
         if event["event"] == "token":
@@ -106,7 +113,7 @@ def replay(events: list[dict], commands: queue.Queue, pending: list[str],
             num_tokens += 1
         if event["event"] == "stats":
             last_stats = {k: v for k, v in event.items() if k != "event"}
-        emit(dict(event))
+        emit(dict(event), request_id if is_generation else None)
         time.sleep(DELAY_S)
     return True
 
@@ -145,11 +152,12 @@ def main() -> int:
         elif isinstance(request, GenerateRequest):
             if not is_loaded:
                 emit({"event": "failed", "error": "no model is loaded", "hint": "load a model",
-                      "bad_input": True})
+                      "bad_input": True}, request.id)
                 continue
             events = recording("HEARTH_FAKE_GENERATE", "generate_hello.jsonl")
             events = expand_tokens(events, int(os.environ.get("HEARTH_FAKE_REPEAT", "1")))
-            if not replay(events, commands, pending, is_generation=True):
+            if not replay(events, commands, pending, is_generation=True,
+                          request_id=request.id):
                 return 0
         # a cancel with nothing running is ignored, as the real worker does
 

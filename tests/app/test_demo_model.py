@@ -60,6 +60,11 @@ def open_window(qtbot, settings, tmp_path):
         window.worker.kill()
         window.close()
         window.store.close()
+        window.deleteLater()  # as make_window does (tests/app/conftest.py says why)
+    if opened:
+        from PySide6.QtCore import QCoreApplication, QEvent
+
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
 
 
 def answer(qtbot, window, text: str | None = None, click=None) -> list[str]:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import sys
 
@@ -24,11 +25,14 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 @linux_only
 def test_read_usage_reads_this_process_and_refuses_a_gone_one(tmp_path):
     rss, cpu_s = read_usage(os.getpid())
-    block = bytearray(64 << 20)  # RSS grows by what is touched
-    block[::4096] = b"x" * len(block[::4096])
+    # RSS grows by what is touched: a fresh anonymous mapping, never pages the allocator already
+    # holds resident (a bytearray can reuse a freed arena late in a long test run)
+    block = mmap.mmap(-1, 64 << 20)
+    for offset in range(0, len(block), 4096):
+        block[offset] = 1
     rss_after, cpu_after = read_usage(os.getpid())
     assert rss_after - rss > 50 << 20 and cpu_after >= cpu_s > 0
-    del block
+    block.close()
     assert read_usage(2**22 + 12345) is None  # past pid_max: no such process
     # a command name with spaces and parentheses does not shift the fields
     fake = tmp_path / "77"

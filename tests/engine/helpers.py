@@ -54,9 +54,9 @@ def through_the_kernel():
     calls: list[tuple[str, int]] = []
     attend, choose = decode_attention.attend, attention_backend.choose
 
-    def counted(q, kv, pos, kv_len, scaling, how):
+    def counted(q, kv, pos, kv_len, scaling, how, launch=None):
         calls.append((how, q.shape[2]))
-        return attend(q, kv, pos, kv_len, scaling, how)
+        return attend(q, kv, pos, kv_len, scaling, how, launch)
 
     decode_attention.attend, attention_backend.choose = counted, lambda *args: "triton"
     try:

@@ -104,13 +104,14 @@ def measure(session: Session, prompts: list[list[int]], plain: list[tuple], run_
         if not 0 <= synthetic <= 1:
             raise BadRequest(f"--synthetic-acceptance must be in [0, 1], got {synthetic}")
         k = k or SYNTHETIC_K
-    session.num_speculative_tokens = k
+    # the machinery itself with a synthetic draft, at any acceptance: no switch-off
+    session.configure_speculation(num_speculative_tokens=k, switch_off=synthetic is None)
     if draft is not None:
-        session.attach_draft(draft)
-    if synthetic is not None:
-        vocab = session.lm.model.config.vocab_size
-        session.synthetic = SyntheticDraft(draft, vocab, synthetic, seed=0)
-        session.switch_off = False  # the machinery itself, at any acceptance
+        proposer = None
+        if synthetic is not None:
+            vocab = session.lm.model.config.vocab_size
+            proposer = SyntheticDraft(draft, vocab, synthetic, seed=0)
+        session.attach_draft(draft, proposer)
 
     def spec_run(i: int):
         if session.synthetic is not None:
@@ -158,7 +159,8 @@ def measure(session: Session, prompts: list[list[int]], plain: list[tuple], run_
     if k is not None and result.draft_step_ratio is not None:
         result.expected_speedup = round(expected_speedup(alpha, k, result.draft_step_ratio), 3)
     if synthetic is not None:
-        session.switch_off = True  # a fresh controller: it probes plain steps first
+        session.configure_speculation(switch_off=True)  # a fresh controller: it probes
+        # plain steps first
         with_off = [spec_run(i)[0].stats.decode_tokens_per_s / plain_run(i)
                     for i in range(len(plain))]
         result.switch_off_speedup = round(statistics.median(with_off), 3)

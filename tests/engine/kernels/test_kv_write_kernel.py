@@ -102,7 +102,7 @@ def test_the_arena_takes_the_fused_write_where_the_kernel_reads():
     table = torch.tensor([2, 0, 1], dtype=torch.int32, device=dev)  # blocks of 4 slots
     fused = torch.zeros(3, 4, 4, 128, dtype=torch.int8, device=dev)
     fused_s = torch.ones(3, 4, 4, dtype=torch.float16, device=dev)
-    kv_arena.store(fused, fused_s, table, pos, x)
+    kv_arena.store(fused, fused_s, table, pos, x, fused=True)
     q, s = kv_quant.quantize(x[0].transpose(0, 1), torch.int8)  # [T, H_kv, D], [T, H_kv]
     blocks, slots = table[pos // 4].long(), pos % 4
     ref, ref_s = torch.zeros_like(fused), torch.ones_like(fused_s)

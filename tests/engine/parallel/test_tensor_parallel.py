@@ -1,5 +1,5 @@
-"""Tensor parallelism on CPU: the cut (tensor_parallel.py) in one process, and two ranks over gloo
-(tp_worker.py: rank 0 here, rank 1 a child process) against the single-process step, fp32."""
+"""Tensor parallelism on CPU: the cut (sharded_step.py) in one process, and two ranks over gloo
+(follower.py: rank 0 here, rank 1 a child process) against the single-process step, fp32."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from engine.parallel.follower import FAIL_ENV
 from engine.parallel.leader import TPFailed, TPLeader, rank0_nccl_env
 from engine.parallel.sharded_step import TPSpec, layout, shard, spec_of, vocab_rows
 from engine.platform.child_env import NO_MULTICAST, child_env
+from engine.step.decode import DecodeEngine
 
 CONTEXT = 512
 
@@ -96,14 +97,14 @@ def test_child_environment_keeps_nvlink_multicast_off(monkeypatch):
 
 
 def test_one_rank_step_keeps_the_o_proj_bias():
-    """TPStep's math in this process (a one-rank group): prefill and decode against
+    """The sharded step's math in this process (a one-rank group): prefill and decode against
     transformers' modules, for a Llama with attention_bias (its o_proj bias is added once,
     after the all-reduce)."""
     import transformers
 
     from engine.attention import prefill as attention
     from engine.cache.kv_cache import KVCache
-    from engine.parallel.sharded_step import TPStep
+    from engine.parallel.sharded_step import rank_step
     from engine.step.decode import Decoder
 
     cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
@@ -121,7 +122,7 @@ def test_one_rank_step_keeps_the_o_proj_bias():
     ref = Decoder(model, KVCache(2, 2, 16, 64, torch.float32, "cpu"), torch.device("cpu"))
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        step = TPStep(spec, 0, dict(shard(model, spec, 0, "cpu")), cache)
+        step = rank_step(spec, 0, dict(shard(model, spec, 0, "cpu")), cache)
         ids = torch.randint(3, 256, (20,), generator=torch.Generator().manual_seed(3))
         cache.reserve(20)  # the step writes at device positions: blocks first, as Rank does
         with torch.inference_mode():
@@ -143,6 +144,7 @@ def test_two_ranks_equal_one_process(arch, tiny_models, one_thread):
     lead = TPLeader(ref.lm.model, 2, CONTEXT, "fp32", torch.device("cpu"))
     try:
         lead.setup_fast_path(allow_graph=True, compile_layers=False)
+        assert isinstance(lead, DecodeEngine) and isinstance(ref.decoder, DecodeEngine)
         assert lead.mode == "static" and lead.cache.max_len == CONTEXT
         assert lead.cache.k[0].shape[1:] == (1, lead.cache.block_size, 16)  # 1 of 2 KV heads
         ids = torch.randint(3, 2048, (48,), generator=torch.Generator().manual_seed(11))

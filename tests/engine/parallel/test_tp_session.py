@@ -72,8 +72,6 @@ def test_tp_session_equals_session_and_ends_its_follower(tiny_model, one_thread,
     two = TPSession.load(LoadRequest(str(tiny_model), device="cpu", context=256,
                                      tensor_parallel=2))
     try:
-        # TPSession sets what Session.__init__ sets: the inherited methods read it
-        assert set(vars(one)) <= set(vars(two)), set(vars(one)) - set(vars(two))
         [pid] = two.leader.follower_pids.values()
         assert pid in children(os.getpid())
         env = environ(pid)
@@ -122,7 +120,7 @@ def test_rank_0_reports_what_the_fused_pieces_did(tiny_model, one_thread, monkey
     from engine.parallel.session import TPSession
 
     verdict = "the fused decode-step kernels failed here (a test); the step keeps PyTorch's pieces"
-    monkeypatch.setattr(tp_worker.fused_ops, "wanted", lambda device: True)
+    monkeypatch.setattr(tp_worker.fused_ops, "wanted", lambda device, setting=None: True)
     monkeypatch.setattr(tp_worker.fused_ops, "enable", lambda step: verdict)
     two = TPSession.load(LoadRequest(str(tiny_model), device="cpu", context=256,
                                      tensor_parallel=2))

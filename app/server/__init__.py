@@ -1,0 +1,1 @@
+"""The OpenAI-compatible server as the window shows it: the Server panel over the worker."""

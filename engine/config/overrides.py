@@ -1,0 +1,84 @@
+"""Developer overrides: the only place the engine reads HEARTH_* settings from the environment.
+Read once per load (a session's EngineConfig holds what they said); docs/configuration.md is
+their table. Anything else is configuration that travels with a request, never the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+from engine.config.backends import (
+    ALL,
+    INT4_KERNELS,
+    Backends,
+    launch_pairs,
+)
+from engine.config.backends import (
+    DECODE_ATTENTION as DECODE_ATTENTION_SETTINGS,
+)
+from engine.config.backends import (
+    FUSED_OPS as FUSED_OPS_SETTINGS,
+)
+from engine.config.backends import (
+    TP_ALL_REDUCE as TP_ALL_REDUCE_SETTINGS,
+)
+
+DECODE_ATTENTION = "HEARTH_DECODE_ATTENTION"  # auto | triton | sdpa | reference
+DECODE_ATTENTION_CONFIG = "HEARTH_DECODE_ATTENTION_CONFIG"  # JSON over the kernel's CONFIGS
+KERNEL_PREFILL = "HEARTH_KERNEL_PREFILL"  # tokens, or "all"
+FUSED_OPS = "HEARTH_FUSED_OPS"  # auto | off
+INT4_KERNEL = "HEARTH_INT4_KERNEL"  # tinygemm | triton | cpu | reference
+TP_ALL_REDUCE = "HEARTH_TP_ALL_REDUCE"  # auto | nccl
+DEBUG = "HEARTH_DEBUG"  # 1: third-party notes and full tracebacks
+NAMES = (DECODE_ATTENTION, DECODE_ATTENTION_CONFIG, KERNEL_PREFILL, FUSED_OPS, INT4_KERNEL,
+         TP_ALL_REDUCE, DEBUG)
+
+
+def backends(environ: Mapping[str, str] | None = None) -> Backends:
+    """The backend settings the environment overrides (unset: Backends' defaults). A value
+    that is not understood raises ValueError naming its variable."""
+    env = os.environ if environ is None else environ
+    return Backends(
+        decode_attention=_choice(env, DECODE_ATTENTION, DECODE_ATTENTION_SETTINGS, "auto"),
+        decode_attention_launch=_launch(env.get(DECODE_ATTENTION_CONFIG, "")),
+        kernel_prefill=_kernel_prefill(env.get(KERNEL_PREFILL, "")),
+        fused_ops=_choice(env, FUSED_OPS, FUSED_OPS_SETTINGS, "auto"),
+        int4_kernel=_choice(env, INT4_KERNEL, INT4_KERNELS, None),
+        tp_all_reduce=_choice(env, TP_ALL_REDUCE, TP_ALL_REDUCE_SETTINGS, "auto"))
+
+
+def debug(environ: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if environ is None else environ
+    return env.get(DEBUG, "").strip().lower() in ("1", "true", "yes")
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default):
+    value = env.get(name) or default
+    if value is not None and value not in choices:
+        how = " or ".join(choices) if len(choices) == 2 else f"one of {', '.join(choices)}"
+        raise ValueError(f"{name} must be {how}, not {value!r}")
+    return value
+
+
+def _kernel_prefill(text: str) -> int | str | None:
+    if not text:
+        return None
+    if text == ALL:
+        return ALL
+    if not text.isdigit():
+        raise ValueError(f"{KERNEL_PREFILL} must be a number of tokens or all, not {text!r}")
+    return int(text)
+
+
+def _launch(text: str) -> tuple[tuple[str, object], ...]:
+    if not text:
+        return ()
+    try:
+        settings = json.loads(text)
+    except ValueError:
+        settings = None
+    if not isinstance(settings, dict):
+        raise ValueError(f"{DECODE_ATTENTION_CONFIG} must be a JSON object, not {text!r}")
+    return launch_pairs(settings)

@@ -1,0 +1,123 @@
+"""`hearth serve`: its arguments, and the run that checks them, binds, loads the model with a
+progress line per stage and serves until SIGINT or SIGTERM. Importing this module imports
+neither torch nor the server's libraries, so the `hearth` parser stays fast and lean.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+from engine.events import BadRequest, Failed, Loaded, LoadProgress, LoadRequest
+
+DEFAULT_MAX_SEQS = 16
+KEY_ENV = "HEARTH_SERVER_API_KEY"  # the key without putting it in argv, which `ps` shows
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("serve", help="a local OpenAI-compatible server (needs hearth[server])")
+    p.add_argument("--model", help="model folder or cached Hugging Face repo id "
+                   "(default: the bundled demo model)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind; any other than "
+                   "loopback needs --api-key")
+    p.add_argument("--port", type=int, default=8000, help="0: any free port")
+    p.add_argument("--api-key", metavar="KEY", help=f"clients must send it as a Bearer token "
+                   f"(or set {KEY_ENV})")
+    p.add_argument("--max-seqs", type=int, default=DEFAULT_MAX_SEQS, metavar="N",
+                   help="sequences run at once once continuous batching lands (1 until then)")
+    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="allow browser pages from this origin (repeat for more); off by default")
+    p.add_argument("--quant", default="auto")
+    p.add_argument("--kv-dtype", default="auto")
+    p.add_argument("--context", type=int)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--memory-limit", type=float, metavar="GIB")
+
+
+def check_args(args) -> tuple[str | None, LoadRequest]:
+    """Everything that can be wrong with the flags, before torch: -> (key, load request)."""
+    from engine.server.guards import is_loopback
+
+    key = args.api_key or os.environ.get(KEY_ENV) or None
+    if not 0 <= args.port <= 65535:
+        raise BadRequest(f"--port must be 0 to 65535, got {args.port}")
+    if args.max_seqs < 1:
+        raise BadRequest(f"--max-seqs must be at least 1, got {args.max_seqs}")
+    if not is_loopback(args.host) and not key:
+        raise BadRequest(f"binding {args.host} opens the server to other machines; give an "
+                         f"--api-key (or set {KEY_ENV}), or bind 127.0.0.1")
+    for origin in args.cors_origin:
+        if origin != "*" and not origin.startswith(("http://", "https://")):
+            raise BadRequest(f"--cors-origin takes an origin such as http://localhost:3000, "
+                             f"got {origin[:80]!r}")
+    load = LoadRequest(model=args.model, quant=args.quant, kv_dtype=args.kv_dtype,
+                       context=args.context, device=args.device,
+                       memory_limit_gib=args.memory_limit)
+    load.validate()
+    return key, load
+
+
+def _show(event) -> None:
+    if isinstance(event, LoadProgress) and event.message:
+        print(f"[{event.done + 1}/{event.total}] {event.message}", file=sys.stderr, flush=True)
+    elif isinstance(event, Loaded):
+        print(f"loaded {event.architecture} as {event.quant} on {event.device}, context "
+              f"{event.context}", file=sys.stderr, flush=True)
+
+
+def load(engine, req: LoadRequest):
+    """Load on the engine thread, showing progress; -> the terminal event."""
+    done, last = threading.Event(), []
+
+    def sink(event):
+        _show(event)
+        if isinstance(event, (Loaded, Failed)) or getattr(event, "reason", None):
+            last.append(event)
+            done.set()
+
+    engine.submit(req, sink)
+    done.wait()
+    return last[0]
+
+
+def run(args) -> int:
+    key, req = check_args(args)
+    try:
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        raise BadRequest(f"hearth serve needs the server extra ({e.name} is missing): "
+                         "pip install 'hearth[server]'") from None
+    from engine.files.model_folder import check
+    from engine.server.app import Settings, create_app
+    from engine.server.model_view import ModelView
+    from engine.server.runner import bind, make_server
+    from engine.service.engine import Engine
+
+    check(req.model)  # a bad folder fails before anything is bound or loaded
+    sock = bind(args.host, args.port)
+    engine = Engine()
+    thread = threading.Thread(target=engine.run, name="hearth-engine", daemon=True)
+    thread.start()
+    try:
+        result = load(engine, req)
+        if not isinstance(result, Loaded):
+            sock.close()
+            if isinstance(result, Failed):
+                hint = f" ({result.hint})" if result.hint else ""
+                print(f"hearth: {result.error}{hint}", file=sys.stderr)
+                return 2 if result.bad_input else 1
+            return 130  # cancelled
+        print(f"requests run one at a time until continuous batching lands (--max-seqs "
+              f"{args.max_seqs} bounds them then)", file=sys.stderr, flush=True)
+        settings = Settings(args.host, sock.getsockname()[1], key, args.max_seqs,
+                            tuple(args.cors_origin))
+        app = create_app(engine, ModelView.of(engine.session, args.model), settings)
+        make_server(app, engine).run(sockets=[sock])
+    finally:
+        engine.stop()
+        thread.join(10)
+    return 0
+

@@ -1,0 +1,75 @@
+"""What the server knows of the loaded model: the ids clients may call it by, its context and
+vocabulary, and a tokenizer of its own that turns prompts into ids exactly as `hearth run` does.
+
+The tokenizer is a copy used on one thread of its own: the engine thread decodes with the
+session's while requests are tokenized here, and a Rust tokenizer is not shared across threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from engine.events import BadRequest
+from engine.generate.prompt import Splice, render_template
+from engine.generate.template_guard import RenderBudget
+
+# fill-in-the-middle markers by family, prefix/suffix/middle: a `suffix` needs one of these sets
+FIM_TOKENS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-Coder
+              ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder, SantaCoder
+              ("<PRE>", "<SUF>", "<MID>"))  # Code Llama
+
+
+def model_ids(given: str | None, folder: Path) -> tuple[str, ...]:
+    """The listed id first (the folder's name, or a Hugging Face repo id as given), then every
+    other name a client may use: the path as given to --model, and the folder's full path."""
+    listed = folder.name
+    if given is not None and not Path(given).expanduser().exists():
+        listed = given  # a repo id: its folder is a snapshot hash in the Hub cache
+    names = [listed, *([given] if given else []), str(folder)]
+    return tuple(dict.fromkeys(names))
+
+
+class ModelView:
+    def __init__(self, tokenizer, context: int, vocab_size: int, ids: tuple[str, ...]):
+        self.tok = copy.deepcopy(tokenizer)
+        self.context, self.vocab_size, self.ids = context, vocab_size, ids
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="hearth-tokenize")
+
+    @classmethod
+    def of(cls, session, given: str | None) -> ModelView:
+        lm = session.lm
+        return cls(lm.tokenizer, lm.context, lm.model.config.vocab_size,
+                   model_ids(given, Path(lm.folder.path)))
+
+    @property
+    def id(self) -> str:
+        return self.ids[0]
+
+    def knows(self, model: str) -> bool:
+        return model in self.ids
+
+    async def run(self, fn, *args):
+        """`fn(*args)` on the tokenizer's thread, so the event loop keeps serving."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+
+    def chat_ids(self, messages: list[dict]) -> list[int]:
+        """generate/prompt.py's tokenization of a chat with nothing cached: the same ids."""
+        if not getattr(self.tok, "chat_template", None):
+            raise BadRequest("this model has no chat template; send a raw prompt to "
+                             "/v1/completions instead")
+        text = render_template(self.tok, messages, RenderBudget(None))
+        return Splice(self.tok, []).tokenize(text)
+
+    def text_ids(self, text: str) -> list[int]:
+        """`hearth run --raw`'s tokenization: the tokenizer's default, special tokens added."""
+        return list(self.tok(text)["input_ids"])
+
+    def fim_tokens(self) -> tuple[str, str, str] | None:
+        vocab = self.tok.get_vocab()
+        return next((t for t in FIM_TOKENS if all(x in vocab for x in t)), None)
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=False, cancel_futures=True)

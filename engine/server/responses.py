@@ -1,0 +1,123 @@
+"""The answers: a whole completion as one JSON body, or a stream of server-sent events
+(`data: {json}`, ending in `data: [DONE]`) in OpenAI's chunk structure: the first delta carries
+the role, one id across chunks, the last choice chunk a finish_reason and no content, then, with
+include_usage, one chunk with empty choices and the usage (every other chunk `usage: null`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+
+from engine.events import Failed, Finished, Token
+from engine.server.bridge import Generation
+from engine.server.errors import APIError, error_body
+
+FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "max_tokens": "length"}
+STOPPING = "the server is stopping; the request was cancelled"
+
+
+class Shape:
+    """Chat (`delta` / `message`) or text completion (`text`) bodies of one request."""
+
+    def __init__(self, chat: bool, gen: Generation, model: str, num_per_prompt: int):
+        self.chat, self.gen, self.model = chat, gen, model
+        self.created = int(time.time())
+        self.prompt_tokens = sum(c.prompt_tokens for c in gen.choices) // max(num_per_prompt, 1)
+        self.completion_tokens = 0
+
+    def usage(self) -> dict:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.prompt_tokens + self.completion_tokens}
+
+    def _envelope(self, choices: list[dict], usage=None, chunk: bool = False) -> dict:
+        kind = ("chat.completion.chunk" if chunk else "chat.completion") if self.chat else \
+            "text_completion"
+        return {"id": self.gen.id, "object": kind, "created": self.created, "model": self.model,
+                "system_fingerprint": None, "choices": choices, "usage": usage}
+
+    def chunk(self, index: int, text: str | None = None, role: bool = False,
+              finish: str | None = None) -> dict:
+        if self.chat:
+            delta = {"role": "assistant", "content": ""} if role else (
+                {"content": text} if text is not None else {})
+            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+        else:
+            choice = {"index": index, "text": text or "", "logprobs": None,
+                      "finish_reason": finish}
+        return self._envelope([choice], chunk=True)
+
+    def whole(self, texts: dict[int, str], finishes: dict[int, str]) -> dict:
+        choices = []
+        for i in sorted(texts):
+            if self.chat:
+                message = {"role": "assistant", "content": texts[i], "refusal": None}
+                choices.append({"index": i, "message": message, "logprobs": None,
+                                "finish_reason": finishes[i]})
+            else:
+                choices.append({"index": i, "text": texts[i], "logprobs": None,
+                                "finish_reason": finishes[i]})
+        return self._envelope(choices, self.usage())
+
+
+def _sse(obj) -> str:
+    text = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)
+    return f"data: {text}\n\n"
+
+
+def _failure(event) -> APIError:
+    if isinstance(event, Failed):
+        message = event.error + (f" ({event.hint})" if event.hint else "")
+        return APIError(400 if event.bad_input else 500, message)
+    return APIError(503, STOPPING, code="cancelled")
+
+
+async def stream(shape: Shape, request, include_usage: bool) -> AsyncIterator[str]:
+    gen = shape.gen
+    watcher = asyncio.create_task(gen.watch_disconnect(request))
+    try:
+        if shape.chat:
+            for c in gen.choices:
+                yield _sse(shape.chunk(c.index, role=True))
+        while not gen.done:
+            index, event = await gen.next()
+            if isinstance(event, Token) and event.text:
+                yield _sse(shape.chunk(index, event.text))
+            elif isinstance(event, Finished) and event.reason in FINISH_REASONS:
+                shape.completion_tokens += event.stats.new_tokens
+                yield _sse(shape.chunk(index, finish=FINISH_REASONS[event.reason]))
+            elif isinstance(event, (Finished, Failed)):  # a failure, or stopped by the server
+                e = _failure(event)
+                yield _sse(error_body(e.status, e.message, e.param, e.code))
+                gen.close()
+                yield _sse("[DONE]")
+                return
+        if include_usage:
+            yield _sse(shape._envelope([], shape.usage(), chunk=True))
+        yield _sse("[DONE]")
+    finally:
+        watcher.cancel()
+        gen.close()
+
+
+async def collect(shape: Shape, request) -> dict:
+    gen = shape.gen
+    watcher = asyncio.create_task(gen.watch_disconnect(request))
+    texts = {c.index: [] for c in gen.choices}
+    finishes: dict[int, str] = {}
+    try:
+        while not gen.done:
+            index, event = await gen.next()
+            if isinstance(event, Token):
+                texts[index].append(event.text)
+            elif isinstance(event, Finished) and event.reason in FINISH_REASONS:
+                shape.completion_tokens += event.stats.new_tokens
+                finishes[index] = FINISH_REASONS[event.reason]
+            elif isinstance(event, (Finished, Failed)):
+                raise _failure(event)
+    finally:
+        watcher.cancel()
+        gen.close()
+    return shape.whole({i: "".join(t) for i, t in texts.items()}, finishes)

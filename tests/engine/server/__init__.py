@@ -1,0 +1,1 @@
+"""Tests of `hearth serve`, the OpenAI-compatible server (engine/server)."""
