@@ -112,7 +112,11 @@ class FamilyStep:
         q = self.rope(q.transpose(1, 2), cos, sin)  # [1, H, T, D]
         k = self.rope(k.transpose(1, 2), cos, sin)  # [1, H_kv, T, D]
         v = v.view(1, T, self.num_kv_heads, d).transpose(1, 2)
-        fused = self.cache.quantized and self.cache.decode_attention == "triton"
+        # one Triton launch quantizes and stores where the kernel reads the cache; never inside
+        # torch.compile (inductor fuses kv_quant's ops there, and the backend lookup would break
+        # its full graph)
+        fused = (not torch.compiler.is_compiling() and self.cache.quantized
+                 and self.cache.decode_attention == "triton")
         kv_arena.store(k_cache, k_scale, table, pos, k, fused)
         kv_arena.store(v_cache, v_scale, table, pos, v, fused)
         return q

@@ -72,6 +72,10 @@ def interactive(chat: Chat, read_line: Callable[[str], str] = input) -> None:
     steps, so the session stays consistent); Ctrl+C at the prompt twice with no answer between,
     or once after a stopped answer, leaves."""
     print("Type /help for help, Ctrl+D or /bye to leave.", file=chat.err)
+    # the chat owns Ctrl+C at its prompt: a process started where SIGINT is ignored (from a
+    # script's background job, which the terminal's later foreground does not undo) would
+    # otherwise never see KeyboardInterrupt there
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     interrupted = False
     while True:
         try:
