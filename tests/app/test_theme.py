@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from PySide6.QtCore import QSettings
-from PySide6.QtWidgets import QApplication
+from PySide6.QtCore import QSettings, qInstallMessageHandler
+from PySide6.QtWidgets import QApplication, QFrame
 
 from app.app_settings import AppSettings
 from app.chat.markdown_view import CODE_BACKGROUND, MarkdownView
@@ -19,6 +19,26 @@ def theme_action(window, text: str):
     [themes] = [a.menu() for a in view.actions() if a.text() == "Theme"]
     [action] = [a for a in themes.actions() if a.text() == text]
     return action
+
+
+def test_both_style_sheets_parse(qtbot):
+    """Qt drops a whole style sheet it cannot parse, saying so only on stderr (a `*/` inside a
+    comment did it once)."""
+    messages = []
+    previous = qInstallMessageHandler(lambda _kind, _context, text: messages.append(text))
+    app = QApplication.instance()
+    before = app.styleSheet()
+    try:
+        for dark in (False, True):
+            app.setStyleSheet(theme.style_sheet(dark))
+            frame = QFrame()
+            frame.setObjectName("userMessage")
+            qtbot.addWidget(frame)
+            frame.ensurePolished()
+    finally:
+        app.setStyleSheet(before)
+        qInstallMessageHandler(previous)
+    assert not [m for m in messages if "parse" in m.lower()], messages
 
 
 def test_every_colour_of_the_light_style_sheet_has_a_dark_one():
