@@ -122,9 +122,15 @@ class KVCache:
 
     @property
     def decode_attention(self) -> str:
-        """How decode steps read this cache: "sdpa" (16-bit only), "triton" or "reference"."""
-        return attention_backend.backend(self.device, self.kv_dtype,
-                                         self.backends.decode_attention, self.health)
+        """How decode steps read this cache: "sdpa" (16-bit only), "triton" or "reference".
+        Asked by every layer of an eager step: looked up again only when the health changed
+        (a kernel failing its load check), the only input that can change after construction."""
+        failed = len(self.health.failed)
+        if getattr(self, "_backend_for", None) != failed:
+            self._backend = attention_backend.backend(self.device, self.kv_dtype,
+                                                      self.backends.decode_attention, self.health)
+            self._backend_for = failed
+        return self._backend
 
     def layer(self, i: int) -> LayerKV:
         a = self.arena

@@ -192,8 +192,9 @@ class Worker:
             if running is None:
                 self.server = WorkerServer(self.engine, req, self.emit)
         if running is not None:
-            self.emit(Failed(f"the server is already running at {running.url}; stop it first",
-                             bad_input=True), req.id)
+            where = f"running at {running.url}" if running.url else "starting"
+            self.emit(Failed(f"the server is already {where}; stop it first", bad_input=True),
+                      req.id)
             return
         # binding and importing the web stack take a moment: cancels must not wait for it
         threading.Thread(target=self._start_server, args=(self.server, req), daemon=True,
