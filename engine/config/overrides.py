@@ -32,8 +32,9 @@ FUSED_OPS = "HEARTH_FUSED_OPS"  # auto | off
 INT4_KERNEL = "HEARTH_INT4_KERNEL"  # tinygemm | triton | cpu | reference
 TP_ALL_REDUCE = "HEARTH_TP_ALL_REDUCE"  # auto | nccl
 DEBUG = "HEARTH_DEBUG"  # 1: third-party notes and full tracebacks
+TP_FOLLOWER_HOOK = "HEARTH_TP_FOLLOWER_HOOK"  # tests: "module:function" a follower calls first
 NAMES = (DECODE_ATTENTION, DECODE_ATTENTION_CONFIG, KERNEL_PREFILL, FUSED_OPS, INT4_KERNEL,
-         TP_ALL_REDUCE, DEBUG)
+         TP_ALL_REDUCE, DEBUG, TP_FOLLOWER_HOOK)
 
 
 def backends(environ: Mapping[str, str] | None = None) -> Backends:
@@ -52,6 +53,21 @@ def backends(environ: Mapping[str, str] | None = None) -> Backends:
 def debug(environ: Mapping[str, str] | None = None) -> bool:
     env = os.environ if environ is None else environ
     return env.get(DEBUG, "").strip().lower() in ("1", "true", "yes")
+
+
+def follower_hook(environ: Mapping[str, str] | None = None):
+    """The function a tensor-parallel follower calls with its rank before it joins (tests put
+    their fault injection there, tests/engine/parallel/faults.py); None when unset."""
+    env = os.environ if environ is None else environ
+    where = env.get(TP_FOLLOWER_HOOK, "")
+    if not where:
+        return None
+    module, sep, name = where.partition(":")
+    if not sep or not module or not name:
+        raise ValueError(f"{TP_FOLLOWER_HOOK} must be module:function, not {where!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
 
 
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default):

@@ -24,14 +24,14 @@ import torch
 import torch.distributed as dist
 
 from engine.cache.kv_cache import KVCache
+from engine.config import overrides
+from engine.config.backends import Backends
 from engine.models import fused_ops
 from engine.parallel.sharded_step import DTYPES, TPSpec, layout, rank_step
 from engine.step.decode import Decoder
 
 OP_PREFILL, OP_STEP, OP_VERIFY, OP_SETUP, OP_STOP = 1, 2, 3, 4, 5
 TIMEOUT = timedelta(minutes=10)  # longest a collective may wait (first compile and capture)
-FAIL_ENV = "HEARTH_TP_FAIL_AT_STEP"  # tests: "R:S" makes follower R raise at its decode step S
-FAIL_LOAD_ENV = "HEARTH_TP_FAIL_AT_LOAD"  # tests: "R" makes follower R raise once its weights came
 
 
 class Rank:
@@ -40,10 +40,12 @@ class Rank:
 
     def __init__(self, spec: TPSpec, rank: int, weights: dict[str, torch.Tensor], device):
         self.device = device
+        self.backends = Backends.from_json(spec.backends) if spec.backends else Backends()
         # no prefix sharing: followers only see positions, so every rank keeps the mapping of
         # positions to blocks that its own writes made (rank 0 still reuses its live prefix)
         cache = KVCache(spec.num_layers, spec.num_kv_heads // spec.world_size, spec.head_dim,
-                        spec.context, DTYPES[spec.kv_dtype], device, share_prefixes=False)
+                        spec.context, DTYPES[spec.kv_dtype], device, share_prefixes=False,
+                        backends=self.backends)
         self.decoder = Decoder(None, cache, device, family=rank_step(spec, rank, weights, cache))
         if tuple(self.decoder.buckets) != spec.buckets:  # every rank must pick the same graph
             raise RuntimeError(f"KV buckets {self.decoder.buckets} differ from rank 0's "
@@ -85,7 +87,8 @@ class Rank:
         # the sum after each row-parallel linear, agreed by every rank; compiled layers keep
         # NCCL (the symmetric buffers' turns are Python state)
         note = None if compile_layers else step.reduce.setup(
-            step.embed.shape[1], step.embed.dtype, self.device)  # embed: [vocab, hidden]
+            step.embed.shape[1], step.embed.dtype, self.device,  # embed: [vocab, hidden]
+            setting=self.backends.tp_all_reduce)
         self.notes = [n for n in (fused, note) if n]
         if self.device.type == "cuda" and allow_graph:
             self.decoder.capture()  # the warm-up off the capture stream does NCCL's lazy setup
@@ -98,6 +101,9 @@ def device_id(device: torch.device) -> dict:
 
 def follow(rank: int, world: int, store_addr: str, backend: str, leader_pid: int) -> NoReturn:
     """A follower's life: join, receive its tensors, then execute rank 0's ops until OP_STOP."""
+    hook = overrides.follower_hook()
+    if hook is not None:  # tests: a function that may wrap Rank's methods (fault injection)
+        hook(rank)
     threading.Thread(target=_watch_leader, args=(leader_pid,), daemon=True).start()
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # a hang's stacks, into the rank's log
     host, port = store_addr.rsplit(":", 1)
@@ -119,12 +125,9 @@ def follow(rank: int, world: int, store_addr: str, backend: str, leader_pid: int
         for name, shape, dtype in layout(spec):
             weights[name] = torch.empty(shape, dtype=dtype, device=device)
             dist.recv(weights[name], src=0)
-        if os.environ.get(FAIL_LOAD_ENV) == str(rank):  # where a real load fails: its cache
-            raise RuntimeError(f"injected failure at load ({FAIL_LOAD_ENV})")
         _say(rank, "weights received")
         me = Rank(spec, rank, weights, device)
         store.set(f"loaded/{rank}", "1")  # rank 0 waits for this: a load fails at load
-        fail_rank, _, fail_step = os.environ.get(FAIL_ENV, "-1:-1").partition(":")
         header = torch.empty(4, dtype=torch.long, device=device)
         while True:
             dist.broadcast(header, src=0)
@@ -136,8 +139,6 @@ def follow(rank: int, world: int, store_addr: str, backend: str, leader_pid: int
                 dist.broadcast(ids, src=0)
                 (me.prefill if op == OP_PREFILL else me.verify)(ids, a)
             elif op == OP_STEP:
-                if int(fail_rank) == rank and me.num_steps + 1 == int(fail_step):
-                    raise RuntimeError(f"injected failure at decode step {fail_step} ({FAIL_ENV})")
                 me.step(header[3:4], a)
             elif op == OP_SETUP:
                 me.setup(bool(a), bool(n))
@@ -175,5 +176,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     follow(a.rank, a.world, a.store, a.backend, a.leader_pid)
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # through the module, so a hook's changes to Rank are the ones run
+    from engine.parallel import follower
+
+    follower.main()

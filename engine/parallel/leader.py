@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from engine.config.backends import Backends
 from engine.events import BadRequest
 from engine.parallel.follower import (
     OP_PREFILL,
@@ -55,9 +56,11 @@ class TPLeader:
     it starts, drives and supervises the followers."""
 
     def __init__(self, model, world_size: int, context: int, kv_dtype: str, device,
-                 memory_limit_gib: float | None = None):
+                 memory_limit_gib: float | None = None, backends: Backends | None = None):
+        # BadRequest: nothing started
         self.spec = replace(spec_of(model, world_size, context, kv_dtype, memory_limit_gib),
-                            buckets=tuple(kv_buckets(context)))  # BadRequest: nothing started
+                            buckets=tuple(kv_buckets(context)),
+                            backends=(backends or Backends()).to_json())
         self.device = torch.device(device)
         if self.device.type == "cuda":  # rank r runs on cuda:r
             if torch.cuda.device_count() < world_size:

@@ -15,6 +15,8 @@ from dataclasses import replace
 
 import torch
 
+from engine.config import overrides
+from engine.config.backends import Backends
 from engine.events import BadRequest, Loaded, LoadProgress, LoadRequest
 from engine.files.model_folder import check
 from engine.generate.session import Session
@@ -72,11 +74,13 @@ class TPSession(Session):
     cache is rank 0's: its KV heads, and the tokens they hold), and `leader`, which close()
     ends."""
 
-    def __init__(self, lm: loader.LoadedModel, req: LoadRequest, device: torch.device):
+    def __init__(self, lm: loader.LoadedModel, req: LoadRequest, device: torch.device,
+                 backends: Backends | None = None):
         self._weights_bytes = lm.weights_bytes  # before the host copy goes
         self._kv_choice = rank_kv_dtype(lm, req.kv_dtype)
+        self._backends = overrides.backends() if backends is None else backends  # every rank's
         self.leader = TPLeader(lm.model, req.tensor_parallel, lm.context, self._kv_choice[0],
-                               device, req.memory_limit_gib)
+                               device, req.memory_limit_gib, self._backends)
         try:
             lm.model.to("meta")  # every rank holds its own copy now: free the host's
             super().__init__(replace(lm, device=self.leader.device), req.kv_dtype,
@@ -90,7 +94,7 @@ class TPSession(Session):
         """Session's resolution, for the share of the model one card holds (NCCL's buffers
         off the allocator's budget), with the KV dtype the leader's caches were made with."""
         kv, why = self._kv_choice
-        config = resolve_config(lm, kv, fast_path, compile_layers,
+        config = resolve_config(lm, kv, fast_path, compile_layers, backends=self._backends,
                                 world_size=self.leader.spec.world_size,
                                 reserved_bytes=NCCL_BUFFERS_BYTES)
         return replace(config, kv_reason=why)
@@ -107,13 +111,14 @@ class TPSession(Session):
         folder = check(req.model)
         tp_request.check(req, folder.path)
         device = device_for(req)
-        lm = loader.load(folder, host_request(req, device), progress, cancel)
+        backends = overrides.backends()  # the developer overrides: read once a load
+        lm = loader.load(folder, host_request(req, device), progress, cancel, backends=backends)
         n = req.tensor_parallel
         progress(LoadProgress("tensor parallel", 0, 1, f"cutting the model {n} ways and starting "
                                                        f"{n - 1} more rank{'s' * (n > 2)}"))
         if cancel is not None and cancel.is_set():
             raise loader.LoadCancelled()
-        session = cls(lm, req, device)
+        session = cls(lm, req, device, backends)
         if cancel is not None and cancel.is_set():
             session.close()
             raise loader.LoadCancelled()

@@ -54,6 +54,7 @@ class TPSpec:
     kv_dtype: str
     memory_limit_gib: float | None = None  # per GPU
     buckets: tuple[int, ...] = ()  # rank 0's KV-length buckets: every rank picks the same one
+    backends: str = ""  # rank 0's Backends as JSON ("": the defaults): every rank runs the same
 
     @property
     def vocab_shard(self) -> int:

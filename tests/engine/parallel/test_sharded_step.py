@@ -107,3 +107,24 @@ def test_world_size_1_is_the_plain_step_bitwise_on_a_gpu(arch):
         _same_passes(*decoders, gpu)
         for d in decoders:
             d.graphs.clear()  # NCCL's teardown waits until no graph holds one of its ops
+
+
+def test_a_rank_runs_rank_0s_backends_not_its_environment(monkeypatch):
+    """A follower builds its cache and step from the Backends rank 0 sent with the spec: its
+    own environment's overrides (HEARTH_*) change nothing."""
+    from engine.config.backends import Backends
+    from engine.parallel.follower import Rank
+
+    monkeypatch.setenv("HEARTH_DECODE_ATTENTION", "sdpa")
+    monkeypatch.setenv("HEARTH_FUSED_OPS", "off")
+    model = _model("llama", torch.float32, "cpu")
+    leaders = Backends(decode_attention="reference", kernel_prefill=64)
+    spec = replace(spec_of(model, 2, CONTEXT, "fp32"), world_size=1,
+                   buckets=tuple(kv_buckets(CONTEXT)), backends=leaders.to_json())
+    cpu = torch.device("cpu")
+    with _one_rank_group(cpu):
+        rank = Rank(spec, 0, dict(shard(model, spec, 0, cpu)), cpu)
+        assert rank.backends == leaders and rank.cache.backends == leaders
+        assert type(spec).from_json(spec.to_json()).backends == spec.backends
+        plain = Rank(replace(spec, backends=""), 0, dict(shard(model, spec, 0, cpu)), cpu)
+        assert plain.cache.backends == Backends()  # the defaults, not HEARTH_DECODE_ATTENTION

@@ -13,11 +13,11 @@ import torch.distributed as dist
 
 from engine.events import BadRequest, LoadRequest
 from engine.generate.session import Session
-from engine.parallel.follower import FAIL_ENV
 from engine.parallel.leader import TPFailed, TPLeader, rank0_nccl_env
 from engine.parallel.sharded_step import TPSpec, layout, shard, spec_of, vocab_rows
 from engine.platform.child_env import NO_MULTICAST, child_env
 from engine.step.decode import DecodeEngine
+from tests.engine.parallel.faults import FAIL_AT_STEP, inject
 
 CONTEXT = 512
 
@@ -176,7 +176,7 @@ def _decode(lead: TPLeader, n: int) -> None:
 
 
 def test_a_rank_that_raises_ends_the_others(tiny_models, one_thread, monkeypatch):
-    monkeypatch.setenv(FAIL_ENV, "1:3")  # the follower raises at its third decode step
+    inject(monkeypatch, FAIL_AT_STEP, "1:3")  # the follower raises at its third decode step
     lead = _leader(tiny_models)
     with pytest.raises(TPFailed, match=r"rank 1 of 2 failed: RuntimeError: injected failure at "
                                        r"decode step 3 .*every rank was stopped") as err:

@@ -17,10 +17,10 @@ import pytest
 from engine.events import BadRequest, Failed, LoadRequest, request_from_json
 from engine.generate.session import Session
 from engine.parallel import request as tp_request
-from engine.parallel.follower import FAIL_ENV, FAIL_LOAD_ENV
 from engine.platform.child_env import NO_MULTICAST
 from engine.serve import cli
 from tests.engine.helpers import PROMPT, REPO, WorkerProcess, finished, greedy_request, token_ids
+from tests.engine.parallel.faults import FAIL_AT_LOAD, FAIL_AT_STEP, inject
 
 CPU_TP = ["--tensor-parallel", "2", "--device", "cpu"]
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(),
@@ -328,7 +328,7 @@ def test_worker_loads_generates_and_unloads_two_ranks(start_worker, tiny_model):
 
 
 def test_worker_a_rank_failing_at_load_is_one_failed(start_worker, tiny_model, monkeypatch):
-    monkeypatch.setenv(FAIL_LOAD_ENV, "1")  # the worker's follower inherits it
+    inject(monkeypatch, FAIL_AT_LOAD, "1")  # the worker's follower inherits it
     w = start_worker()
     events = _load(w, tiny_model)
     assert _ends(events) == ["failed"]
@@ -343,7 +343,7 @@ def test_worker_a_rank_failing_at_load_is_one_failed(start_worker, tiny_model, m
 
 
 def test_worker_a_rank_failing_at_a_step_is_one_failed(start_worker, tiny_model, monkeypatch):
-    monkeypatch.setenv(FAIL_ENV, "1:4")  # rank 1 raises at its fourth decode step
+    inject(monkeypatch, FAIL_AT_STEP, "1:4")  # rank 1 raises at its fourth decode step
     w = start_worker()
     assert _ends(_load(w, tiny_model)) == ["loaded"]
     followers = children(w.proc.pid)
