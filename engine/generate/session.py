@@ -42,7 +42,7 @@ from engine.generate.session_load import load_session, resolve_config
 from engine.generate.template_guard import RenderCancelled
 from engine.load import loader
 from engine.plan.oom import memory_kind, out_of_memory
-from engine.platform import telemetry
+from engine.platform import cpu_threads, telemetry
 from engine.spec.controller import MAX_ADAPTIVE_K, Controller
 from engine.spec.proposers import DraftModel, PromptLookup
 from engine.spec.speculative import SpeculativeDecoding
@@ -75,6 +75,7 @@ class Session:
         self.decoder, self.kernel_note = self._open_decoder()
         self.cache = self.decoder.cache
         self.prefill_chunk = self.config.prefill_chunk
+        self.threads = cpu_threads.governor_for(lm.device)  # fewer while the CPU is busy elsewhere
         if self.config.fast_path:
             self.decoder.setup_fast_path(allow_graph=self.config.allow_graph,
                                          compile_layers=self.config.compile_layers)
@@ -243,7 +244,9 @@ class Session:
         chunk = self.prefill_chunk
         chunked = len(ids) - start > chunk
         logits = None
+        tick = self.threads.tick if self.threads is not None else int
         for lo in range(start, len(ids), chunk):
+            tick()
             if cancel.is_set():
                 return (yield Finished("cancelled",
                                        self._stats(ids, 0, t_start, None, start, dropped)))
@@ -284,6 +287,7 @@ class Session:
             if time.perf_counter() - last_stats > STATS_INTERVAL_S:
                 last_stats = time.perf_counter()
                 yield stats()
+            tick()
             # the pending token (the last shown) goes at len(ids) + n_new - 1
             new = decoding.next(len(ids) + n_new - 1, max_new - n_new)
 

@@ -1,6 +1,6 @@
 """The environment of every process the engine or the app starts (the worker, tensor-parallel
 followers, the app): the parent's, with NVLink multicast switched off, the CPU thread policy
-(physical cores, passive waiting) and torch's CUDA allocator settings. No torch here: the app
+(one thread per physical core) and torch's CUDA allocator settings. No torch here: the app
 imports it to start the worker.
 """
 
@@ -40,14 +40,15 @@ def physical_cores(cpus: set[int] | None = None, sysfs: Path = _CPU_SYSFS) -> in
 
 
 def thread_policy(environ=os.environ) -> dict[str, str]:
-    """The OpenMP settings torch's CPU kernels should start with, for those the user left unset.
+    """The OpenMP settings torch's CPU kernels should start with, for those the user left unset:
+    one thread per physical core (a hyper-thread twin shares the core's vector units).
 
-    OpenMP's default wait policy spins a finished thread for a while before it sleeps: with
-    another process busy on a core, each step then waits for a spinning thread to be scheduled
-    (decode crawls: BENCHMARKS.md). Passive threads sleep at once.
-    One thread per physical core: a hyper-thread twin shares the core's vector units.
+    The wait policy stays OpenMP's own (a spin before a waiting thread sleeps): passive waiting
+    costs a quiet machine about 14% (BENCHMARKS.md). Spinning threads starve a step while
+    another process is busy on a core; there the session runs fewer threads
+    (platform/cpu_threads.py), and a lone thread never waits for another.
     """
-    policy = {"OMP_NUM_THREADS": str(physical_cores()), "OMP_WAIT_POLICY": "PASSIVE"}
+    policy = {"OMP_NUM_THREADS": str(physical_cores())}
     return {k: v for k, v in policy.items() if not environ.get(k)}
 
 

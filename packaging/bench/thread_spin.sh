@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # CPU: `hearth run` under OpenMP wait settings, each variant set before torch loads (BENCHMARKS.md,
-# issue 30). Usage: thread_spin.sh ROUNDS NEW_TOKENS LABEL VARIANT...  (passive | onethread | a
-# GOMP_SPINCOUNT); prints one line per run: decode tokens/s, whole-process wall, load average
+# issue 30). Usage: thread_spin.sh ROUNDS NEW_TOKENS LABEL VARIANT...  (shipped: the policy as it
+# is; today: libgomp's default spin, 2 threads, no thread governor, the build before the policy;
+# onethread: OMP_NUM_THREADS=1; passive: OMP_WAIT_POLICY=PASSIVE, no governor; a number: that
+# GOMP_SPINCOUNT, no governor); prints one line per run: decode tokens/s, whole-process wall, load
 cd "$(dirname "$0")/../.."
 rounds=$1; new=$2; label=$3; shift 3
 for r in $(seq "$rounds"); do
@@ -9,13 +11,17 @@ for r in $(seq "$rounds"); do
     start=$(date +%s.%N)
     out=$(timeout 300 ${PYTHON:-.venv/bin/python} -c "
 import os, sys
-import engine  # applies the policy: OMP_WAIT_POLICY=PASSIVE unless set
+import engine  # applies the policy: a short GOMP_SPINCOUNT unless set
+from engine.platform import cpu_threads
 v = sys.argv[1]
-if v == 'onethread':  # today's build before the policy, with one thread
-    os.environ.pop('OMP_WAIT_POLICY', None)
+if v != 'shipped':  # the variables before torch loads; no thread governor
+    os.environ.pop('GOMP_SPINCOUNT', None)
+    cpu_threads.governor_for = lambda device: None
+if v == 'onethread':  # the build before the policy, with one thread
     os.environ['OMP_NUM_THREADS'] = '1'
-elif v != 'passive':
-    os.environ.pop('OMP_WAIT_POLICY', None)
+elif v == 'passive':
+    os.environ['OMP_WAIT_POLICY'] = 'PASSIVE'
+elif v != 'today' and v != 'shipped':
     os.environ['GOMP_SPINCOUNT'] = v
 from engine.serve.cli import main
 sys.exit(main(sys.argv[2:]))

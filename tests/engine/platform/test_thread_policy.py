@@ -1,6 +1,8 @@
 """The CPU thread policy (child_env.thread_policy) reaches torch in the worker and in `hearth run`:
-one OpenMP thread per physical core, passive waiting, read back from the processes themselves
-(libgomp's report of its settings, torch.get_num_threads()); what the user set is kept."""
+one OpenMP thread per physical core and OpenMP's own wait policy, read back from the processes
+themselves (libgomp's report of its settings, torch.get_num_threads()); what the
+user set is kept. The thread governor (fewer threads while the CPU is busy elsewhere):
+test_cpu_threads.py."""
 
 from __future__ import annotations
 
@@ -46,10 +48,11 @@ def assert_policy_reached_torch(stderr: str) -> None:
     omp = openmp_settings(stderr)
     assert omp, stderr[-2000:]
     cores = physical_cores()
-    # explicit PASSIVE: libgomp spins 0 times (unset, it shows PASSIVE too but spins 300,000)
-    assert omp["OMP_WAIT_POLICY"] == "PASSIVE" and omp["GOMP_SPINCOUNT"] == "0", omp
+    assert omp["GOMP_SPINCOUNT"] == "300000", omp  # libgomp's own default, left alone
     assert omp["OMP_NUM_THREADS"] == str(cores), omp
-    assert f"torch threads {cores} " in stderr, stderr[-2000:]
+    # at the end: the governor may have lowered the generating thread's count, never raised it
+    threads = int(re.search(r"torch threads (\d+) ", stderr).group(1))
+    assert 1 <= threads <= cores, stderr[-2000:]
 
 
 def test_the_worker_runs_torch_with_the_policy(tiny_models):
@@ -103,14 +106,16 @@ def test_hearth_run_runs_torch_with_the_policy_quietly(tiny_models):
 
 def test_the_users_settings_are_kept():
     assert thread_policy({"OMP_NUM_THREADS": "3", "OMP_WAIT_POLICY": "ACTIVE"}) == {}
-    assert thread_policy({"OMP_NUM_THREADS": "3"}) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert thread_policy({"OMP_NUM_THREADS": "3"}) == {}
+    assert thread_policy({}) == {"OMP_NUM_THREADS": str(physical_cores())}
 
 
 def test_child_env_carries_the_policy(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     env = child_env()
-    assert env["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert "GOMP_SPINCOUNT" not in env and "OMP_WAIT_POLICY" not in env
     assert env["OMP_NUM_THREADS"] == str(physical_cores())
     assert child_env({"OMP_NUM_THREADS": "1"})["OMP_NUM_THREADS"] == "1"
 
