@@ -46,6 +46,8 @@ class EngineConfig:
     backends: Backends = field(default_factory=Backends)
     decode_attention: str = ""
     allocator: str = ""  # torch's CUDA allocator settings in force ("" on a CPU)
+    reproducible: bool = False  # the reproducible mode (models/invariant.py)
+    reproducible_reason: str = ""  # why it is on or off, for the load event
 
     def as_dict(self) -> dict:
         """JSON-ready: the Loaded event's `config`."""
@@ -71,4 +73,6 @@ class EngineConfig:
             parts.append(f"allocator budget {self.allocator_budget_bytes / 2**30:.2f} GiB")
         if self.allocator:
             parts.append(f"allocator {self.allocator}")
+        parts.append(f"reproducible {'on' if self.reproducible else 'off'} "
+                     f"({self.reproducible_reason})")
         return "configuration: " + ", ".join(parts)

@@ -76,6 +76,9 @@ class LoadRequest:
     num_speculative_tokens: int | None = None  # fixed K for every generation; None: adaptive
     tensor_parallel: int = 1  # GPUs the model is cut across (parallel/session.py); 1: one device
     lm_head: str = "16bit"  # "int8" / "int4": a quantized copy of the lm_head (quant/lm_head.py)
+    # greedy answers that do not change with how they were computed (models/invariant.py);
+    # None: this device's default (generate/session_load.py reproducible_for)
+    reproducible: bool | None = None
 
     def validate(self) -> None:
         for name in ("model", "draft"):
@@ -101,6 +104,8 @@ class LoadRequest:
         if self.lm_head not in LM_HEADS:
             raise BadRequest(f"unknown --lm-head {self.lm_head!r}; choose one of "
                              f"{', '.join(LM_HEADS)}")
+        if self.reproducible not in (None, True, False):
+            raise BadRequest(f"reproducible is true, false or null, not {self.reproducible!r}")
         if self.lm_head != "16bit" and self.tensor_parallel != 1:
             raise BadRequest("--tensor-parallel cuts a 16-bit lm_head only; leave out --lm-head")
         self._check_tensor_parallel()

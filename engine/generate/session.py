@@ -66,9 +66,11 @@ class Session:
     themselves)."""
 
     def __init__(self, lm: loader.LoadedModel, kv_dtype: str = "auto", fast_path: bool = True,
-                 compile_layers: bool = False, *, config: EngineConfig | None = None):
+                 compile_layers: bool = False, *, config: EngineConfig | None = None,
+                 reproducible: bool | None = None):
         self.lm = lm
-        self.config = config or self._configure(lm, kv_dtype, fast_path, compile_layers)
+        self.config = config or self._configure(lm, kv_dtype, fast_path, compile_layers,
+                                                reproducible)
         self._init_speculation(self.config.speculation.num_speculative_tokens)
         self.speculation = self.config.speculation
         self.kv_dtype, self.kv_reason = self.config.kv_dtype, self.config.kv_reason
@@ -77,13 +79,21 @@ class Session:
         self.prefill_chunk = self.config.prefill_chunk
         self.threads = cpu_threads.governor_for(lm.device)  # fewer while the CPU is busy elsewhere
         if self.config.fast_path:
+            # the reproducible mode holds under every thread count the governor may choose
+            counts = None
+            if self.config.reproducible:
+                counts = (1, torch.get_num_threads()) if self.threads is not None else ()
             self.decoder.setup_fast_path(allow_graph=self.config.allow_graph,
-                                         compile_layers=self.config.compile_layers)
+                                         compile_layers=self.config.compile_layers,
+                                         reproducible=counts)
+            if self.decoder.fixed_threads:
+                self.threads = None
 
     def _configure(self, lm: loader.LoadedModel, kv_dtype: str, fast_path: bool,
-                   compile_layers: bool) -> EngineConfig:
+                   compile_layers: bool, reproducible: bool | None = None) -> EngineConfig:
         """The configuration where none was given (TPSession: for one rank's share)."""
-        return resolve_config(lm, kv_dtype, fast_path, compile_layers)
+        return resolve_config(lm, kv_dtype, fast_path, compile_layers,
+                              reproducible=reproducible)
 
     def _open_decoder(self) -> tuple[DecodeEngine, str | None]:
         """(the decoder over a new cache, the decode kernel's load-check note): the cache reads

@@ -16,8 +16,10 @@ from engine.config.engine_config import EngineConfig, Speculation
 from engine.events import BadRequest, LoadProgress, LoadRequest
 from engine.files.model_folder import check
 from engine.formats.model_shape import ModelShape
+from engine.generate.reproducible import reproducible_for
 from engine.kernels import attention_backend
 from engine.load import loader
+from engine.models.step_weights import supports
 from engine.plan.kv_dtype import PLANNED_WEIGHTS, choose_kv_dtype
 from engine.plan.memory import PREFILL_CHUNK, GiB, largest_prefill_chunk
 from engine.plan.multi_gpu import rank_shape
@@ -72,7 +74,7 @@ def prefill_chunk_for(lm: loader.LoadedModel, kv_dtype: str, budget: int | None 
 def resolve_config(lm: loader.LoadedModel, kv_dtype: str = "auto", fast_path: bool = True,
                    compile_layers: bool = False, speculation: Speculation | None = None,
                    backends: Backends | None = None, world_size: int = 1,
-                   reserved_bytes: int = 0) -> EngineConfig:
+                   reserved_bytes: int = 0, reproducible: bool | None = None) -> EngineConfig:
     """The session's configuration, once: the allocator's budget (less `reserved_bytes`, say
     NCCL's buffers) read once and used by the KV dtype's and the prefill chunk's choices; the
     backend settings (None: the developer overrides, read here) and the decode path they give
@@ -81,6 +83,10 @@ def resolve_config(lm: loader.LoadedModel, kv_dtype: str = "auto", fast_path: bo
     on_gpu = lm.device.type == "cuda"
     budget = allocator_budget(lm.device) - reserved_bytes if on_gpu else None
     kv, why = kv_dtype_for(lm, kv_dtype, budget)
+    mode, mode_why = reproducible_for(
+        reproducible, lm.device.type, family_step=fast_path and supports(lm.model),
+        world_size=world_size, compile_layers=compile_layers,
+        model_type=getattr(lm.model.config, "model_type", ""))
     return EngineConfig(
         model=str(lm.folder.path), device=str(lm.device), quant=lm.quant,
         compute_dtype=NATIVE_KV.get(lm.compute_dtype, str(lm.compute_dtype)),
@@ -91,7 +97,8 @@ def resolve_config(lm: loader.LoadedModel, kv_dtype: str = "auto", fast_path: bo
         allow_graph=lm.quant != "int8", compile_layers=compile_layers, world_size=world_size,
         speculation=speculation or Speculation(), backends=backends,
         decode_attention=attention_backend.choose(str(lm.device), kv, backends.decode_attention),
-        allocator=allocator.configure() if on_gpu else "")
+        allocator=allocator.configure() if on_gpu else "", reproducible=mode,
+        reproducible_reason=mode_why)
 
 
 def load_session(cls, req: LoadRequest, progress: Callable[[LoadProgress], None],
@@ -127,7 +134,8 @@ def _load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None],
     backends = overrides.backends()  # the developer overrides: read once a load
     lm = loader.load(folder, req, progress, cancel, tokenizer=tok, backends=backends)
     config = resolve_config(lm, req.kv_dtype, not req.eager, req.compile,
-                            Speculation(req.num_speculative_tokens), backends)
+                            Speculation(req.num_speculative_tokens), backends,
+                            reproducible=req.reproducible)
     session = cls(lm, config=config)
     if req.draft is not None:
         session.attach_draft(_load_draft(cls, req, lm, progress, cancel, draft_tok))
@@ -146,5 +154,6 @@ def _load_draft(cls, req: LoadRequest, lm: loader.LoadedModel,
         dlm = loader.load(folder, dreq, tagged, cancel, tokenizer=tokenizer, backends=backends)
     except BadRequest as e:
         raise BadRequest(f"draft model: {e}") from None
+    # the draft only proposes: the main model's verification decides every token
     return cls(dlm, config=resolve_config(dlm, "auto", not req.eager, req.compile,
-                                          backends=backends))
+                                          backends=backends, reproducible=False))

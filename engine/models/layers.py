@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from engine.attention import decode_attention
 from engine.cache import kv_arena
 from engine.cache.kv_cache import KVCache, LayerKV
+from engine.models import invariant
 from engine.models.step_weights import WHOLE, Shard, StepWeights, weights_of
 
 # attention(layer index, q [1, H, T, D], that layer's cache) -> [1, T, H D]
@@ -31,7 +32,7 @@ class RowSum(Protocol):
     def linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor: ...
 
 
-def _linear(x: torch.Tensor, w, bias=None) -> torch.Tensor:
+def apply_linear(x: torch.Tensor, w, bias=None) -> torch.Tensor:
     return F.linear(x, w, bias) if isinstance(w, torch.Tensor) else w(x)
 
 
@@ -60,6 +61,9 @@ class FamilyStep:
         self.embed, self.norm, self.inv_freq = w.embed, w.norm, w.inv_freq
         self.lm_head = w.lm_head
         self.layers = w.layers
+        self.invariant: invariant.RowTiles | None = None  # the reproducible mode's tiles
+        self.rope_table: invariant.RopeTable | None = None
+        self._bucket: Callable[[int], int] | None = None
         self._init_pieces()
 
     @classmethod
@@ -74,6 +78,19 @@ class FamilyStep:
                               silu_mul=self.silu_mul)
         self.fns = dict(self.eager_fns)
         self.compiled = False
+
+    def make_reproducible(self, tiles: invariant.RowTiles, bucket: Callable[[int], int]) -> None:
+        """The reproducible mode (models/invariant.py): products in `tiles`, RoPE from one
+        table, and attention per row as its decode step runs it (`bucket`: a position's end
+        -> the KV bucket its decode step reads)."""
+        self.invariant, self._bucket = tiles, bucket
+        self.rope_table = invariant.RopeTable(self.cos_sin, self.cache.max_len,
+                                              self.embed.device, self.embed.dtype)
+
+    def _lin(self, kind: str, x: torch.Tensor, w, bias=None) -> torch.Tensor:
+        if self.invariant is None:
+            return apply_linear(x, w, bias)
+        return invariant.tiled(x, lambda t: apply_linear(t, w, bias), self.invariant.rows[kind])
 
     def rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         # as transformers' RMSNorm: normalize in fp32, cast back, then scale
@@ -131,13 +148,14 @@ class FamilyStep:
         gate, up = gate_up.chunk(2, dim=-1)
         return F.silu(gate) * up
 
-    def attend(self, q, kv, mask, kv_len: int):
+    def attend(self, q, kv, mask, kv_len: int, read: tuple | None = None):
         """Grouped-query attention without expanding KV heads: the G query heads that share a
         KV head become G queries of it. q: [1, H, T, D] -> [1, T, H * D]; mask: [1, 1, G T, kv]
         (one row for T = 1). SDPA cannot read the paged arena in place: it reads a contiguous
         copy of the bucket's blocks (16-bit caches without Triton only; see decode_attention)."""
         group, T, dtype = self.num_heads // self.num_kv_heads, q.shape[2], q.dtype
-        k, v = kv_arena.gather(*kv, kv_len, kv.k.dtype)  # [1, H_kv, kv_len, D]
+        # [1, H_kv, kv_len, D]; `read`: that copy, made once for several rows
+        k, v = read or kv_arena.gather(*kv, kv_len, kv.k.dtype)
         # rows g T + t: head group g, token t  # [1, Hkv, G T, D]
         q = q.reshape(1, self.num_kv_heads, group * T, self.head_dim).to(k.dtype)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling).to(dtype)
@@ -146,10 +164,11 @@ class FamilyStep:
         out = out.view(1, self.num_kv_heads, group, T, self.head_dim).permute(0, 3, 1, 2, 4)
         return out.reshape(1, T, self.num_heads * self.head_dim)
 
-    def row_parallel(self, x: torch.Tensor, w, bias: torch.Tensor | None = None) -> torch.Tensor:
+    def row_parallel(self, x: torch.Tensor, w, bias: torch.Tensor | None = None,
+                     kind: str = "o") -> torch.Tensor:
         """o and down: x holds this shard's input features -> the whole product, summed over the
         ranks (nothing to sum at world size 1); a bias is added once, after the sum."""
-        y = _linear(x, w) if self.reduce is None else self.reduce.linear(x, w)
+        y = self._lin(kind, x, w) if self.reduce is None else self.reduce.linear(x, w)
         return y if bias is None else y + bias
 
     def __call__(self, token: torch.Tensor, pos: torch.Tensor, kv_len: int) -> torch.Tensor:
@@ -161,26 +180,50 @@ class FamilyStep:
         return self._logits(token, pos, self._bucket_attention(pos, kv_len, 1), self.fns)[0, 0]
 
     def block(self, tokens: torch.Tensor, pos: torch.Tensor, kv_len: int,
-              last_only: bool = False) -> torch.Tensor:
+              last_only: bool = False, first: int | None = None) -> torch.Tensor:
         """tokens: [T] at positions pos: [T] (consecutive) -> logits of every position [T, V]
         (of the last one only, [1, V], with last_only: a short prefill chunk).
 
         Speculative verification: T tokens in one pass, each attending causally to the cache
         and to the block's earlier tokens (their K/V are written before attention reads).
         """
-        attention = self._bucket_attention(pos, kv_len, tokens.shape[0])
+        T = tokens.shape[0]
+        if self.invariant is not None and T > 1:
+            if first is None:
+                raise ValueError("a reproducible block needs its first position on the host")
+            attention = self._row_attention(first, T)
+        else:
+            attention = self._bucket_attention(pos, kv_len, T)
         return self._logits(tokens, pos, attention, self.fns, last_only)[0]
 
-    def prefill(self, ids: torch.Tensor, start: int) -> torch.Tensor:
-        """ids: [T] int64 at positions start..start+T-1 -> logits of the last one [V]; writes
-        their K/V into the cache. As attention/prefill.py: causal flash attention over a
-        contiguous copy of the blocks, no KV expansion (a rank's prefill: it has no
-        transformers modules)."""
-        end = start + ids.numel()
-        self.cache.reserve(end)
-        positions = torch.arange(start, end, device=ids.device)
-        attention = self._causal_attention(start, end)
-        return self._logits(ids, positions, attention, self.eager_fns, last_only=True)[0, 0]
+    def _row_attention(self, first: int, T: int) -> Attention:
+        """The reproducible mode's attention for rows first..first+T-1, as their decode steps
+        run it: the Triton kernel over each run of rows that share a KV bucket (its rows get
+        the bits of single steps), PyTorch's kernels one row at a time (their order changes
+        with the row count)."""
+        device = self.embed.device
+        if decode_attention.backend(self.cache) == "triton":
+            parts = [(lo, hi, self._bucket_attention(
+                torch.arange(first + lo, first + hi, device=device), L, hi - lo))
+                for lo, hi, L in invariant.row_buckets(first, T, self._bucket)]
+        elif decode_attention.backend(self.cache) == "sdpa":
+            rows = [(first + t, self._bucket(first + t + 1)) for t in range(T)]
+            masks = [(torch.arange(L, device=device) <= p)[None, None, None, :] for p, L in rows]
+
+            def attention(i: int, q: torch.Tensor, kv: LayerKV) -> torch.Tensor:
+                reads = {L: kv_arena.gather(*kv, L, kv.k.dtype) for L in {L for _, L in rows}}
+                return torch.cat([self.attend(q[:, :, t:t + 1], kv, masks[t], L, reads[L])
+                                  for t, (_, L) in enumerate(rows)], dim=1)  # [1, T, H D]
+            return attention
+        else:
+            parts = [(t, t + 1, self._bucket_attention(
+                torch.tensor([first + t], device=device), self._bucket(first + t + 1), 1))
+                for t in range(T)]
+
+        def attention(i: int, q: torch.Tensor, kv: LayerKV) -> torch.Tensor:
+            # q: [1, H, T, D] -> [1, T, H D]
+            return torch.cat([attend(i, q[:, :, lo:hi], kv) for lo, hi, attend in parts], dim=1)
+        return attention
 
     def _bucket_attention(self, pos: torch.Tensor, kv_len: int, T: int) -> Attention:
         """Decode and verify: keys up to the bucket's kv_len; key j is visible to the token at
@@ -225,18 +268,19 @@ class FamilyStep:
         for decode, verify and prefill alike; `attention` is what differs."""
         f = fns
         x = F.embedding(token, self.embed)[None]  # [1, T, hidden]
-        cos, sin = self.cos_sin(pos, x.dtype)
+        cos, sin = (self.cos_sin if self.rope_table is None else self.rope_table)(pos, x.dtype)
         h = f["rms"](x, self.layers[0].ln_in)
         for i, p in enumerate(self.layers):
             kv = self.cache.layer(i)
-            q = f["qkv_rope"](_linear(h, p.qkv, p.qkv_bias), p.q_norm, p.k_norm, cos, sin, pos,
-                              *kv)
+            q = f["qkv_rope"](self._lin("qkv", h, p.qkv, p.qkv_bias), p.q_norm, p.k_norm, cos,
+                              sin, pos, *kv)
             attn = attention(i, q, kv)
             x, h = f["add_rms"](x, self.row_parallel(attn, p.o, p.o_bias), p.ln_post)
-            mlp = self.row_parallel(f["silu_mul"](_linear(h, p.gate_up)), p.down)
+            mlp = self.row_parallel(f["silu_mul"](self._lin("gate_up", h, p.gate_up)), p.down,
+                                    kind="down")
             next_norm = self.layers[i + 1].ln_in if i + 1 < len(self.layers) else self.norm
             x, h = f["add_rms"](x, mlp, next_norm)
-        return _linear(h[:, -1:] if last_only else h, self.lm_head)
+        return self._lin("lm_head", h[:, -1:] if last_only else h, self.lm_head)
 
     def compile(self) -> None:
         """Fuse the small ops between linear layers (norms, RoPE, residuals, cache writes): each

@@ -73,6 +73,7 @@ class TPLeader:
         self.backend = "nccl" if self.device.type == "cuda" else "gloo"
         self.mode = "static"
         self.block_graphs: dict = {}  # verify blocks run eagerly on the ranks (none captured)
+        self.fixed_threads = False
         self.notes = [f"tensor parallel over {world_size} "
                       f"{'GPUs' if self.backend == 'nccl' else 'CPU processes'} ({self.backend})"]
         self._procs: dict[int, subprocess.Popen] = {}
@@ -230,7 +231,11 @@ class TPLeader:
             return self.rank.step(token, position)
         return self._run(run)
 
-    def setup_fast_path(self, allow_graph: bool, compile_layers: bool) -> None:
+    def setup_fast_path(self, allow_graph: bool, compile_layers: bool,
+                        reproducible: tuple[int, ...] | None = None) -> None:
+        if reproducible is not None:  # resolve_config refuses it first
+            raise BadRequest("the reproducible mode does not run under tensor parallelism")
+
         def run():
             self._header(OP_SETUP, int(allow_graph), int(compile_layers))
             self.rank.setup(allow_graph, compile_layers)

@@ -84,18 +84,19 @@ class TPSession(Session):
         try:
             lm.model.to("meta")  # every rank holds its own copy now: free the host's
             super().__init__(replace(lm, device=self.leader.device), req.kv_dtype,
-                             compile_layers=req.compile)
+                             compile_layers=req.compile, reproducible=req.reproducible)
             self.num_speculative_tokens = req.num_speculative_tokens
         except BaseException:
             self.leader.close()
             raise
 
-    def _configure(self, lm, kv_dtype, fast_path, compile_layers):
+    def _configure(self, lm, kv_dtype, fast_path, compile_layers, reproducible=None):
         """Session's resolution, for the share of the model one card holds (NCCL's buffers
         off the allocator's budget), with the KV dtype the leader's caches were made with."""
         kv, why = self._kv_choice
         config = resolve_config(lm, kv, fast_path, compile_layers, backends=self._backends,
                                 world_size=self.leader.spec.world_size,
+                                reproducible=reproducible,
                                 reserved_bytes=NCCL_BUFFERS_BYTES)
         return replace(config, kv_reason=why)
 

@@ -10,6 +10,7 @@ import math
 from importlib import metadata
 
 from engine.events import BadRequest, kv_dtype_choices, quant_choices
+from engine.generate.reproducible import WORDS
 from engine.serve import chat_cli, import_cli
 from engine.server import command as serve_command
 
@@ -182,6 +183,9 @@ def _load_args(p: argparse.ArgumentParser, context: bool = True) -> None:
     p.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
                    help="cut the model across N GPUs (with --device cpu: N CPU processes)")
     p.add_argument("--lm-head", default="16bit", help="16bit, or a quantized copy: int8, int4")
+    p.add_argument("--reproducible", choices=tuple(WORDS), default="auto",
+                   help="greedy answers that do not change with how they were computed (warm "
+                        "or cold cache, speculation, chunk sizes); auto: the device's default")
 
 
 def _one_of(words: tuple[str, ...]) -> str:

@@ -22,6 +22,7 @@ from engine.events import (
     Token,
     event_to_json,
 )
+from engine.generate.reproducible import reproducible_of
 from engine.serve import chat_cli, import_cli
 from engine.serve.arguments import build_parser
 
@@ -179,7 +180,8 @@ def _requests(args) -> tuple[LoadRequest, GenerateRequest]:
                        context=args.context, device=args.device,
                        memory_limit_gib=args.memory_limit, draft=args.draft,
                        num_speculative_tokens=args.num_speculative_tokens,
-                       tensor_parallel=args.tensor_parallel, lm_head=args.lm_head)
+                       tensor_parallel=args.tensor_parallel, lm_head=args.lm_head,
+                       reproducible=reproducible_of(args))
     gen = GenerateRequest(prompt=args.prompt, messages=messages, system=args.system,
                           raw=args.raw, max_new_tokens=args.max_new_tokens, stop=tuple(args.stop),
                           sampling=SamplingParams(args.temperature, args.top_p, args.top_k,

@@ -23,8 +23,8 @@ from engine.cache.kv_cache import KVCache
 from engine.config import overrides
 from engine.config.backends import Backends
 from engine.formats import families
-from engine.models import fused_ops
-from engine.models.layers import FamilyStep
+from engine.models import fused_ops, invariant
+from engine.models.layers import FamilyStep, apply_linear
 from engine.models.step_weights import supports
 
 MIN_BUCKET = 256
@@ -67,8 +67,10 @@ class DecodeEngine(Protocol):
     mode: str  # "graph" | "static" | "generic"
     notes: list[str]  # what setup chose, for the load event
     block_graphs: dict  # (T, bucket) -> a captured verify block
+    fixed_threads: bool  # the reproducible mode holds under this CPU thread count only
 
-    def setup_fast_path(self, allow_graph: bool, compile_layers: bool) -> None: ...
+    def setup_fast_path(self, allow_graph: bool, compile_layers: bool,
+                        reproducible: tuple[int, ...] | None = None) -> None: ...
 
     def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         """ids [T] at start.. -> the last position's logits [V] (a prefill chunk)."""
@@ -103,9 +105,14 @@ class Decoder:
         self.block_graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor,
                                                        torch.Tensor]] = {}
         self.block_start = torch.zeros(1, dtype=torch.long, device=device)
+        self.reproducible = False  # make_reproducible: every pass through the family step
+        self.fixed_threads = False  # the mode holds under this thread count only
 
-    def setup_fast_path(self, allow_graph: bool, compile_layers: bool) -> None:
-        """Choose the decode path once, at load; say why in `notes` when it is not the fastest."""
+    def setup_fast_path(self, allow_graph: bool, compile_layers: bool,
+                        reproducible: tuple[int, ...] | None = None) -> None:
+        """Choose the decode path once, at load; say why in `notes` when it is not the fastest.
+        `reproducible`: the thread counts the reproducible mode must hold under (None: off);
+        it is set up before the graphs are captured, which then hold its pieces."""
         if self.family is None:
             if not supports(self.model):
                 covers = families.listing(families.fast_path_types())
@@ -119,6 +126,8 @@ class Decoder:
         note = fused_ops.prepare(self.family, self.device, compile_layers)
         if note:
             self.notes.append(note)
+        if reproducible is not None:
+            self._reproducible(reproducible)
         if self.device.type != "cuda":
             self.notes.append("CPU: the decode step runs eagerly (CUDA graphs need a GPU)")
             return
@@ -134,6 +143,32 @@ class Decoder:
             self.graphs.clear()
             self.notes.append(f"CUDA graph capture failed ({type(e).__name__}: {e}); "
                               "decode runs eagerly")
+
+    def _reproducible(self, thread_counts: tuple[int, ...]) -> None:
+        try:
+            self.notes.append(self.make_reproducible(thread_counts))
+        except RuntimeError:
+            if len(thread_counts) < 2:
+                raise
+            self.notes.append(self.make_reproducible() + "; the CPU thread count stays fixed "
+                              "(a row's bits change with it here)")
+            self.fixed_threads = True
+
+    def make_reproducible(self, thread_counts: tuple[int, ...] = ()) -> str:
+        """The reproducible mode (models/invariant.py): products in tiles calibrated here
+        (each row's bits alone under each of `thread_counts`), every prefill chunk and verify
+        block through the family step with attention per row, verify blocks eager. Raises
+        RuntimeError where one row alone does not repeat its bits under those counts.
+        -> a note for the load event."""
+        if self.family is None:
+            raise RuntimeError("the reproducible mode needs the engine's own step")
+        tiles = invariant.calibrate(self.family, apply_linear, thread_counts)
+        if tiles is None:
+            raise RuntimeError("a product of one row does not repeat its bits here")
+        self.family.make_reproducible(tiles, lambda end: bucket(self.buckets, end))
+        self.block_graphs.clear()
+        self.reproducible = True
+        return f"reproducible: products in tiles of rows ({tiles.describe()})"
 
     @torch.inference_mode()
     def capture(self) -> None:
@@ -154,7 +189,7 @@ class Decoder:
         generations.
         """
         todo = sorted({T for T in sizes if T > 1} - {T for T, _ in self.block_graphs})
-        if self.mode != "graph" or not todo:
+        if self.mode != "graph" or not todo or self.reproducible:  # its blocks need host rows
             return
         tail = self.cache.max_len - max(todo)
         self.cache.crop(min(len(self.cache.token_ids), tail))
@@ -200,6 +235,11 @@ class Decoder:
         if self.model is None:
             return self.family.prefill(ids, start)
         T = ids.numel()
+        if self.reproducible:  # each row as its own decode step would compute it
+            self.cache.reserve(start + T)
+            positions = torch.arange(start, start + T, device=self.device)
+            return self.family.block(ids, positions, bucket(self.buckets, start + T),
+                                     last_only=True, first=start)[-1]
         if (self.family is not None and not self.family.compiled
                 and (T <= SHORT_PREFILL or start + T <= kernel_prefill(self.cache.backends))
                 and decode_attention.backend(self.cache) == "triton"):
@@ -224,7 +264,7 @@ class Decoder:
         captured = self.block_graphs.get((T, kv_len))
         if captured is None:
             return self.family.block(ids, torch.arange(start, start + T, device=self.device),
-                                     kv_len)
+                                     kv_len, first=start)
         graph, tokens, logits = captured
         tokens.copy_(ids)
         self.block_start.fill_(start)  # a host scalar into the graph's input: no sync

@@ -26,6 +26,7 @@ from engine.events import (
     Token,
 )
 from engine.files.model_folder import config_only_folder
+from engine.generate.reproducible import reproducible_of
 from engine.generate.session import Session
 from engine.load import loader
 from engine.platform import telemetry
@@ -110,7 +111,7 @@ def run(model: str | None, random_weights: bool, quant: str, kv_dtype: str, prom
         new_tokens: int, num_prompts: int, eager: bool, compile_layers: bool,
         baseline_hf: bool, device: str, memory_limit_gib: float | None,
         spec: SpecArgs | None = None, tensor_parallel: int = 1,
-        lm_head: str = "16bit") -> BenchResult:
+        lm_head: str = "16bit", reproducible: bool | None = None) -> BenchResult:
     spec = spec or SpecArgs()
     context = prompt_len + new_tokens
     if spec.prompts_file:  # the file decides the prompt lengths; the model's context holds them
@@ -118,7 +119,7 @@ def run(model: str | None, random_weights: bool, quant: str, kv_dtype: str, prom
     req = LoadRequest(model=model, quant=quant, kv_dtype=kv_dtype, context=context,
                       device=device, memory_limit_gib=memory_limit_gib, eager=eager,
                       compile=compile_layers, draft=spec.draft, tensor_parallel=tensor_parallel,
-                      lm_head=lm_head)
+                      lm_head=lm_head, reproducible=reproducible)
     req.validate()
     if tensor_parallel > 1 and baseline_hf:
         raise BadRequest("--baseline-hf runs transformers on one device; leave it out with "
@@ -141,7 +142,8 @@ def run(model: str | None, random_weights: bool, quant: str, kv_dtype: str, prom
     if tensor_parallel > 1:
         session = tp_session.TPSession(lm, req, tp_device)
     else:
-        session = Session(lm, kv_dtype, fast_path=not eager, compile_layers=compile_layers)
+        session = Session(lm, kv_dtype, fast_path=not eager, compile_layers=compile_layers,
+                          reproducible=reproducible)
     try:
         return _measure(session, prompt_len, new_tokens, num_prompts, baseline_hf, spec,
                         random_weights, req, t0)
@@ -288,7 +290,8 @@ def run_cli(args) -> int:
                     args.synthetic_acceptance, args.prompts)
     result = run(args.model, args.random_weights, args.quant, args.kv_dtype, args.prompt_len,
                  args.new_tokens, args.num_prompts, args.eager, args.compile, args.baseline_hf,
-                 args.device, args.memory_limit, spec, args.tensor_parallel, args.lm_head)
+                 args.device, args.memory_limit, spec, args.tensor_parallel, args.lm_head,
+                 reproducible_of(args))
     print(json.dumps(asdict(result)) if args.json else markdown(result), flush=True)
     if args.out:
         with open(args.out, "w") as f:
