@@ -33,14 +33,15 @@ class AppSettings:
                            kv_dtype=obj.get("kv_dtype", "auto"), context=obj.get("context"),
                            draft=obj.get("draft"),
                            num_speculative_tokens=obj.get("num_speculative_tokens"),
-                           tensor_parallel=obj.get("tensor_parallel", 1))
+                           tensor_parallel=obj.get("tensor_parallel", 1),
+                           reproducible=obj.get("reproducible"))
 
     def set_last_load(self, request: LoadRequest) -> None:
         self.q.setValue("models/last_load", json.dumps({
             "model": request.model, "quant": request.quant, "kv_dtype": request.kv_dtype,
             "context": request.context, "draft": request.draft,
             "num_speculative_tokens": request.num_speculative_tokens,
-            "tensor_parallel": request.tensor_parallel}))
+            "tensor_parallel": request.tensor_parallel, "reproducible": request.reproducible}))
 
     def endpoints(self) -> list[str]:
         """Base URLs of the OpenAI-compatible endpoints added; their keys are in the keyring."""

@@ -27,6 +27,15 @@ WINDOW = Qt.ShortcutContext.WindowShortcut  # the keys work wherever the focus i
 RETURN_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
 
 
+GREEDY_SAME = ("These settings are greedy (temperature 0 or a fixed seed): a regenerated answer "
+               "would come out the same.")
+# without the reproducible mode a pass's arithmetic depends on how it was cut (a warm cache,
+# a prefill chunk, speculation): where two tokens are nearly tied, the answer can turn
+GREEDY_NEARLY = ("These settings are greedy (temperature 0 or a fixed seed): a regenerated "
+                 "answer would come out nearly the same, not always exactly: where the model's "
+                 "top two choices are close, how the answer was computed can tip it. "
+                 "\"Reproducible greedy\" in the model picker makes it exact.")
+
 class ChatView(QWidget):
     sig_settings_requested = Signal()
     """The user wants the shown conversation's settings."""
@@ -60,9 +69,7 @@ class ChatView(QWidget):
         self.edit_banner.setVisible(False)
         self.greedy_banner = QWidget()  # a greedy regenerate would repeat the answer: say so
         self.greedy_banner.setObjectName("greedyBanner")
-        self.greedy_label = QLabel(
-            "These settings are greedy (temperature 0 or a fixed seed): a regenerated answer "
-            "would come out the same.")
+        self.greedy_label = QLabel(GREEDY_SAME)
         self.greedy_label.setWordWrap(True)
         self.sampling_button = QPushButton("Regenerate with sampling")
         self.sampling_button.setToolTip("This once at temperature 0.8 (or the conversation's "
@@ -172,6 +179,8 @@ class ChatView(QWidget):
 
     def _on_regenerate_requested(self) -> None:
         if self.controller.regenerate_would_repeat:
+            self.greedy_label.setText(GREEDY_SAME if self.controller.reproducible()
+                                      else GREEDY_NEARLY)
             self.greedy_banner.setVisible(True)
             return
         self._regenerate(with_sampling=False)

@@ -36,6 +36,13 @@ class ConversationBrowser(QObject):
         is_whole = bool(path) and path[-1].role == "assistant" and path[-1].status == "done"
         return is_whole and (settings.temperature == 0 or settings.seed is not None)
 
+    def reproducible(self) -> bool:
+        """The loaded model runs the reproducible mode (its Loaded event's config says): a
+        greedy answer comes out the same however it was computed. `loaded` is the chat
+        controller's last Loaded."""
+        loaded = getattr(self, "loaded", None)
+        return bool(loaded is not None and (loaded.config or {}).get("reproducible"))
+
     def conversations(self) -> list[Conversation]:
         return self.store.conversations()
 

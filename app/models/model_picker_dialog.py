@@ -163,7 +163,8 @@ class ModelPickerDialog(QDialog):
         return LoadRequest(model=entry.load_name, quant=quant, kv_dtype=kv_dtype, context=context,
                            draft=draft,
                            num_speculative_tokens=speculation.num_speculative_tokens
-                           if draft else None, tensor_parallel=tp)
+                           if draft else None, tensor_parallel=tp,
+                           reproducible=self.fit_panel.reproducible())
 
     # ------------------------------------------------------------------ slots
 

@@ -160,7 +160,10 @@ class Session:
         if self.draft is not None:
             d = self.draft
             notes += (f"speculative decoding with the draft {d.lm.folder.path} "
-                      f"({d.lm.quant}, decode path: {d.decoder.mode})",)
+                      f"({d.lm.quant}, decode path: {d.decoder.mode})" + (
+                          "" if self.config.reproducible else
+                          "; greedy answers equal plain decoding's except where the top two "
+                          "choices are close (exactly, with --reproducible on)"),)
         config = {**self.config.as_dict(), "decode_attention": decode_attention.backend(
             self.cache), "failed_kernels": self.cache.health.as_list()}
         return Loaded(str(lm.folder.path), lm.folder.architecture, str(lm.device), lm.quant,

@@ -92,13 +92,14 @@ class RopeTable:
         return self.cos[pos].to(dtype), self.sin[pos].to(dtype)
 
 
-def row_buckets(first: int, T: int, bucket: Callable[[int], int]) -> list[tuple[int, int, int]]:
-    """Rows first..first+T-1 as runs (lo, hi, kv_len) of rows whose decode step reads the same
-    KV bucket (kv_len = bucket(position + 1))."""
+def row_buckets(first: int, T: int, bucket: Callable[[int], int], most: int
+                ) -> list[tuple[int, int, int]]:
+    """Rows first..first+T-1 as runs (lo, hi, kv_len) of at most `most` rows whose decode step
+    reads the same KV bucket (kv_len = bucket(position + 1))."""
     runs: list[tuple[int, int, int]] = []
     for t in range(T):
         L = bucket(first + t + 1)
-        if runs and runs[-1][2] == L:
+        if runs and runs[-1][2] == L and t - runs[-1][0] < most:
             runs[-1] = (runs[-1][0], t + 1, L)
         else:
             runs.append((t, t + 1, L))

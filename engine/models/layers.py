@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from engine.attention import decode_attention
 from engine.cache import kv_arena
 from engine.cache.kv_cache import KVCache, LayerKV
+from engine.events import MAX_SPECULATIVE_TOKENS
 from engine.models import invariant
 from engine.models.step_weights import WHOLE, Shard, StepWeights, weights_of
 
@@ -202,10 +203,12 @@ class FamilyStep:
         the bits of single steps), PyTorch's kernels one row at a time (their order changes
         with the row count)."""
         device = self.embed.device
-        if decode_attention.backend(self.cache) == "triton":
+        if decode_attention.backend(self.cache) == "triton":  # runs no longer than a verify
+            # block: past that the kernel tiles and splits a pass as a prefill chunk
             parts = [(lo, hi, self._bucket_attention(
                 torch.arange(first + lo, first + hi, device=device), L, hi - lo))
-                for lo, hi, L in invariant.row_buckets(first, T, self._bucket)]
+                for lo, hi, L in invariant.row_buckets(first, T, self._bucket,
+                                                       MAX_SPECULATIVE_TOKENS + 1)]
         elif decode_attention.backend(self.cache) == "sdpa":
             rows = [(first + t, self._bucket(first + t + 1)) for t in range(T)]
             masks = [(torch.arange(L, device=device) <= p)[None, None, None, :] for p, L in rows]
@@ -224,6 +227,17 @@ class FamilyStep:
             # q: [1, H, T, D] -> [1, T, H D]
             return torch.cat([attend(i, q[:, :, lo:hi], kv) for lo, hi, attend in parts], dim=1)
         return attention
+
+    def prefill(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """ids: [T] int64 at positions start..start+T-1 -> logits of the last one [V]; writes
+        their K/V into the cache. As attention/prefill.py: causal flash attention over a
+        contiguous copy of the blocks, no KV expansion (a rank's prefill: it has no
+        transformers modules)."""
+        end = start + ids.numel()
+        self.cache.reserve(end)
+        positions = torch.arange(start, end, device=ids.device)
+        attention = self._causal_attention(start, end)
+        return self._logits(ids, positions, attention, self.eager_fns, last_only=True)[0, 0]
 
     def _bucket_attention(self, pos: torch.Tensor, kv_len: int, T: int) -> Attention:
         """Decode and verify: keys up to the bucket's kv_len; key j is visible to the token at

@@ -5,6 +5,8 @@ title following the first message, and why Send waits while another chat is answ
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QGuiApplication
 
@@ -158,6 +160,8 @@ def test_a_greedy_regenerate_says_it_would_repeat_and_offers_sampling(qtbot, mak
         chat.send_button.click()
     chat.regenerate_button.click()
     assert chat.greedy_banner.isVisibleTo(chat) and "greedy" in chat.greedy_label.text()
+    # loaded without the reproducible mode: "nearly the same", not a promise it cannot keep
+    assert "nearly the same, not always exactly" in chat.greedy_label.text()
     assert len(generates(fake_log)) == 1  # nothing sent yet
     with ended(qtbot, window):
         chat.sampling_button.click()
@@ -171,6 +175,9 @@ def test_a_greedy_regenerate_says_it_would_repeat_and_offers_sampling(qtbot, mak
         chat.anyway_button.click()
     assert generates(fake_log)[-1].sampling.temperature == 0.0
     assert store.messages(controller.conversation.id)[-1].num_alternatives == 3
+    controller.loaded = replace(controller.loaded, config={"reproducible": True})
+    chat.regenerate_button.click()
+    assert chat.greedy_label.text().endswith("would come out the same.")  # the mode: exact
 
 
 def test_each_answer_shows_its_facts_and_each_code_block_a_copy_button(qtbot, make_window,

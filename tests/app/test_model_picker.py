@@ -84,6 +84,9 @@ def test_an_8_gib_card_fits_4_bit_but_not_bf16(qtbot, settings, hub):
     assert verdict.endswith("does not fit.")
     assert dialog.load_request() == LoadRequest(model="Qwen/Qwen2.5-7B-Instruct", quant="bf16",
                                                 kv_dtype="auto", context=8192)
+    dialog.fit_panel.reproducible_check.setChecked(True)  # the mode, asked for at load
+    assert dialog.load_request().reproducible is True
+    assert "17-24x" in dialog.fit_panel.reproducible_check.toolTip()  # its cost, said first
 
 
 def test_a_big_card_fits_bf16(qtbot, settings, hub):

@@ -12,6 +12,7 @@ import pytest
 from engine.events import GenerateRequest, LoadRequest, SamplingParams
 from engine.generate.session import Session
 from tests.engine.helpers import token_ids
+from tests.engine.models.test_invariant import pieces_work_row_by_row, same_bits_as_steps
 
 N_NEW = 32
 SYSTEM = "You are a helpful assistant."
@@ -32,6 +33,15 @@ def _ask(session, messages, lookup=False) -> list[int]:
     req = GenerateRequest(messages=tuple(messages), system=SYSTEM, max_new_tokens=N_NEW,
                           sampling=SamplingParams(temperature=0.0), prompt_lookup=lookup)
     return token_ids(session.generate(req))
+
+
+def test_each_piece_and_block_keeps_a_rows_bits(session):
+    """The per-piece property on the real model: norms, SiLU, RoPE, and blocks of 1 to 64
+    rows across the 256-token bucket's edge against decode steps (every linear inside)."""
+    step = session.decoder.family
+    assert set(step.invariant.rows) == {"qkv", "o", "gate_up", "down", "lm_head"}
+    pieces_work_row_by_row(step, step.fns)
+    same_bits_as_steps(session, 230)
 
 
 def test_warm_equals_cold_over_three_turns(session):

@@ -103,8 +103,10 @@ def pieces_work_row_by_row(step, fns: dict) -> None:
 
 def test_the_row_buckets_split_where_the_decode_bucket_changes():
     buckets = [256, 512, 1024]
-    runs = invariant.row_buckets(250, 10, lambda end: bucket(buckets, end))
+    runs = invariant.row_buckets(250, 10, lambda end: bucket(buckets, end), 17)
     assert runs == [(0, 6, 256), (6, 10, 512)]  # positions 250..255 read 256 keys, 256.. 512
+    runs = invariant.row_buckets(0, 40, lambda end: bucket(buckets, end), 17)
+    assert runs == [(0, 17, 256), (17, 34, 256), (34, 40, 256)]  # no run past a verify block
 
 
 def test_calibration_finds_the_tiles_this_cpu_keeps(tiny_models):

@@ -23,8 +23,7 @@ SHAPE_7B = Path(__file__).resolve().parents[3] / "packaging" / "bench" / "qwen2.
 def demo():
     s = Session.load(LoadRequest(device="cuda", quant="bf16", reproducible=True))
     assert s.config.reproducible and s.decoder.mode == "graph"
-    yield s
-    s.close()
+    return s
 
 
 def _random_7b(quant: str) -> Session:
@@ -47,6 +46,18 @@ def test_demo_model_pieces_work_row_by_row_fused_too(demo):
     pieces_work_row_by_row(step, step.fns)  # the Triton pieces where they run
 
 
+def test_demo_model_answers_do_not_depend_on_how_they_were_computed(demo):
+    """The SmolLM2 tests' end-to-end checks on the GPU with the demo model: warm = cold over
+    three turns, the same request twice, prompt lookup = plain, chunk sizes 1 to 512."""
+    from tests.engine.generate import test_reproducible_smollm2 as e2e
+
+    e2e.test_warm_equals_cold_over_three_turns(demo)
+    e2e.test_the_same_request_twice_gives_the_same_tokens(demo)
+    e2e.test_prompt_lookup_gives_the_plain_tokens(demo)
+    for question in e2e.CHUNK_PROMPTS:
+        e2e.test_prefill_chunk_sizes_give_the_same_tokens(demo, question)
+
+
 @pytest.mark.parametrize("quant", ["bf16", "awq"])
 def test_7b_shape_rows_get_their_decode_steps_bits(quant):
     s = _random_7b(quant)
@@ -55,5 +66,5 @@ def test_7b_shape_rows_get_their_decode_steps_bits(quant):
         print(s.decoder.notes)
         same_bits_as_steps(s, 230, counts=(1, 2, 7, 16, 17, 33, 64))
     finally:
-        s.close()
+        del s
         torch.cuda.empty_cache()
