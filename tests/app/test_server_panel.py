@@ -93,3 +93,38 @@ def test_the_panel_serves_the_window_model_and_stops(qtbot, settings):
         assert key not in Path(settings.q.fileName()).read_text()
     finally:
         worker.kill()
+
+
+def test_a_kept_server_serves_on_after_the_window_lets_go(qtbot, settings):
+    """"Keep serving after Hearth closes": the window releases its worker (what closeEvent does
+    when the panel keeps serving) and the server answers on, until the process is told to end
+    (SIGTERM); without the box, closing stops it (the panel's keeps_serving is False)."""
+    from app.worker.worker_client import RELEASED
+
+    worker = WorkerClient()
+    panel = ServerPanel(worker, settings)
+    qtbot.addWidget(panel)
+    try:
+        with qtbot.waitSignal(worker.sig_loaded, timeout=TIMEOUT_MS):
+            worker.send(LoadRequest(device="cpu", context=256))
+        panel.set_has_model(True)
+        port = _free_port()
+        panel.port_spin.setValue(port)
+        panel.key_edit.setText("")  # no key: the default host needs none
+        panel.keep_check.setChecked(False)
+        assert not panel.keeps_serving  # not serving yet, and not asked to keep
+        panel.keep_check.setChecked(True)
+        with qtbot.waitSignal(worker.sig_serving, timeout=TIMEOUT_MS):
+            panel.start_button.click()
+        assert panel.keeps_serving
+        worker.release()
+        process = RELEASED[-1]
+        url = f"http://127.0.0.1:{port}/v1"
+        qtbot.wait(500)  # its stdin closed: a worker that stopped would be gone by now
+        assert _call(url + "/models")["data"]  # the window's hold is gone; the server is not
+        process.terminate()  # SIGTERM: what ends a kept server
+        assert process.waitForFinished(30_000)
+        with pytest.raises(OSError):
+            _call(url + "/models")
+    finally:
+        worker.kill()

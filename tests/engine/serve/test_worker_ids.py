@@ -247,3 +247,41 @@ def test_serving_beyond_this_machine_needs_a_key(worker):
     worker.command(json.dumps({"command": "serve", "id": "open", "host": "0.0.0.0"}))
     rid, failed = _wait_event(worker, start, "failed")
     assert rid == "open" and failed.bad_input and "without an API key" in failed.error
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_kept_server_outlives_the_window_until_a_signal(one_thread, keep):
+    """The window gone (stdin ended): a server started with keep answers on, the worker's
+    stdout quiet, until the signal comes; without keep it stops with the window."""
+    pytest.importorskip("fastapi")
+    out = Lines()
+    w = Worker(out)
+    thread = threading.Thread(target=w.run_jobs, daemon=True)
+    thread.start()
+    try:
+        w.command(json.dumps({"command": "load", "device": "cpu", "context": 256}))
+        out.wait_for(lambda: any('"loaded"' in x or '"failed"' in x for x in out.lines))
+        w.command(json.dumps({"command": "serve", "port": 0, "keep": keep}))
+        _, serving = _wait_event(w, 0, "serving")
+        signal = threading.Event()
+        waiting = threading.Event()
+
+        def wait_for_signal():
+            waiting.set()
+            signal.wait(60)
+
+        leaving = threading.Thread(target=w.leave, args=(wait_for_signal,), daemon=True)
+        leaving.start()
+        if keep:
+            assert waiting.wait(10)
+            lines = len(out.lines)
+            models = _get(serving.url + "/models")  # the window is gone; the server is not
+            assert models["data"] and len(out.lines) == lines  # nothing more on stdout
+            signal.set()
+        leaving.join(30)
+        assert not leaving.is_alive() and waiting.is_set() == keep
+        with pytest.raises(OSError):
+            _get(serving.url + "/models")  # stopped: with the signal, or with the window
+    finally:
+        w.engine.stop()
+        thread.join(timeout=5)
