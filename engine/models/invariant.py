@@ -5,13 +5,13 @@ was computed (issue 32; "Defeating Nondeterminism in LLM Inference", Thinking Ma
 
 What varies with the number of rows in a pass, and what the mode does about it:
 - matrix products: BLAS libraries pick a kernel, and with it a summation order, by the row
-  count (here bf16 rows of 1 to 17 match, 33 do not). At load, `calibrate` finds for each
-  linear the largest tile of rows, at most MAX_TILE, whose every size gives each row the bits
-  of that row alone (under 1 thread and the session's count), and the mode runs products in
-  tiles of that size (1 where none matches: one row at a time);
+  count (BENCHMARKS.md, "Reproducible greedy", says which counts kept a row's bits where). At
+  load, `calibrate` finds for each linear the largest tile of rows, at most MAX_TILE, whose
+  every size gives each row the bits of that row alone (under 1 thread and the session's
+  count), and the mode runs products in tiles of that size (1 where none matches);
 - attention: each row runs exactly the decode step's attention call (its own KV bucket, its
-  own mask), alone on the CPU kernels, and grouped by bucket in the Triton kernel, whose rows
-  already get the bits of single steps;
+  own mask), alone on the CPU kernels, and in the Triton kernel grouped by bucket in runs no
+  longer than a verify block, whose rows get the bits of single steps;
 - RoPE: its tables come from one table over every position, not from each pass's positions.
 Norms, SiLU and residual adds work row by row already (tests/engine/models/test_invariant.py
 holds every piece to the property).
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-MAX_TILE = 16  # rows: more would need a larger probe, and bf16 CPU products break past 17
+MAX_TILE = 16  # rows: the probe's size; bf16 products on the CPU and the H200 keep 16
 
 
 @dataclass
