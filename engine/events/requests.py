@@ -104,7 +104,7 @@ class LoadRequest:
         if self.lm_head not in LM_HEADS:
             raise BadRequest(f"unknown --lm-head {self.lm_head!r}; choose one of "
                              f"{', '.join(LM_HEADS)}")
-        if self.reproducible not in (None, True, False):
+        if self.reproducible is not None and type(self.reproducible) is not bool:  # not 1, not "on"
             raise BadRequest(f"reproducible is true, false or null, not {self.reproducible!r}")
         if self.lm_head != "16bit" and self.tensor_parallel != 1:
             raise BadRequest("--tensor-parallel cuts a 16-bit lm_head only; leave out --lm-head")

@@ -50,8 +50,9 @@ def tiled(x: torch.Tensor, product: Callable[[torch.Tensor], torch.Tensor], rows
 def largest_tile(product: Callable[[torch.Tensor], torch.Tensor], in_features: int,
                  dtype: torch.dtype, device: torch.device,
                  thread_counts: tuple[int, ...] = ()) -> int:
-    """The largest tile of 2, 4, 8, MAX_TILE rows for which every size from 1 up gives each of
-    its rows the bits of that row alone, under each of `thread_counts` (CPU); else 1."""
+    """The largest tile of 1, 2, 4, 8, MAX_TILE rows for which every size from 1 up gives each
+    of its rows the bits of that row alone, under each of `thread_counts` (CPU); 0 where even
+    one row alone does not repeat its bits."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, MAX_TILE, in_features, generator=g).to(device, dtype)
     threads = torch.get_num_threads()

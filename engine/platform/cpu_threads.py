@@ -30,19 +30,19 @@ def usable_cpus() -> set[int]:
 
 def busy_seconds(cpus: set[int], stat: Path = _PROC_STAT) -> float | None:
     """CPU seconds spent busy (not idle, not waiting for I/O) on `cpus` since boot, by every
-    process; None where /proc/stat is not there (not Linux)."""
+    process; None where /proc/stat is not there (not Linux) or not as Linux writes it."""
     try:
         lines = stat.read_text().splitlines()
-    except OSError:
+        ticks = 0
+        for line in lines:
+            name, _, rest = line.partition(" ")
+            if not (name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus):
+                continue
+            # user nice system idle iowait irq softirq steal [guest guest_nice: inside user]
+            fields = [int(f) for f in rest.split()[:8]]
+            ticks += sum(fields) - fields[3] - fields[4]
+    except (OSError, ValueError, IndexError):  # not there, or not in the format we know
         return None
-    ticks = 0
-    for line in lines:
-        name, _, rest = line.partition(" ")
-        if not (name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus):
-            continue
-        # user nice system idle iowait irq softirq steal [guest guest_nice: inside user, nice]
-        fields = [int(f) for f in rest.split()[:8]]
-        ticks += sum(fields) - fields[3] - fields[4]
     return ticks / os.sysconf("SC_CLK_TCK")
 
 

@@ -138,3 +138,11 @@ def test_the_mode_is_named_in_the_load_event_with_its_reason(tiny_models):
     with pytest.raises(BadRequest, match="--reproducible on cannot run here: phi3 runs "
                                          "through transformers' modules"):
         _session(tiny_models["phi3"])
+
+
+@pytest.mark.parametrize("value", [1, 0, "on", "yes"])
+def test_reproducible_must_be_true_false_or_null(value):
+    from engine.events import BadRequest
+
+    with pytest.raises(BadRequest, match="reproducible is true, false or null"):
+        LoadRequest(reproducible=value).validate()

@@ -134,3 +134,11 @@ def _load(model):
     from engine.events import LoadRequest
 
     return LoadRequest(model=str(model), device="cpu")
+
+
+def test_a_proc_stat_it_cannot_read_leaves_the_count_alone(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu0 lots of time\n")
+    assert busy_seconds({0}, stat) is None
+    stat.write_text("cpu0 1 2\n")
+    assert busy_seconds({0}, stat) is None
