@@ -15,12 +15,39 @@ here: attention/prefill.py runs SDPA for it.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from engine.cache import kv_arena
 from engine.cache.kv_cache import KVCache, LayerKV
 from engine.kernels import attention_backend
 from engine.kernels.decode_splits import MAX_SPLITS, MIN_SPLIT_TOKENS, num_splits  # noqa: F401
+
+
+class BatchRows(NamedTuple):
+    """The N sequences of a batched decode step (one token each), beside their tokens and
+    positions: table [>= N, max_blocks] int32, row i sequence i's blocks; lens [N] int32, each
+    row's own KV bucket (the one its step alone would read); splits [N] int32, that bucket's
+    split count (row_splits); kv_len, the largest bucket (a host int, fixed per captured graph);
+    host_lens, the buckets as host ints for the eager per-row paths (None inside a graph)."""
+
+    table: torch.Tensor
+    lens: torch.Tensor
+    splits: torch.Tensor
+    kv_len: int
+    host_lens: tuple[int, ...] | None
+
+
+def row_splits(cache: KVCache, kv_len: int) -> int:
+    """How many splits the Triton kernel cuts a step's bucket of kv_len into on this device (1
+    on the other paths, which do not read it)."""
+    if backend(cache) != "triton":
+        return 1
+    from engine.kernels import decode_attention_kernel
+
+    return decode_attention_kernel.splits_for(kv_len, cache.num_kv_heads, cache.device,
+                                              cache.backends.launch, cache.quantized)
 
 
 def backend(cache: KVCache) -> str:
@@ -93,6 +120,23 @@ def attend(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int, scaling
 
         return decode_attention_kernel.decode_attention(q, kv, pos, kv_len, scaling, launch)
     return reference(q, kv, pos, kv_len, scaling)
+
+
+def attend_batch(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, rows: BatchRows,
+                 scaling: float, how: str, launch: dict | None = None) -> torch.Tensor:
+    """A batched decode step: q: [1, H, N, D], token i of sequence i at pos[i], kv.table the
+    rows' tables (rows.table) -> [1, N, H D] in q's dtype. "triton": one launch for every row
+    (each row as its step alone computes it); "reference": row by row."""
+    if how == "triton":
+        from engine.kernels import decode_attention_kernel
+
+        return decode_attention_kernel.batched_decode_attention(
+            q, kv, pos, rows.lens, rows.splits, rows.kv_len, scaling, launch)
+    _, H, N, D = q.shape
+    out = torch.cat([reference(q[:, :, i:i + 1], kv._replace(table=rows.table[i]),
+                               pos[i:i + 1], rows.host_lens[i], scaling)
+                     for i in range(N)], dim=2)  # [1, H, N, D]
+    return out.transpose(1, 2).reshape(1, N, H * D)
 
 
 def reference(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int, scaling: float,

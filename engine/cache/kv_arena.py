@@ -26,7 +26,8 @@ DEQUANT_CHUNK_BLOCKS = 256  # 4,096 tokens: the fp32 transient of one chunk, not
 def store(values: torch.Tensor, scales: torch.Tensor | None, table: torch.Tensor,
           positions: torch.Tensor, x: torch.Tensor, fused: bool = False) -> None:
     """Write x: [1, H_kv, T, D] at `positions` ([T] int64) of the sequence whose block table is
-    `table` ([max_blocks] int32) into values: [num_blocks, H_kv, B, D] (+ scales:
+    `table` ([max_blocks] int32; [>= T, max_blocks]: token t of sequence t, a batched step)
+    into values: [num_blocks, H_kv, B, D] (+ scales:
     [num_blocks, H_kv, B], quantized first for int8/fp8), in place. `fused`: quantize and store
     in one Triton launch (attention_backend.fused_write: where the kernel reads the cache)."""
     B = values.shape[2]
@@ -37,7 +38,12 @@ def store(values: torch.Tensor, scales: torch.Tensor | None, table: torch.Tensor
 
         kv_write_kernel.quantize_store(values, scales, table, positions, x)
         return
-    blocks, slots = table[positions // B].long(), positions % B  # [T], [T]
+    if table.dim() == 2:  # row t's table for token t
+        rows = torch.arange(positions.shape[0], device=positions.device)
+        blocks = table[rows, positions // B].long()
+    else:
+        blocks = table[positions // B].long()  # [T]
+    slots = positions % B
     if scales is None:
         values[blocks, :, slots] = x.to(values.dtype)
         return

@@ -216,6 +216,20 @@ class KVCache:
         """Close the live sequence: its blocks go back, its committed full blocks stay cached."""
         self.crop(0)
 
+    def bind(self, table: Sequence) -> None:
+        """Make `table` (one of a batch's sequences, its blocks reserved by the scheduler) the
+        live sequence, for a pass that runs one sequence (a prefill chunk, a step of a batch of
+        one); the device table follows. Until `unbind`, the cache's own token bookkeeping
+        (token_ids, crop, reuse) is not in use: the batch's sequences hold theirs."""
+        self.seq = table
+        self._sync_table(0)
+
+    def unbind(self) -> None:
+        """Back to a live sequence of its own, empty (the batch released its sequences)."""
+        self.seq = Sequence()
+        self.token_ids = []
+        self._sync_table(0)
+
     def clear(self) -> None:
         """Forget everything, cached prefixes included: the next prompt is prefilled whole."""
         self.release()

@@ -48,6 +48,7 @@ class EngineConfig:
     allocator: str = ""  # torch's CUDA allocator settings in force ("" on a CPU)
     reproducible: bool = False  # the reproducible mode (models/invariant.py)
     reproducible_reason: str = ""  # why it is on or off, for the load event
+    kv_tokens: int | None = None  # the KV arena, for every sequence together (None: context)
 
     def as_dict(self) -> dict:
         """JSON-ready: the Loaded event's `config`."""
@@ -73,6 +74,8 @@ class EngineConfig:
             parts.append(f"allocator budget {self.allocator_budget_bytes / 2**30:.2f} GiB")
         if self.allocator:
             parts.append(f"allocator {self.allocator}")
+        if self.kv_tokens is not None:
+            parts.append(f"KV arena {self.kv_tokens:,} tokens")
         parts.append(f"reproducible {'on' if self.reproducible else 'off'} "
                      f"({self.reproducible_reason})")
         return "configuration: " + ", ".join(parts)

@@ -79,6 +79,9 @@ class LoadRequest:
     # greedy answers that do not change with how they were computed (models/invariant.py);
     # None: this device's default (generate/session_load.py reproducible_for)
     reproducible: bool | None = None
+    # tokens the KV arena holds for every sequence together (continuous batching shares it);
+    # None: one context's worth
+    kv_tokens: int | None = None
 
     def validate(self) -> None:
         for name in ("model", "draft"):
@@ -98,6 +101,10 @@ class LoadRequest:
             raise BadRequest(f"unknown --device {self.device!r}; choose auto, cuda or cpu")
         if self.context is not None and self.context < 16:
             raise BadRequest(f"context must be at least 16 tokens, got {self.context}")
+        if self.kv_tokens is not None and (type(self.kv_tokens) is not int
+                                           or self.kv_tokens < 16):
+            raise BadRequest(f"kv_tokens is a whole number of tokens, at least 16, not "
+                             f"{self.kv_tokens!r}")
         if self.memory_limit_gib is not None and not self.memory_limit_gib > 0:
             raise BadRequest(f"memory limit must be above 0 GiB, got {self.memory_limit_gib}")
         _check_speculative_tokens(self.num_speculative_tokens, minimum=1)

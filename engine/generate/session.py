@@ -35,14 +35,15 @@ from engine.events import (
     Stats,
     Token,
 )
+from engine.generate import session_events
 from engine.generate.detokenizer import Detokenizer, StopMatcher
 from engine.generate.prompt import Prompt
 from engine.generate.prompt import build as build_prompt
-from engine.generate.session_load import load_session, resolve_config
+from engine.generate.session_load import arena_blocks, load_session, resolve_config
 from engine.generate.template_guard import RenderCancelled
 from engine.load import loader
 from engine.plan.oom import memory_kind, out_of_memory
-from engine.platform import cpu_threads, telemetry
+from engine.platform import cpu_threads
 from engine.spec.controller import MAX_ADAPTIVE_K, Controller
 from engine.spec.proposers import DraftModel, PromptLookup
 from engine.spec.speculative import SpeculativeDecoding
@@ -67,10 +68,12 @@ class Session:
 
     def __init__(self, lm: loader.LoadedModel, kv_dtype: str = "auto", fast_path: bool = True,
                  compile_layers: bool = False, *, config: EngineConfig | None = None,
-                 reproducible: bool | None = None):
+                 reproducible: bool | None = None, kv_tokens: int | None = None):
         self.lm = lm
         self.config = config or self._configure(lm, kv_dtype, fast_path, compile_layers,
                                                 reproducible)
+        if kv_tokens is not None:
+            self.config = replace(self.config, kv_tokens=kv_tokens)
         self._init_speculation(self.config.speculation.num_speculative_tokens)
         self.speculation = self.config.speculation
         self.kv_dtype, self.kv_reason = self.config.kv_dtype, self.config.kv_reason
@@ -103,8 +106,13 @@ class Session:
         cfg = lm.model.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        num_blocks = None
+        if self.config.kv_tokens is not None:
+            num_blocks = arena_blocks(self.config.kv_tokens, cfg.num_hidden_layers, kv_heads,
+                                      head_dim, self.kv_dtype, lm.device,
+                                      self.config.allocator_budget_bytes)
         cache = KVCache(cfg.num_hidden_layers, kv_heads, head_dim, lm.context, self.kv_dtype,
-                        lm.device, backends=self.config.backends)
+                        lm.device, backends=self.config.backends, num_blocks=num_blocks)
         note = decode_attention.check_kernel(cache, cfg.num_attention_heads, lm.compute_dtype)
         return Decoder(lm.model, cache, lm.device), note
 
@@ -144,31 +152,17 @@ class Session:
         self.synthetic = proposer
         self.decoder.capture_blocks(range(2, (self.num_speculative_tokens or MAX_ADAPTIVE_K) + 2))
 
+    def can_batch(self) -> bool:
+        """Whether generations run together in continuous batches (generate/batch_run.py): the
+        engine's own step on one device, and no draft attached (speculation runs alone)."""
+        return (isinstance(self.decoder, Decoder) and self.decoder.family is not None
+                and self.decoder.mode in ("graph", "static") and self.draft is None)
+
+    def batching_note(self) -> str:
+        return session_events.batching_note(self)
+
     def loaded_event(self) -> Loaded:
-        lm = self.lm
-        kv = (f"KV cache: {self.kv_dtype} ({self.kv_reason}), "
-              f"{self.cache.num_bytes / 2**20:,.1f} MiB for {self.cache.max_len:,} tokens"
-              + (", one fp16 scale per token per KV head included" if self.cache.quantized
-                 else "")
-              + f", in blocks of {self.cache.block_size} tokens"
-              + (" that later conversations share by prefix" if self.cache.share_prefixes
-                 else ""))
-        notes = (*lm.notes, kv, f"decode path: {self.decoder.mode}",
-                 decode_attention.describe(self.cache),
-                 *([self.kernel_note] if self.kernel_note else []), *self.decoder.notes,
-                 self.config.summary())
-        if self.draft is not None:
-            d = self.draft
-            notes += (f"speculative decoding with the draft {d.lm.folder.path} "
-                      f"({d.lm.quant}, decode path: {d.decoder.mode})" + (
-                          "" if self.config.reproducible else
-                          "; greedy answers equal plain decoding's except where the top two "
-                          "choices are close (exactly, with --reproducible on)"),)
-        config = {**self.config.as_dict(), "decode_attention": decode_attention.backend(
-            self.cache), "failed_kernels": self.cache.health.as_list()}
-        return Loaded(str(lm.folder.path), lm.folder.architecture, str(lm.device), lm.quant,
-                      self.kv_dtype, lm.context, lm.weights_bytes, self.cache.num_bytes, notes,
-                      os.getpid(), config)
+        return session_events.loaded(self)
 
     def prompt(self, req: GenerateRequest, cancel: threading.Event | None = None) -> Prompt:
         """The ids to prefill, given what the cache holds now (generate/prompt.py)."""
@@ -305,22 +299,4 @@ class Session:
             new = decoding.next(len(ids) + n_new - 1, max_new - n_new)
 
     def _stats(self, ids, n_new, t_start, t_first, start, dropped, decoding=None) -> Stats:
-        now = time.perf_counter()
-        prefilled = len(ids) - start
-        ttft = (t_first - t_start) if t_first else 0.0
-        decode_s = now - t_first if t_first else 0.0
-        return Stats(
-            prompt_tokens=len(ids),
-            new_tokens=n_new,
-            ttft_ms=round(ttft * 1000, 2),
-            prefill_tokens_per_s=round(prefilled / ttft, 1) if ttft > 0 else 0.0,
-            decode_tokens_per_s=round((n_new - 1) / decode_s, 2) if n_new > 1 and decode_s else 0.0,
-            vram_used_bytes=telemetry.vram_used_bytes(self.lm.device),
-            kv_cache_bytes=self.cache.num_bytes,
-            context_used_tokens=len(ids) + n_new,
-            cached_prompt_tokens=start,
-            computed_prompt_tokens=prefilled,
-            dropped_messages=dropped,
-            pid=os.getpid(),
-            **(decoding.stats() if decoding is not None else {}),
-        )
+        return session_events.stats(self, ids, n_new, t_start, t_first, start, dropped, decoding)

@@ -36,6 +36,26 @@ def allocator_budget(device: torch.device) -> int:
     return int(total * torch.cuda.get_per_process_memory_fraction(device.index or 0))
 
 
+ARENA_RESERVE_BYTES = 2 * 2**30  # kept free beside a KV arena asked for by size: activations,
+ARENA_RESERVE_SHARE = 0.10  # graphs and the prefill pass (the larger of the two)
+
+
+def arena_blocks(kv_tokens: int, num_layers: int, num_kv_heads: int, head_dim: int,
+                 kv_dtype: str, device: torch.device, budget: int | None) -> int:
+    """Blocks for an arena of kv_tokens tokens; on a GPU at most what fits in the allocator's
+    budget beside what is allocated now and a reserve (continuous batching then preempts
+    instead of running out of memory)."""
+    from engine.cache.kv_cache import BLOCK_SIZE, KVArena
+
+    want = -(-kv_tokens // BLOCK_SIZE)
+    if device.type != "cuda" or budget is None:
+        return want
+    per_block = KVArena.bytes_per_block(num_layers, num_kv_heads, head_dim, BLOCK_SIZE, kv_dtype)
+    room = budget - torch.cuda.memory_reserved(device) - max(ARENA_RESERVE_BYTES,
+                                                             int(budget * ARENA_RESERVE_SHARE))
+    return max(1, min(want, room // per_block))
+
+
 def kv_dtype_for(lm: loader.LoadedModel, requested: str, budget: int | None = None
                  ) -> tuple[str, str]:
     """(KV dtype name, why): as asked, or for "auto" the model's own dtype unless the planner
@@ -74,7 +94,8 @@ def prefill_chunk_for(lm: loader.LoadedModel, kv_dtype: str, budget: int | None 
 def resolve_config(lm: loader.LoadedModel, kv_dtype: str = "auto", fast_path: bool = True,
                    compile_layers: bool = False, speculation: Speculation | None = None,
                    backends: Backends | None = None, world_size: int = 1,
-                   reserved_bytes: int = 0, reproducible: bool | None = None) -> EngineConfig:
+                   reserved_bytes: int = 0, reproducible: bool | None = None,
+                   kv_tokens: int | None = None) -> EngineConfig:
     """The session's configuration, once: the allocator's budget (less `reserved_bytes`, say
     NCCL's buffers) read once and used by the KV dtype's and the prefill chunk's choices; the
     backend settings (None: the developer overrides, read here) and the decode path they give
@@ -98,7 +119,7 @@ def resolve_config(lm: loader.LoadedModel, kv_dtype: str = "auto", fast_path: bo
         speculation=speculation or Speculation(), backends=backends,
         decode_attention=attention_backend.choose(str(lm.device), kv, backends.decode_attention),
         allocator=allocator.configure() if on_gpu else "", reproducible=mode,
-        reproducible_reason=mode_why)
+        reproducible_reason=mode_why, kv_tokens=kv_tokens)
 
 
 def load_session(cls, req: LoadRequest, progress: Callable[[LoadProgress], None],
@@ -135,7 +156,7 @@ def _load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None],
     lm = loader.load(folder, req, progress, cancel, tokenizer=tok, backends=backends)
     config = resolve_config(lm, req.kv_dtype, not req.eager, req.compile,
                             Speculation(req.num_speculative_tokens), backends,
-                            reproducible=req.reproducible)
+                            reproducible=req.reproducible, kv_tokens=req.kv_tokens)
     session = cls(lm, config=config)
     if req.draft is not None:
         session.attach_draft(_load_draft(cls, req, lm, progress, cancel, draft_tok))

@@ -98,13 +98,14 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 
 @triton.jit
 def _qkv_rope(QKV, COS, SIN, QN, KN, Q, K, V, TABLE, POS, eps, stride_kb, stride_kh, T,
-              H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, B: tl.constexpr,
+              table_stride, H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, B: tl.constexpr,
               BLOCK_D: tl.constexpr, HAS_NORM: tl.constexpr, TO_CACHE: tl.constexpr):
     """Program (t, j): head j of token t in QKV [T, (H + 2 HKV) D]: j < H a query head, then the
     key heads, then the value heads. q and k: RMSNorm over the head (HAS_NORM, Qwen3), then
     x cos + rotate_half(x) sin (COS, SIN: [T, D]), each product rounded as PyTorch rounds it;
-    q to Q [1, H, T, D]; k and v to the arena K, V [blocks, HKV, B, D] at block TABLE[p // B],
-    slot p % B (TO_CACHE), else to K, V [T, HKV, D] for the quantizing store."""
+    q to Q [1, H, T, D]; k and v to the arena K, V [blocks, HKV, B, D] at block TABLE[p // B]
+    (TABLE[t, p // B] with table_stride > 0: token t of sequence t, a batched step), slot p % B
+    (TO_CACHE), else to K, V [T, HKV, D] for the quantizing store."""
     t = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1)
     d = tl.arange(0, BLOCK_D)
@@ -137,7 +138,8 @@ def _qkv_rope(QKV, COS, SIN, QN, KN, Q, K, V, TABLE, POS, eps, stride_kb, stride
         head = tl.where(is_k, j - H, j - H - HKV).to(tl.int64)
         if TO_CACHE:
             p = tl.load(POS + t)
-            at = (tl.load(TABLE + p // B).to(tl.int64) * stride_kb + head * stride_kh
+            at = (tl.load(TABLE + t * table_stride + p // B).to(tl.int64) * stride_kb
+                  + head * stride_kh
                   + (p % B) * D)
         else:
             at = (t * HKV + head) * D
@@ -153,7 +155,8 @@ def qkv_rope(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: torch.Tenso
              table: torch.Tensor, *, num_heads: int, num_kv_heads: int, eps: float
              ) -> torch.Tensor:
     """As FamilyStep.qkv_rope: qkv [1, T, (H + 2 H_kv) D] -> q [1, H, T, D], these tokens' K/V
-    written at pos [T] through `table` into the arena (quantized there for int8/fp8)."""
+    written at pos [T] through `table` ([max_blocks], or [>= T, max_blocks]: a row per token)
+    into the arena (quantized there for int8/fp8)."""
     T = qkv.shape[1]
     H, Hkv = num_heads, num_kv_heads
     D = qkv.shape[-1] // (H + 2 * Hkv)
@@ -168,7 +171,8 @@ def qkv_rope(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: torch.Tenso
     _qkv_rope[(T, H + 2 * Hkv)](
         qkv, cos.contiguous(), sin.contiguous(), qkv if q_norm is None else q_norm,
         qkv if k_norm is None else k_norm, q, k_out, v_out, table, pos, float(eps),
-        k_cache.stride(0), k_cache.stride(1), T, H=H, HKV=Hkv, D=D, B=k_cache.shape[2],
+        k_cache.stride(0), k_cache.stride(1), T, table.stride(0) if table.dim() == 2 else 0,
+        H=H, HKV=Hkv, D=D, B=k_cache.shape[2],
         BLOCK_D=triton.next_power_of_2(D), HAS_NORM=q_norm is not None, TO_CACHE=to_cache,
         num_warps=1 if D <= 128 else 2)
     if not to_cache:

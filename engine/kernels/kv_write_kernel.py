@@ -27,11 +27,11 @@ from engine.kernels import kv_quant
 @triton.jit
 def _quantize_store(X, POS, TABLE, OUT, OS, stride_xt, stride_xh, stride_ob, stride_oh,
                     stride_os, stride_sb, stride_sh, block_size, H, qmax, scale_min, scale_max,
-                    D: tl.constexpr, BLOCK_D: tl.constexpr, IS_INT8: tl.constexpr,
+                    table_stride, D: tl.constexpr, BLOCK_D: tl.constexpr, IS_INT8: tl.constexpr,
                     HAS_TABLE: tl.constexpr):
-    """X: [T, H, D] by strides; POS: [T] int64; TABLE: [blocks] int32 (HAS_TABLE; else one
-    block); OUT: [blocks, H, B, D] int8 or fp8 e4m3 by strides; OS: [blocks, H, B] fp16.
-    Program t * H + h."""
+    """X: [T, H, D] by strides; POS: [T] int64; TABLE: [blocks] int32, or [T, blocks] with
+    table_stride > 0 (token t of sequence t: a batched step) (HAS_TABLE; else one block); OUT:
+    [blocks, H, B, D] int8 or fp8 e4m3 by strides; OS: [blocks, H, B] fp16. Program t * H + h."""
     th = tl.program_id(0)
     t, h = (th // H).to(tl.int64), (th % H).to(tl.int64)
     d = tl.arange(0, BLOCK_D)
@@ -49,7 +49,7 @@ def _quantize_store(X, POS, TABLE, OUT, OS, stride_xt, stride_xh, stride_ob, str
         code = y.to(tl.float8e4nv, fp_downcast_rounding="rtne")  # as torch's cast
     p = tl.load(POS + t)
     if HAS_TABLE:
-        block = tl.load(TABLE + p // block_size).to(tl.int64)
+        block = tl.load(TABLE + t * table_stride + p // block_size).to(tl.int64)
         slot = p % block_size
     else:
         block = 0
@@ -62,8 +62,9 @@ def quantize_store(values: torch.Tensor, scales: torch.Tensor, table: torch.Tens
                    positions: torch.Tensor, x: torch.Tensor) -> None:
     """Quantize x ([T, H_kv, D], any strides with a dense last dim) into `values`
     [blocks, H_kv, B, D] int8/fp8 (dense last dim) and `scales` [blocks, H_kv, B] fp16 at
-    `positions` ([T] int64) through `table` ([>= max position // B + 1] int32), or with no
-    table into block 0 at slot = position (the contiguous cache): one launch."""
+    `positions` ([T] int64) through `table` ([>= max position // B + 1] int32; [T, ...]: one
+    row per token, a batched step), or with no table into block 0 at slot = position (the
+    contiguous cache): one launch."""
     T, H, D = x.shape
     assert x.stride(2) == 1 and values.stride(3) == 1 and scales.stride(2) == 1
     _quantize_store[(T * H,)](
@@ -71,6 +72,7 @@ def quantize_store(values: torch.Tensor, scales: torch.Tensor, table: torch.Tens
         values, scales, x.stride(0), x.stride(1), values.stride(0), values.stride(1),
         values.stride(2), scales.stride(0), scales.stride(1),
         block_size=values.shape[2], H=H, qmax=kv_quant.QMAX[values.dtype],
-        scale_min=kv_quant.SCALE_MIN, scale_max=kv_quant.SCALE_MAX, D=D,
+        scale_min=kv_quant.SCALE_MIN, scale_max=kv_quant.SCALE_MAX,
+        table_stride=table.stride(0) if table is not None and table.dim() == 2 else 0, D=D,
         BLOCK_D=triton.next_power_of_2(D), IS_INT8=values.dtype == torch.int8,
         HAS_TABLE=table is not None)

@@ -37,12 +37,26 @@ def wanted(device: torch.device, setting: str | None = None) -> bool:
     return setting == "auto" and device.type == "cuda" and attention_backend.triton_available()
 
 
+def compile_pieces(step) -> None:
+    """Fuse the small ops between linear layers (norms, RoPE, residuals, cache writes) with
+    torch.compile: each piece compiles once and serves every layer, whatever format the
+    linears are in."""
+    import torch._dynamo.config as dynamo
+
+    # one compiled version per token count: the step, each speculative verify block and each
+    # batched step's row count
+    dynamo.recompile_limit = max(dynamo.recompile_limit, 32)
+    step.fns = {name: torch.compile(fn, fullgraph=True, dynamic=False)
+                for name, fn in step.fns.items()}
+    step.compiled = True
+
+
 def prepare(step, device: torch.device, compile_layers: bool) -> str | None:
     """The step's small pieces at load, for a Decoder and a tensor-parallel rank alike:
     torch.compile's fusion when asked, else the Triton pieces where wanted -> the load event's
     note on them (None where neither runs)."""
     if compile_layers:
-        step.compile()
+        compile_pieces(step)
         return None
     if wanted(device, step.cache.backends.fused_ops):
         return enable(step) or NOTE

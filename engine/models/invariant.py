@@ -8,7 +8,8 @@ What varies with the number of rows in a pass, and what the mode does about it:
   count (BENCHMARKS.md, "Reproducible greedy", says which counts kept a row's bits where). At
   load, `calibrate` finds for each linear the largest tile of rows, at most MAX_TILE, whose
   every size gives each row the bits of that row alone (under 1 thread and the session's
-  count), and the mode runs products in tiles of that size (1 where none matches);
+  count), and the mode runs products in tiles of that size (1 where none matches), a tile of
+  one row as two (`paired`: the matrix-vector kernel is never used);
 - attention: each row runs exactly the decode step's attention call (its own KV bucket, its
   own mask), alone on the CPU kernels, and in the Triton kernel grouped by bucket in runs no
   longer than a verify block, whose rows get the bits of single steps;
@@ -45,6 +46,19 @@ def tiled(x: torch.Tensor, product: Callable[[torch.Tensor], torch.Tensor], rows
     if T <= rows:
         return product(x)
     return torch.cat([product(x[:, i:i + rows]) for i in range(0, T, rows)], dim=1)
+
+
+def paired(product: Callable[[torch.Tensor], torch.Tensor]
+           ) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`product` with a pass of one row run as two (the row twice, the first kept): BLAS
+    libraries take a matrix-vector kernel for one row, whose bits can differ from their matrix
+    kernel's on some inputs only (SmolLM2's down_proj on this CPU: random rows agreed, real
+    activations in a batch of 4 did not); from two rows on, one kernel serves every count."""
+    def run(x: torch.Tensor) -> torch.Tensor:
+        if x.shape[1] != 1:
+            return product(x)
+        return product(torch.cat([x, x], dim=1))[:, :1]  # [1, 2, in] -> [1, 1, out]
+    return run
 
 
 def largest_tile(product: Callable[[torch.Tensor], torch.Tensor], in_features: int,
@@ -125,7 +139,7 @@ def calibrate(step, linear: Callable, thread_counts: tuple[int, ...] = ()) -> Ro
     tiles = RowTiles()
     with torch.inference_mode():
         for kind, (product, in_features) in kinds.items():
-            rows = largest_tile(product, in_features, dtype, device, thread_counts)
+            rows = largest_tile(paired(product), in_features, dtype, device, thread_counts)
             if rows == 0:
                 return None
             tiles.rows[kind] = rows

@@ -73,7 +73,8 @@ class FamilyStep:
         return cls(weights_of(model), cache)
 
     def _init_pieces(self) -> None:
-        """The pieces between linear layers; compile() and fused_ops.enable swap in fused ones.
+        """The pieces between linear layers; fused_ops.compile_pieces and .enable swap in
+        fused ones.
         `prefill` keeps the PyTorch ones: each new chunk length would compile again."""
         self.eager_fns = dict(rms=self.rms, qkv_rope=self.qkv_rope, add_rms=self.add_rms,
                               silu_mul=self.silu_mul)
@@ -91,7 +92,8 @@ class FamilyStep:
     def _lin(self, kind: str, x: torch.Tensor, w, bias=None) -> torch.Tensor:
         if self.invariant is None:
             return apply_linear(x, w, bias)
-        return invariant.tiled(x, lambda t: apply_linear(t, w, bias), self.invariant.rows[kind])
+        return invariant.tiled(x, invariant.paired(lambda t: apply_linear(t, w, bias)),
+                               self.invariant.rows[kind])
 
     def rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         # as transformers' RMSNorm: normalize in fp32, cast back, then scale
@@ -197,6 +199,26 @@ class FamilyStep:
             attention = self._bucket_attention(pos, kv_len, T)
         return self._logits(tokens, pos, attention, self.fns, last_only)[0]
 
+    def batch(self, tokens: torch.Tensor, pos: torch.Tensor,
+              rows: decode_attention.BatchRows) -> torch.Tensor:
+        """One decode step of N sequences: tokens, pos: [N] (token i of sequence i, whose blocks
+        are rows.table[i]) -> logits [N, V]. The linear layers take the N rows together; each
+        row's attention reads its own blocks up to its own bucket, as its step alone does."""
+        how = decode_attention.backend(self.cache)
+        if how == "sdpa":  # PyTorch's kernels a row at a time, each as its step alone runs them
+            def attention(i: int, q: torch.Tensor, kv: LayerKV) -> torch.Tensor:
+                out = []
+                for r, L in enumerate(rows.host_lens):
+                    mask = (torch.arange(L, device=pos.device) <= pos[r])[None, None, None, :]
+                    out.append(self.attend(q[:, :, r:r + 1], kv._replace(table=kv.table[r]),
+                                           mask, L))
+                return torch.cat(out, dim=1)  # [1, N, H D]
+        else:
+            def attention(i: int, q: torch.Tensor, kv: LayerKV) -> torch.Tensor:
+                return decode_attention.attend_batch(q, kv, pos, rows, self.scaling, how,
+                                                     launch=self.cache.backends.launch)
+        return self._logits(tokens, pos, attention, self.fns, table=rows.table)[0]
+
     def _row_attention(self, first: int, T: int) -> Attention:
         """The reproducible mode's attention for rows first..first+T-1, as their decode steps
         run it: the Triton kernel over each run of rows that share a KV bucket (its rows get
@@ -277,15 +299,19 @@ class FamilyStep:
         return attention
 
     def _logits(self, token: torch.Tensor, pos: torch.Tensor, attention: Attention, fns: dict,
-                last_only: bool = False) -> torch.Tensor:
+                last_only: bool = False, table: torch.Tensor | None = None) -> torch.Tensor:
         """token, pos: [T] -> logits [1, T, V] ([1, 1, V] with last_only): every layer's math,
-        for decode, verify and prefill alike; `attention` is what differs."""
+        for decode, verify, prefill and batched steps alike; `attention` is what differs, and
+        `table`, the block tables K/V are written through (None: the cache's live sequence;
+        [>= T, max_blocks]: token t's sequence in row t)."""
         f = fns
         x = F.embedding(token, self.embed)[None]  # [1, T, hidden]
         cos, sin = (self.cos_sin if self.rope_table is None else self.rope_table)(pos, x.dtype)
         h = f["rms"](x, self.layers[0].ln_in)
         for i, p in enumerate(self.layers):
             kv = self.cache.layer(i)
+            if table is not None:
+                kv = kv._replace(table=table)
             q = f["qkv_rope"](self._lin("qkv", h, p.qkv, p.qkv_bias), p.q_norm, p.k_norm, cos,
                               sin, pos, *kv)
             attn = attention(i, q, kv)
@@ -295,14 +321,3 @@ class FamilyStep:
             next_norm = self.layers[i + 1].ln_in if i + 1 < len(self.layers) else self.norm
             x, h = f["add_rms"](x, mlp, next_norm)
         return self._lin("lm_head", h[:, -1:] if last_only else h, self.lm_head)
-
-    def compile(self) -> None:
-        """Fuse the small ops between linear layers (norms, RoPE, residuals, cache writes): each
-        piece compiles once and serves every layer, whatever format the linears are in."""
-        import torch._dynamo.config as dynamo
-
-        # one compiled version per token count: the step, and each speculative verify block
-        dynamo.recompile_limit = max(dynamo.recompile_limit, 32)
-        self.fns = {name: torch.compile(fn, fullgraph=True, dynamic=False)
-                    for name, fn in self.fns.items()}
-        self.compiled = True

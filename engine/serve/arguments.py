@@ -142,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "generate_batch; a list sweeps (1,4,16,64)")
     bench.add_argument("--repeats", type=_whole(1, 1000), help="with --concurrency: the median "
                        "of this many rounds per N (default 3)")
+    bench.add_argument("--no-peer", action="store_true", help="with --concurrency: leave out "
+                       "transformers' generate_batch")
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--out", metavar="FILE")
 

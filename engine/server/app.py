@@ -28,7 +28,7 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
-    max_seqs: int = 1  # how many run at once once continuous batching lands; 1 until then
+    max_seqs: int = 1  # how many run together at most (the engine's batch)
     cors_origins: tuple[str, ...] = ()
     extra_host_names: tuple[str, ...] = ()  # more Host header names to accept (tests)
 

@@ -98,7 +98,7 @@ def run(args) -> int:
 
     check(req.model)  # a bad folder fails before anything is bound or loaded
     sock = bind(args.host, args.port)
-    engine = Engine()
+    engine = Engine(max_seqs=args.max_seqs)
     thread = threading.Thread(target=engine.run, name="hearth-engine", daemon=True)
     thread.start()
     try:
@@ -110,8 +110,9 @@ def run(args) -> int:
                 print(f"hearth: {result.error}{hint}", file=sys.stderr)
                 return 2 if result.bad_input else 1
             return 130  # cancelled
-        print(f"requests run one at a time until continuous batching lands (--max-seqs "
-              f"{args.max_seqs} bounds them then)", file=sys.stderr, flush=True)
+        print(f"up to {args.max_seqs} requests run together (--max-seqs)" if
+              engine.session.can_batch() else "requests run one at a time on this model",
+              file=sys.stderr, flush=True)
         settings = Settings(args.host, sock.getsockname()[1], key, args.max_seqs,
                             tuple(args.cors_origin))
         app = create_app(engine, ModelView.of(engine.session, args.model), settings)

@@ -2,8 +2,12 @@
 worker (JSON lines on stdin), `hearth serve`'s HTTP clients, a benchmark's concurrent prompts.
 
 Each request comes with the sink its events go to and, optionally, an id that a cancel can name.
-Work runs in arrival order; a generation runs to its terminal event before the next one starts
-(continuous batching replaces this executor, not its interface). A load or unload waits for the
+Work starts in arrival order. Generations on a session that batches (the fast path on one
+device: Session.can_batch) run together in continuous batches (generate/batch_run.py): each
+joins at the next step and leaves at its end, up to `max_seqs` at once, the rest waiting in the
+batch's queue. A speculative generation (a draft attached, prompt lookup) and every generation
+on a session that cannot batch (tensor parallelism, transformers' own modules) run alone, to
+their terminal event, once the batch before them has drained. A load or unload waits for the
 generations queued before it, and generations queued after it run on what it leaves loaded.
 """
 
@@ -13,6 +17,7 @@ import gc
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from engine.events import (
     BadRequest,
@@ -24,7 +29,11 @@ from engine.events import (
     UnloadRequest,
 )
 
-MAX_WAITING = 256  # generations queued behind the running one; past this, QueueFull
+if TYPE_CHECKING:
+    from engine.generate.batch_run import BatchRun
+
+MAX_SEQS = 64  # generations in one batch at once (hearth serve --max-seqs)
+MAX_WAITING = 256  # generations queued and not yet running; past this, QueueFull
 
 
 class QueueFull(RuntimeError):
@@ -40,9 +49,11 @@ class Job:
 
 
 class Engine:
-    def __init__(self, max_waiting: int = MAX_WAITING):
+    def __init__(self, max_waiting: int = MAX_WAITING, max_seqs: int = MAX_SEQS):
         self.max_waiting = max_waiting
+        self.max_seqs = max_seqs
         self.session = None
+        self.batch: BatchRun | None = None  # over self.session, made at its first generation
         self._lock = threading.Lock()
         self._ready = threading.Condition(self._lock)
         self._queue: list[Job | None] = []  # None: stop after what is queued before it
@@ -55,14 +66,18 @@ class Engine:
 
     @property
     def num_waiting(self) -> int:
+        batch = self.batch
         with self._lock:
             # a cancelled one never runs: it ends "cancelled" as it comes up
-            return sum(isinstance(j.req, GenerateRequest) for j in self._live
-                       if j is not self.running and not j.cancel.is_set())
+            queued = sum(isinstance(j.req, GenerateRequest) for j in self._queue
+                         if j is not None and not j.cancel.is_set())
+        return queued + (batch.num_waiting if batch is not None else 0)
 
     @property
     def num_running(self) -> int:
-        return int(self.running is not None and isinstance(self.running.req, GenerateRequest))
+        batch = self.batch
+        alone = int(self.running is not None and isinstance(self.running.req, GenerateRequest))
+        return alone + (batch.num_running if batch is not None else 0)
 
     def submit(self, req, sink: Callable[[object], None], request_id: str | None = None) -> Job:
         """Queue `req`; its events go to `sink` from the engine thread. Raises QueueFull, or
@@ -73,7 +88,7 @@ class Engine:
                 raise BadRequest(f"request id {request_id!r} is already queued or running")
             if isinstance(req, GenerateRequest):
                 waiting = sum(isinstance(j.req, GenerateRequest) for j in self._live
-                              if j is not self.running)
+                              if j is not self.running) - self._num_batch_running()
                 if waiting >= self.max_waiting:
                     raise QueueFull(f"{waiting} requests are waiting; try again shortly")
             self._live.append(job)
@@ -99,9 +114,24 @@ class Engine:
 
     # ------------------------------------------------------------------ the engine thread
 
+    def _num_batch_running(self) -> int:
+        batch = self.batch
+        return batch.num_running if batch is not None else 0
+
     def run(self) -> None:
-        """The engine thread: one job at a time; every job's stream ends in a terminal event."""
-        while (job := self._next()) is not None:
+        """The engine thread: batch steps while generations run together, otherwise one job at
+        a time; every job's stream ends in a terminal event."""
+        while True:
+            if self.batch is not None and self.batch.has_work:
+                self._admit()
+                self.batch.step()
+                continue
+            job = self._next()
+            if job is None:
+                return
+            if self._batchable(job):
+                self._join(job)
+                continue
             self.running = job
             try:
                 self.run_job(job)
@@ -111,6 +141,39 @@ class Engine:
                 self.running = None
                 with self._lock:
                     self._live.remove(job)
+
+    def _batchable(self, job: Job) -> bool:
+        req, session = job.req, self.session
+        if not isinstance(req, GenerateRequest) or session is None:
+            return False
+        if req.prompt_lookup or req.num_speculative_tokens or not session.can_batch():
+            return False
+        if self.batch is None:
+            from engine.generate.batch_run import BatchRun
+
+            self.batch = BatchRun(session, self.max_seqs)
+        return True
+
+    def _admit(self) -> None:
+        """Every job at the head of the queue that can join the running batch joins it."""
+        while True:
+            with self._lock:
+                job = self._queue[0] if self._queue else None
+                if job is None or not self._batchable(job):
+                    return
+                self._queue.pop(0)
+            self._join(job)
+
+    def _join(self, job: Job) -> None:
+        def sink(event, job=job) -> None:
+            if isinstance(event, Token):
+                self.tokens_generated += 1
+            job.sink(event)
+            if isinstance(event, Finished | Failed):
+                self.requests_finished += 1
+                with self._lock:
+                    self._live.remove(job)
+        self.batch.add(job.req, sink, job.cancel)
 
     def _next(self) -> Job | None:
         with self._lock:
@@ -167,7 +230,7 @@ class Engine:
         if isinstance(self.session, TPSession):
             self.session.close()  # its follower processes end with it
         device = self.session.lm.device
-        self.session = None
+        self.session = self.batch = None
         gc.collect()
         import torch
 

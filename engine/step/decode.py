@@ -290,9 +290,10 @@ class Decoder:
         return logits
 
 
-def capture_graphs(bodies: dict) -> dict:
+def capture_graphs(bodies: dict, pool=None) -> dict:
     """key -> fn() returning a tensor: each warmed up twice off the capture stream (first uses,
-    compilation), then captured into one shared pool -> key -> (graph, its output tensor)."""
+    compilation), then captured into one shared pool (`pool`: a graph_pool_handle to add them
+    to; default a new one) -> key -> (graph, its output tensor)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -300,7 +301,7 @@ def capture_graphs(bodies: dict) -> dict:
             for _ in range(2):
                 fn()
     torch.cuda.current_stream().wait_stream(stream)
-    pool = torch.cuda.graph_pool_handle()
+    pool = torch.cuda.graph_pool_handle() if pool is None else pool
     captured = {}
     for key, fn in bodies.items():
         graph = torch.cuda.CUDAGraph()

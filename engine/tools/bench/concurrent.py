@@ -22,6 +22,7 @@ from engine.events import (
 )
 from engine.generate.session import Session
 from engine.load import loader
+from engine.plan.memory import KV_BLOCK_SIZE
 from engine.service.engine import Engine
 from engine.tools.bench import peer_batching
 from engine.tools.bench.decode import _device_name, _folder_for_random, _prompts
@@ -29,8 +30,9 @@ from engine.tools.bench.timing import Round, Timing, median_round, summarize
 
 DEFAULT_REPEATS = 3
 MIN_CONTEXT = 16  # LoadRequest's least: a tiny prompt and answer still load
-# what the engine does with N requests today; the batched executor keeps submit() and says more
-BATCHING = "sequential: one request at a time, first come first served (no continuous batching yet)"
+def batching(session: Session) -> str:
+    """What the engine does with N requests on this session."""
+    return session.batching_note()
 
 
 @dataclass
@@ -46,6 +48,7 @@ class ConcurrentResult:
     batching: str
     batch_1: Round  # one request alone, before the sweep
     rows: list[Round]  # one per --concurrency value
+    preemptions: int = 0  # sequences preempted (and recomputed) over every round
     peer_transformers_generate_batch: dict = field(default_factory=dict)
 
 
@@ -99,8 +102,10 @@ def submit_all(engine: Engine, prompts: list[list[int]], new_tokens: int
 
 def _load(args) -> Session:
     """The model as the batch-1 bench loads it (decode.run), on one device."""
+    context = max(args.prompt_len + args.new_tokens, MIN_CONTEXT)
+    per_seq = -(-context // KV_BLOCK_SIZE) * KV_BLOCK_SIZE  # whole blocks each: no preemption
     req = LoadRequest(model=args.model, quant=args.quant, kv_dtype=args.kv_dtype,
-                      context=max(args.prompt_len + args.new_tokens, MIN_CONTEXT),
+                      context=context, kv_tokens=max(args.concurrency) * per_seq,
                       device=args.device, memory_limit_gib=args.memory_limit, eager=args.eager,
                       compile=args.compile, lm_head=args.lm_head)
     req.validate()
@@ -110,11 +115,12 @@ def _load(args) -> Session:
         from engine.files.model_folder import check
 
         lm = loader.load(check(args.model), req, lambda e: None)
-    return Session(lm, args.kv_dtype, fast_path=not args.eager, compile_layers=args.compile)
+    return Session(lm, args.kv_dtype, fast_path=not args.eager, compile_layers=args.compile,
+                   kv_tokens=req.kv_tokens)
 
 
 def measure(session: Session, concurrency: list[int], prompt_len: int, new_tokens: int,
-            repeats: int) -> ConcurrentResult:
+            repeats: int, peer: bool = True) -> ConcurrentResult:
     lm = session.lm
     vocab = lm.model.config.vocab_size
     seeds = itertools.count(1)  # fresh prompts each round: no prefix is cached from the last
@@ -135,10 +141,12 @@ def measure(session: Session, concurrency: list[int], prompt_len: int, new_token
     result = ConcurrentResult(
         model=str(lm.folder.path), device=_device_name(lm.device), quant=lm.quant,
         kv_dtype=session.kv_dtype, decode_path=session.decoder.mode, prompt_len=prompt_len,
-        new_tokens=new_tokens, repeats=repeats, batching=BATCHING, batch_1=batch_1, rows=rows)
+        new_tokens=new_tokens, repeats=repeats, batching=batching(session), batch_1=batch_1,
+        rows=rows, preemptions=engine.batch.scheduler.num_preemptions if engine.batch else 0)
     # after the engine's rounds: its thread is gone, the model is free
     result.peer_transformers_generate_batch = peer_batching.measure(
-        lm.model, lm.device, concurrency, prompts, prompt_len, new_tokens, repeats)
+        lm.model, lm.device, concurrency, prompts, prompt_len, new_tokens, repeats) if peer \
+        else {"unavailable": "left out (--no-peer)"}
     return result
 
 
@@ -160,7 +168,7 @@ def markdown(r: ConcurrentResult) -> str:
     lines = [
         f"{r.model} on {r.device}: {r.quant} weights, {r.kv_dtype} KV, decode path "
         f"{r.decode_path}; {r.prompt_len}-token prompts, {r.new_tokens} new tokens, median of "
-        f"{r.repeats}; the engine: {r.batching}",
+        f"{r.repeats}; the engine: {r.batching}; {r.preemptions} preemptions",
         "",
         "| run | N | total_time s | total_tokens | throughput tokens/s | avg_latency s | "
         "aggregate decode tokens/s | x engine batch 1 | TTFT p50 / p99 ms | ITL p50 / p99 ms |",
@@ -201,7 +209,7 @@ def run_cli(args) -> int:
     check_args(args)
     repeats = DEFAULT_REPEATS if args.repeats is None else args.repeats
     result = measure(_load(args), list(args.concurrency), args.prompt_len, args.new_tokens,
-                     repeats)
+                     repeats, peer=not args.no_peer)
     as_dict = asdict(result)
     print(json.dumps(as_dict) if args.json else markdown(result), flush=True)
     if args.out:

@@ -44,7 +44,8 @@ def test_each_linear_in_its_tiles_gives_every_row_its_own_bits(session):
                                    "gate_up": (p.gate_up, None, hidden),
                                    "lm_head": (step.lm_head, None, hidden)}.items():
         x = _rows(64, width, step.embed.dtype)
-        product = lambda t, w=w, bias=bias: apply_linear(t, w, bias)  # noqa: E731
+        # as the mode runs them: one row as two (invariant.paired)
+        product = invariant.paired(lambda t, w=w, bias=bias: apply_linear(t, w, bias))
         alone = torch.cat([product(x[:, i:i + 1]) for i in range(64)], dim=1)
         for n in ROW_COUNTS:
             got = invariant.tiled(x[:, :n], product, step.invariant.rows[kind])

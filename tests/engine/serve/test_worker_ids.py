@@ -285,3 +285,29 @@ def test_a_kept_server_outlives_the_window_until_a_signal(one_thread, keep):
     finally:
         w.engine.stop()
         thread.join(timeout=5)
+
+
+def test_the_windows_chat_and_a_client_run_in_one_batch(worker):
+    """The worker's own generation (the window's chat) and an HTTP client's, at once: steps of
+    both rows ran, and each stream ended in its own terminal event."""
+    pytest.importorskip("fastapi")
+    start = len(worker.out.lines)
+    worker.command(json.dumps({"command": "serve", "id": "both", "port": 0}))
+    _, serving = _wait_event(worker, start, "serving")
+    before = dict(worker.engine.batch.rows_seen) if worker.engine.batch else {}
+    answers = []
+    client = threading.Thread(target=lambda: answers.append(_get(
+        serving.url + "/chat/completions", {
+            "model": "x", "messages": [{"role": "user", "content": "Tell me about owls"}],
+            "max_tokens": 40, "ignore_eos": True, "temperature": 0})))
+    client.start()
+    worker.command(_generate("window", "Tell me about rivers", max_new_tokens=40))
+    worker.out.wait_for(lambda: _ended(worker, start, ["window"]))
+    client.join(60)
+    assert answers and answers[0]["usage"]["completion_tokens"] == 40
+    assert len(_tokens(_by_id(worker, start)["window"])) == 40
+    seen = worker.engine.batch.rows_seen
+    assert any(seen[n] > before.get(n, 0) for n in seen if n >= 2), seen  # one batch
+    mark = len(worker.out.lines)
+    worker.command(json.dumps({"command": "serve_stop"}))
+    _wait_event(worker, mark, "server_stopped")

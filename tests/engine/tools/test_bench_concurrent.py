@@ -96,7 +96,7 @@ def test_the_sweep_prints_json_and_writes_the_same_file(tmp_path, capsys):
     r = json.loads(capsys.readouterr().out)
     assert r == json.loads(out.read_text())
     assert r["model"].endswith("demo_model") and r["prompt_len"] == 12 and r["repeats"] == 1
-    assert "one request at a time" in r["batching"]
+    assert r["batching"].startswith("continuous batching") and r["preemptions"] == 0
     _check_row(r["batch_1"], 1)
     assert [row["concurrency"] for row in r["rows"]] == [1, 4]
     for row in r["rows"]:

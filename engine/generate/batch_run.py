@@ -1,0 +1,283 @@
+"""BatchRun: many generations of one Session at once, in continuous batches (issue 25).
+
+Every request is a sequence with its own blocks in the session's arena (batch/scheduler.py plans
+each step under a token budget: running decodes first, then chunked prefill of waiting sequences;
+the newest is preempted and later recomputed when blocks run out). A step runs its prefill chunks
+one sequence at a time through the Decoder's own prefill path, and its one-token rows together:
+one row through the Decoder's own step (its graphs: a single chat pays nothing for batching),
+two or more through step/batched.py. Each request keeps its own sampler (sampling parameters,
+seed), detokenizer, stop strings, eos and token limit, and its events go to its own sink, ending
+in one Finished or Failed. Speculative decoding is not here: the service runs such a request
+alone (service/engine.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from engine.batch.scheduler import Scheduler, TooLong
+from engine.batch.sequence import Seq, State
+from engine.events import (
+    BadRequest,
+    Failed,
+    Finished,
+    GenerateRequest,
+    PrefillProgress,
+    Token,
+)
+from engine.generate.detokenizer import Detokenizer, StopMatcher
+from engine.generate.prompt import build as build_prompt
+from engine.generate.template_guard import RenderCancelled
+from engine.plan.oom import memory_kind, out_of_memory
+from engine.step.batch_sampling import sample_rows
+from engine.step.batched import BatchedDecoder
+from engine.step.sampling import Sampler, resolve
+
+MAX_SEQS = 64  # sequences running at once, unless the load says otherwise
+STATS_INTERVAL_S = 0.25
+
+
+class _NoText:
+    def add(self, token_id: int) -> str:
+        return ""
+
+
+@dataclass(eq=False)
+class _Gen:
+    """One request's generation: its sequence and everything per request."""
+
+    seq: Seq
+    req: GenerateRequest
+    sink: Callable[[object], None]
+    cancel: threading.Event
+    sampler: Sampler
+    detok: object
+    stop: StopMatcher
+    cached: int  # prompt tokens whose K/V were found cached at admission
+    dropped: int
+    t_start: float
+    t_first: float | None = None
+    last_stats: float = 0.0
+    n_new: int = 0
+    token: torch.Tensor | None = None  # the last sampled token on the device [1]
+    admitted: bool = False
+
+
+class BatchRun:
+    """The batched generations of `session` (a Session on the fast path, one device)."""
+
+    def __init__(self, session, max_seqs: int = MAX_SEQS):
+        self.session = session
+        self.decoder, self.cache = session.decoder, session.cache
+        self.max_seqs = max_seqs
+        # a step's tokens: no prefill chunk longer than the planner's largest pass
+        self.scheduler = Scheduler(self.cache.blocks, max_seqs,
+                                   token_budget=max(session.prefill_chunk, max_seqs))
+        self.batched = BatchedDecoder(self.decoder, max_seqs)
+        self.gens: dict[Seq, _Gen] = {}
+        self.history: list[int] = []  # the last finished sequence's ids (generate/prompt.py)
+        self._bound = False  # the cache's own live sequence is released while a batch runs
+        self._ids = 0
+        self.rows_seen: Counter[int] = Counter()  # one-token rows a step -> how many steps
+
+    # ------------------------------------------------------------------ requests
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.gens)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    def add(self, req: GenerateRequest, sink: Callable[[object], None],
+            cancel: threading.Event | None = None) -> None:
+        """Admit `req` at the next step, or end it at once (bad input: Failed)."""
+        cancel = cancel or threading.Event()
+        try:
+            gen = self._new_gen(req, sink, cancel)
+        except BadRequest as e:
+            return sink(Failed(str(e), bad_input=True))
+        except RenderCancelled:
+            return sink(Finished("cancelled"))
+        if not self._bound:
+            self.cache.release()  # its full blocks stay cached by hash for the batch to share
+            self._bound = True
+        self.gens[gen.seq] = gen
+        try:
+            self.scheduler.add(gen.seq)
+        except TooLong as e:
+            del self.gens[gen.seq]
+            self._idle()
+            sink(Failed(str(e), bad_input=True))
+
+    def _new_gen(self, req: GenerateRequest, sink, cancel) -> _Gen:
+        req.validate()
+        if req.prompt_lookup or req.num_speculative_tokens:
+            raise BadRequest("speculative decoding runs one request at a time, not in a batch")
+        lm, t_start = self.session.lm, time.perf_counter()
+        ids, dropped = build_prompt(lm.tokenizer, req, self.history, lm.context, cancel)
+        vocab = lm.model.config.vocab_size
+        if not ids:
+            raise BadRequest("the prompt is empty")
+        if req.prompt_ids is not None and max(ids) >= vocab:
+            raise BadRequest(f"prompt_ids holds a token id past the vocabulary's {vocab:,}")
+        if len(ids) >= lm.context:
+            raise BadRequest(f"the prompt has {len(ids)} tokens but the context holds "
+                             f"{lm.context}")
+        max_new = min(req.max_new_tokens, lm.context - len(ids))
+        sampler = Sampler(resolve(req.sampling, lm.gen_config), vocab, lm.device,
+                          torch.tensor(ids, dtype=torch.long, device=lm.device))
+        self._ids += 1
+        seq = Seq(f"b{self._ids}", list(ids), max_new)
+        detok = Detokenizer(lm.tokenizer, ids) if lm.tokenizer else _NoText()
+        return _Gen(seq, req, sink, cancel, sampler, detok, StopMatcher(req.stop), 0, dropped,
+                    t_start)
+
+    # ------------------------------------------------------------------ one step
+
+    def step(self) -> None:
+        """Plan and run one step; every request that ends in it gets its terminal event."""
+        for gen in [g for g in self.gens.values() if g.cancel.is_set()]:
+            self._end(gen, "cancelled")
+        if not self.gens:
+            return self._idle()
+        threads = self.session.threads
+        if threads is not None:
+            threads.tick()
+        try:
+            self._step()
+        except Exception as e:  # every stream ends in one Failed, whatever broke
+            self._fail_all(e)
+        self._idle()
+
+    def _step(self) -> None:
+        plan = self.scheduler.schedule()
+        device = self.session.lm.device
+        for chunk in plan.chunks:
+            gen = self.gens[chunk.seq]
+            if not gen.admitted:
+                gen.admitted, gen.cached = True, chunk.start
+        sampled: dict[Seq, torch.Tensor] = {}  # [1] on the device
+        rows = [c for c in plan.chunks if c.length == 1]
+        self.rows_seen[len(rows)] += 1
+        for c in plan.chunks:
+            if c.length == 1:
+                continue
+            seq = c.seq
+            self.cache.bind(seq.table)
+            ids = torch.tensor(seq.token_ids[c.start:c.start + c.length], dtype=torch.long,
+                               device=device)
+            logits = self.decoder.forward(ids, c.start)
+            if c.sample:
+                sampled[seq] = self.gens[seq].sampler(logits)
+            self._progress(self.gens[seq], c)
+        if len(rows) == 1:
+            c = rows[0]
+            gen = self.gens[c.seq]
+            self.cache.bind(c.seq.table)
+            token = gen.token if gen.token is not None and c.sample and gen.n_new else \
+                torch.tensor([c.seq.token_ids[c.start]], dtype=torch.long, device=device)
+            logits = self.decoder.step(token, c.start)
+            if c.sample:
+                sampled[c.seq] = gen.sampler(logits)
+        elif rows:
+            logits = self.batched.step([c.seq.token_ids[c.start] for c in rows],
+                                       [c.start for c in rows],
+                                       [((c.seq, c.seq.arrival), c.seq.table.block_ids)
+                                        for c in rows])
+            chosen = [i for i, c in enumerate(rows) if c.sample]
+            if chosen:
+                tokens = sample_rows([self.gens[rows[i].seq].sampler for i in chosen],
+                                     logits[chosen] if len(chosen) < len(rows) else logits)
+                for j, i in enumerate(chosen):
+                    sampled[rows[i].seq] = tokens[j:j + 1]
+        host = {seq: int(t) for seq, t in zip(sampled, torch.cat(list(sampled.values()))
+                                             .tolist(), strict=True)} if sampled else {}
+        self.scheduler.finish_step(plan, host)
+        for seq, tid in host.items():
+            gen = self.gens[seq]
+            gen.token = sampled[seq]
+            self._emit(gen, tid)
+
+    def _progress(self, gen: _Gen, chunk) -> None:
+        """Where a prompt takes several chunks: how much of it is done."""
+        prompt, total = len(gen.seq.prompt_ids), len(gen.seq.prompt_ids) - gen.cached
+        if total > self.session.prefill_chunk and chunk.start < prompt:
+            gen.sink(PrefillProgress(min(chunk.start + chunk.length, prompt) - gen.cached, total))
+
+    def _emit(self, gen: _Gen, tid: int) -> None:
+        """The request's new token: its text, and its end where it ends."""
+        if gen.t_first is None:
+            gen.t_first = time.perf_counter()
+        gen.n_new += 1
+        lm = self.session.lm
+        if tid in lm.eos_ids and not gen.req.ignore_eos:
+            gen.sink(Token("", (tid,)))
+            return self._end(gen, "eos")
+        piece, stopped = gen.stop.feed(gen.detok.add(tid))
+        if stopped or gen.n_new >= gen.seq.max_new_tokens:
+            gen.sink(Token(piece + ("" if stopped else gen.stop.flush()), (tid,)))
+            return self._end(gen, "stop_string" if stopped else "max_tokens")
+        gen.sink(Token(piece, (tid,)))
+        now = time.perf_counter()
+        if now - gen.last_stats > STATS_INTERVAL_S:
+            gen.last_stats = now
+            gen.sink(self._stats(gen))
+
+    def _end(self, gen: _Gen, reason: str) -> None:
+        seq = gen.seq
+        if reason == "cancelled":
+            tail = gen.stop.flush()
+            if tail:
+                gen.sink(Token(tail, ()))
+        if seq.state is not State.FINISHED:
+            self.scheduler.finish(seq, reason)
+        self.history = seq.token_ids
+        del self.gens[seq]
+        gen.sink(Finished(reason, self._stats(gen)))
+
+    def _stats(self, gen: _Gen):
+        ids = gen.seq.prompt_ids
+        return self.session._stats(ids, gen.n_new, gen.t_start, gen.t_first, gen.cached,
+                                   gen.dropped)
+
+    def _fail_all(self, e: Exception) -> None:
+        kind = memory_kind(e) if not isinstance(e, torch.OutOfMemoryError) else "GPU"
+        lm = self.session.lm
+        if kind:
+            where = "the GPU" if kind == "GPU" else "the computer (RAM)"
+            err = out_of_memory(f"{where} ran out of memory during generation",
+                                lm.folder.config, lm.quant, lm.context, None,
+                                on_cpu=kind == "CPU")
+            failed = Failed(str(err), hint=err.hint)
+        else:
+            failed = Failed(f"generation failed: {type(e).__name__}: {e}")
+        gens = list(self.gens.values())
+        self.gens.clear()
+        if self._bound:
+            self.cache.unbind()
+            self._bound = False
+        self.cache.clear()  # whatever broke mid-pass, no cached block is trusted
+        self.scheduler = Scheduler(self.cache.blocks, self.max_seqs,
+                                   self.scheduler.token_budget)
+        self.batched = BatchedDecoder(self.decoder, self.max_seqs)
+        for gen in gens:
+            gen.sink(failed)
+
+    def _idle(self) -> None:
+        """Nothing left: the cache gets a live sequence of its own again (a speculative request,
+        a session of one, may run next)."""
+        if not self.gens and self._bound:
+            self.cache.unbind()
+            self._bound = False

@@ -1,0 +1,76 @@
+"""The events a Session reports about itself: the Loaded event (its notes: the KV cache, the
+decode path, how generations run together) and a generation's Stats."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from engine.attention import decode_attention
+from engine.events import Loaded, Stats
+from engine.platform import telemetry
+
+
+def batching_note(session) -> str:
+    """How generations run on this session, for the load event and the benchmarks."""
+    if session.can_batch():
+        return ("continuous batching: generations run together, each joining and leaving "
+                "at any step (a batch of one runs the single step)")
+    why = ("speculative decoding runs alone" if session.draft is not None else
+           "this architecture runs through transformers' modules"
+           if session.decoder.mode == "generic" else "tensor parallelism runs one sequence")
+    return f"generations run one at a time, first come first served ({why})"
+
+
+def loaded(session) -> Loaded:
+    """The Loaded event: what the load chose, in notes a reader can act on."""
+    lm = session.lm
+    kv = (f"KV cache: {session.kv_dtype} ({session.kv_reason}), "
+          f"{session.cache.num_bytes / 2**20:,.1f} MiB for {session.cache.max_len:,} tokens"
+          + (", one fp16 scale per token per KV head included" if session.cache.quantized
+             else "")
+          + (f" ({session.cache.num_blocks * session.cache.block_size:,} tokens in all, shared "
+             f"by the sequences that run together; {session.config.kv_tokens:,} asked)"
+             if session.config.kv_tokens is not None else "")
+          + f", in blocks of {session.cache.block_size} tokens"
+          + (" that later conversations share by prefix" if session.cache.share_prefixes
+             else ""))
+    notes = (*lm.notes, kv, f"decode path: {session.decoder.mode}", batching_note(session),
+             decode_attention.describe(session.cache),
+             *([session.kernel_note] if session.kernel_note else []), *session.decoder.notes,
+             session.config.summary())
+    if session.draft is not None:
+        d = session.draft
+        notes += (f"speculative decoding with the draft {d.lm.folder.path} "
+                  f"({d.lm.quant}, decode path: {d.decoder.mode})" + (
+                      "" if session.config.reproducible else
+                      "; greedy answers equal plain decoding's except where the top two "
+                      "choices are close (exactly, with --reproducible on)"),)
+    config = {**session.config.as_dict(), "decode_attention": decode_attention.backend(
+        session.cache), "failed_kernels": session.cache.health.as_list()}
+    return Loaded(str(lm.folder.path), lm.folder.architecture, str(lm.device), lm.quant,
+                  session.kv_dtype, lm.context, lm.weights_bytes, session.cache.num_bytes, notes,
+                  os.getpid(), config)
+
+
+def stats(session, ids, n_new, t_start, t_first, start, dropped, decoding=None) -> Stats:
+    """A generation's Stats event so far."""
+    now = time.perf_counter()
+    prefilled = len(ids) - start
+    ttft = (t_first - t_start) if t_first else 0.0
+    decode_s = now - t_first if t_first else 0.0
+    return Stats(
+        prompt_tokens=len(ids),
+        new_tokens=n_new,
+        ttft_ms=round(ttft * 1000, 2),
+        prefill_tokens_per_s=round(prefilled / ttft, 1) if ttft > 0 else 0.0,
+        decode_tokens_per_s=round((n_new - 1) / decode_s, 2) if n_new > 1 and decode_s else 0.0,
+        vram_used_bytes=telemetry.vram_used_bytes(session.lm.device),
+        kv_cache_bytes=session.cache.num_bytes,
+        context_used_tokens=len(ids) + n_new,
+        cached_prompt_tokens=start,
+        computed_prompt_tokens=prefilled,
+        dropped_messages=dropped,
+        pid=os.getpid(),
+        **(decoding.stats() if decoding is not None else {}),
+    )

@@ -1,0 +1,123 @@
+"""The decode step of N sequences at once (continuous batching, issue 25): FamilyStep.batch over
+rows of block tables, eager or as CUDA graphs captured per (rows, KV bucket) on first use, a step
+padded to the next of GRAPH_SIZES rows. One sequence alone keeps the Decoder's own step (its
+graphs, its speed): generate/batch_run.py calls this for two rows or more.
+
+Each row reads its own bucket and split count, so its attention is what its step alone computes;
+the linear layers take the rows together (their bits can change with the row count, except in the
+reproducible mode, whose products run in calibrated tiles of rows).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from engine.attention import decode_attention
+from engine.attention.decode_attention import BatchRows
+from engine.step.decode import MIN_BUCKET, Decoder, bucket, capture_graphs
+
+GRAPH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # rows a captured step holds
+
+
+def padded_rows(n: int, most: int) -> int:
+    """The captured size a step of n rows runs in: the next of GRAPH_SIZES (at most `most`)."""
+    return min(next((s for s in GRAPH_SIZES if s >= n), n), max(most, n))
+
+
+class BatchTables:
+    """One device row of block ids per slot of a batched step ([rows, max_blocks] int32, entries
+    past a sequence's blocks naming the scratch block), written from the host only where a row
+    changed: a running sequence's blocks only grow, so a step usually writes nothing."""
+
+    def __init__(self, rows: int, max_blocks: int, scratch: int, device: torch.device):
+        self.scratch, self.max_blocks = scratch, max_blocks
+        self.table = torch.full((rows, max_blocks), scratch, dtype=torch.int32, device=device)
+        self._held: list[tuple[object, list[int]]] = [(None, []) for _ in range(rows)]
+
+    def set(self, row: int, key: object, block_ids: list[int]) -> None:
+        """Row `row` holds `block_ids` of the sequence known by `key` (same key: the same blocks
+        so far, perhaps more of them)."""
+        held_key, held = self._held[row]
+        if held_key == key and len(block_ids) >= len(held):
+            for i in range(len(held), len(block_ids)):  # a block every block_size steps
+                self.table[row, i:i + 1].fill_(block_ids[i])
+        else:
+            ids = list(block_ids) + [self.scratch] * (self.max_blocks - len(block_ids))
+            self.table[row].copy_(torch.tensor(ids, dtype=torch.int32), non_blocking=False)
+        self._held[row] = (key, list(block_ids))
+
+    def clear(self, row: int) -> None:
+        if self._held[row][1]:
+            self.set(row, None, [])
+
+
+class BatchedDecoder:
+    """The batched step over a Decoder's family step and cache, for up to `max_rows` rows."""
+
+    def __init__(self, decoder: Decoder, max_rows: int):
+        if decoder.family is None:
+            raise ValueError("a batched step needs the engine's own step (the fast path)")
+        self.decoder, self.family, self.cache = decoder, decoder.family, decoder.cache
+        self.max_rows = padded_rows(max_rows, max_rows)
+        device = decoder.device
+        self.tables = BatchTables(self.max_rows, len(self.cache._table), self.cache.scratch,
+                                  device)
+        self.inputs = torch.zeros(4, self.max_rows, dtype=torch.long, device=device)
+        # tokens, positions, each row's bucket, its split count: one host-to-device copy a step
+        self.use_graphs = (decoder.mode == "graph"
+                           and decode_attention.backend(self.cache) == "triton")
+        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.capture_s = 0.0
+        self._pool = None
+        self._splits: dict[int, int] = {}
+
+    def _split_count(self, kv_len: int) -> int:
+        n = self._splits.get(kv_len)
+        if n is None:
+            n = self._splits[kv_len] = decode_attention.row_splits(self.cache, kv_len)
+        return n
+
+    @torch.inference_mode()
+    def step(self, tokens: list[int], positions: list[int],
+             tables: list[tuple[object, list[int]]]) -> torch.Tensor:
+        """Row i: token tokens[i] at positions[i] of the sequence whose blocks (already reserved
+        past that position) are tables[i] = (key, block ids) -> logits [N, V] (in a graph's
+        static buffer: use them before the next step)."""
+        N = len(tokens)
+        if N > self.max_rows:
+            raise ValueError(f"{N} rows for a batched step of at most {self.max_rows}")
+        n = padded_rows(N, self.max_rows) if self.use_graphs else N
+        buckets = self.decoder.buckets
+        lens = [bucket(buckets, p + 1) for p in positions] + [MIN_BUCKET] * (n - N)
+        kv_len = max(lens)
+        host = torch.tensor([list(tokens) + [0] * (n - N), list(positions) + [0] * (n - N),
+                             lens, [self._split_count(L) for L in lens]], dtype=torch.long)
+        self.inputs[:, :n].copy_(host)
+        for i, (key, block_ids) in enumerate(tables):
+            self.tables.set(i, key, block_ids)
+        for i in range(N, n):  # padding rows write their K/V into the scratch block
+            self.tables.clear(i)
+        if not self.use_graphs:
+            rows = BatchRows(self.tables.table[:n], self.inputs[2, :n], self.inputs[3, :n],
+                             kv_len, tuple(lens))
+            return self.family.batch(self.inputs[0, :n], self.inputs[1, :n], rows)
+        key = (n, kv_len)
+        if key not in self.graphs:
+            self._capture(n, kv_len)
+        graph, logits = self.graphs[key]
+        graph.replay()
+        return logits[:N]
+
+    def _capture(self, n: int, kv_len: int) -> None:
+        """Capture the step of n rows over buckets up to kv_len, with this step's inputs in
+        place: its warm-up runs write the same K/V the replay writes."""
+        rows = BatchRows(self.tables.table[:n], self.inputs[2, :n], self.inputs[3, :n], kv_len,
+                         None)
+        body = lambda: self.family.batch(self.inputs[0, :n], self.inputs[1, :n], rows)  # noqa: E731
+        t0 = time.perf_counter()
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        self.graphs.update(capture_graphs({(n, kv_len): body}, self._pool))
+        self.capture_s += time.perf_counter() - t0

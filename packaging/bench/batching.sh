@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# H200, issue 25 (continuous batching). Usage (repo root, carry [".whl"]):
+#   bash packaging/bench/batching.sh tests    the GPU tests of the batched step and kernel
+#   bash packaging/bench/batching.sh bf16     `hearth bench --concurrency 1,4,16,64`, 7B bf16,
+#                                             transformers' generate_batch beside it
+#   bash packaging/bench/batching.sh awq      the same for AWQ (no peer), then 64 requests of
+#                                             4,096-token prompts under a 24 GiB card
+# Random weights, 512-token prompts, 256 new tokens, median of 3. Results under $OUT.
+set -u
+source packaging/bench/device_env.sh
+B=packaging/bench
+sweep() {  # label, then hearth bench arguments
+    local label=$1; shift
+    echo "== $label: hearth bench $*" | tee -a "$LOG"
+    if timeout "${LIMIT:-300}" python3 -m engine.serve.cli bench --model $B/qwen2.5-7b \
+        --random-weights --out "$OUT/$label.json" "$@" >>"$LOG" 2>&1; then
+        tail -12 "$LOG"
+    else echo "FAILED $label" | tee -a "$LOG"; tail -20 "$LOG"; fi
+}
+case "${1:-tests}" in
+tests)
+    timeout 400 python3 -m pytest -q -p no:cacheprovider tests/engine/generate/test_batch_run_gpu.py \
+        tests/engine/kernels/test_batched_decode_kernel.py tests/engine/models/test_invariant_gpu.py \
+        tests/engine/generate/test_batch_run.py 2>&1 | tail -40 | tee -a "$LOG" ;;
+bf16)
+    LIMIT=540 sweep 7b-bf16-concurrency --quant bf16 --concurrency 1,4,16,64 --prompt-len 512 \
+        --new-tokens 256 --repeats 3 ;;
+awq)
+    LIMIT=200 sweep 7b-awq-concurrency --quant awq --concurrency 1,4,16,64 --prompt-len 512 \
+        --new-tokens 256 --repeats 3 --no-peer
+    LIMIT=330 sweep 7b-bf16-24gib --quant bf16 --memory-limit 24 --concurrency 64 \
+        --prompt-len 4096 --new-tokens 256 --repeats 1 --no-peer ;;
+esac
