@@ -8,7 +8,7 @@ one row through the Decoder's own step (its graphs: a single chat pays nothing f
 two or more through step/batched.py. Each request keeps its own sampler (sampling parameters,
 seed), detokenizer, stop strings, eos and token limit, and its events go to its own sink, ending
 in one Finished or Failed. Speculative decoding is not here: the service runs such a request
-alone (service/engine.py).
+alone when nothing else runs (service/engine.py); one that joins a batch decodes plainly.
 """
 
 from __future__ import annotations
@@ -123,8 +123,9 @@ class BatchRun:
 
     def _new_gen(self, req: GenerateRequest, sink, cancel) -> _Gen:
         req.validate()
-        if req.prompt_lookup or req.num_speculative_tokens:
-            raise BadRequest("speculative decoding runs one request at a time, not in a batch")
+        if req.num_speculative_tokens and not req.prompt_lookup and self.session.draft is None:
+            raise BadRequest("speculative tokens need a draft model (--draft) or prompt lookup")
+        # speculation is a batch of one's: in a batch the request decodes plainly
         lm, t_start = self.session.lm, time.perf_counter()
         ids, dropped = build_prompt(lm.tokenizer, req, self.history, lm.context, cancel)
         vocab = lm.model.config.vocab_size

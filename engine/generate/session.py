@@ -154,9 +154,10 @@ class Session:
 
     def can_batch(self) -> bool:
         """Whether generations run together in continuous batches (generate/batch_run.py): the
-        engine's own step on one device, and no draft attached (speculation runs alone)."""
+        engine's own step on one device (speculation, a draft's or prompt lookup's, runs for a
+        request alone: service/engine.py)."""
         return (isinstance(self.decoder, Decoder) and self.decoder.family is not None
-                and self.decoder.mode in ("graph", "static") and self.draft is None)
+                and self.decoder.mode in ("graph", "static"))
 
     def batching_note(self) -> str:
         return session_events.batching_note(self)

@@ -15,9 +15,10 @@ def batching_note(session) -> str:
     """How generations run on this session, for the load event and the benchmarks."""
     if session.can_batch():
         return ("continuous batching: generations run together, each joining and leaving "
-                "at any step (a batch of one runs the single step)")
-    why = ("speculative decoding runs alone" if session.draft is not None else
-           "this architecture runs through transformers' modules"
+                "at any step (a batch of one runs the single step"
+                + ("; speculation for a request alone, plain decoding in a batch)"
+                   if session.draft is not None else ")"))
+    why = ("this architecture runs through transformers' modules"
            if session.decoder.mode == "generic" else "tensor parallelism runs one sequence")
     return f"generations run one at a time, first come first served ({why})"
 

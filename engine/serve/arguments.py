@@ -165,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     qz.add_argument("--device", default="auto")
     qz.add_argument("--num-samples", type=int, default=128)
     qz.add_argument("--seq-len", type=int, default=512)
+    qz.add_argument("--group-size", type=int, metavar="G", help="inputs per scale and zero "
+                    "point: 32, 64 or 128 (default: the largest that divides the model's widths)")
 
     gpu = sub.add_parser("gpu", help="the GPUs NVML sees")
     gpu.add_argument("--json", action="store_true")

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             from engine.tools.quantize import run_quantize
 
             return run_quantize(args.model, args.method, args.out, args.calibration, args.device,
-                                args.num_samples, args.seq_len)
+                                args.num_samples, args.seq_len, args.group_size)
         if args.command == "gpu":
             from engine.tools.plan_report import run_gpu
 

@@ -25,7 +25,10 @@ def add_parser(sub) -> None:
     p.add_argument("--api-key", metavar="KEY", help=f"clients must send it as a Bearer token "
                    f"(or set {KEY_ENV})")
     p.add_argument("--max-seqs", type=int, default=DEFAULT_MAX_SEQS, metavar="N",
-                   help="sequences run at once once continuous batching lands (1 until then)")
+                   help="requests that run together in one batch (the rest wait their turn)")
+    p.add_argument("--kv-tokens", type=int, metavar="N", help="tokens the KV cache holds for "
+                   "every request together (default: one context's worth; on a GPU at most "
+                   "what fits)")
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                    help="allow browser pages from this origin (repeat for more); off by default")
     p.add_argument("--quant", default="auto")
@@ -53,7 +56,7 @@ def check_args(args) -> tuple[str | None, LoadRequest]:
                              f"got {origin[:80]!r}")
     load = LoadRequest(model=args.model, quant=args.quant, kv_dtype=args.kv_dtype,
                        context=args.context, device=args.device,
-                       memory_limit_gib=args.memory_limit)
+                       memory_limit_gib=args.memory_limit, kv_tokens=args.kv_tokens)
     load.validate()
     return key, load
 

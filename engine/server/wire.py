@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-MAX_CHOICES = 8  # n (times the prompts of a completion): run in turn, one at a time for now
+MAX_CHOICES = 8  # n (times the prompts of a completion): submitted together, run in one batch
 MAX_STOP_STRINGS = 4  # OpenAI's own bound
 
 

@@ -7,7 +7,8 @@ device: Session.can_batch) run together in continuous batches (generate/batch_ru
 joins at the next step and leaves at its end, up to `max_seqs` at once, the rest waiting in the
 batch's queue. A speculative generation (a draft attached, prompt lookup) and every generation
 on a session that cannot batch (tensor parallelism, transformers' own modules) run alone, to
-their terminal event, once the batch before them has drained. A load or unload waits for the
+their terminal event, once the batch before them has drained; a speculative request that arrives
+while a batch runs joins it and decodes plainly. A load or unload waits for the
 generations queued before it, and generations queued after it run on what it leaves loaded.
 """
 
@@ -146,8 +147,13 @@ class Engine:
         req, session = job.req, self.session
         if not isinstance(req, GenerateRequest) or session is None:
             return False
-        if req.prompt_lookup or req.num_speculative_tokens or not session.can_batch():
+        if not session.can_batch():
             return False
+        speculates = (req.prompt_lookup or req.num_speculative_tokens
+                      or getattr(session, "draft", None) is not None)
+        if speculates and not (self.batch is not None and self.batch.has_work):
+            return False  # alone: it runs with speculation, to its end
+        # with others running it joins them, decoding plainly (speculation is a batch of one's)
         if self.batch is None:
             from engine.generate.batch_run import BatchRun
 

@@ -5,8 +5,9 @@ load/awq_loader.py too).
 For each decoder layer, on the device: run the calibration tokens through it (full precision)
 while hooks record what each group of linear layers reads; search and fold the scales
 (tools/awq_search.py) into the op before each group; search clip bounds; round to 4 bits with a zero
-point per 128 inputs. The next layer reads the full-precision outputs, as in AutoAWQ. Only one
-layer sits on the device at a time, so a GPU quantizes models larger than its memory.
+point per group of inputs (32, 64 or 128: tools/quantize.py chooses). The next layer reads the
+full-precision outputs, as in AutoAWQ. Only one layer sits on the device at a time, so a GPU
+quantizes models larger than its memory.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from engine.formats.model_shape import AWQ_GROUP
 from engine.quant import awq_format
 from engine.tools import awq_search
 
-GROUP_SIZE = AWQ_GROUP
 SEARCH_TOKENS = 4096  # tokens per group of linears the scale search measures its outputs on
 CHUNK_TOKENS = 8192  # tokens per layer forward: bounds the activations on the device
 
@@ -111,7 +111,7 @@ def _foldable(layer, group: Group) -> bool:
     return not isinstance(prev, torch.nn.Linear) or prev.out_features == first.in_features
 
 
-def _search(layer, scale_groups: tuple[Group, ...], inputs, stride: int):
+def _search(layer, scale_groups: tuple[Group, ...], inputs, stride: int, group_size: int):
     """One layer's AWQ search -> (the next layer's inputs, {linear: its inputs after scaling},
     the chosen scale exponent per group, -1 for none)."""
     stats = {g.linears[0]: _InputStats(stride) for g in scale_groups}
@@ -129,7 +129,7 @@ def _search(layer, scale_groups: tuple[Group, ...], inputs, stride: int):
         x = st.sample()
         if _foldable(layer, g):
             ws = [layer.get_submodule(n).weight for n in g.linears]
-            s, ratio = awq_search.search_scale(st.mean(), x, ws, GROUP_SIZE)
+            s, ratio = awq_search.search_scale(st.mean(), x, ws, group_size)
             _fold(layer, g, s)
             x = x / s
             ratios.append(ratio)
@@ -139,8 +139,8 @@ def _search(layer, scale_groups: tuple[Group, ...], inputs, stride: int):
 
 @torch.no_grad()
 def quantize_model(model, blocks: torch.Tensor | None, device: torch.device,
-                   progress: Callable[[int, int, str], None] = lambda done, total, msg: None
-                   ) -> dict[str, torch.Tensor]:
+                   progress: Callable[[int, int, str], None] = lambda done, total, msg: None,
+                   group_size: int = AWQ_GROUP) -> dict[str, torch.Tensor]:
     """model: a transformers model of an AWQ family on the CPU (its weights are changed in place:
     scales folded, clipped); blocks: [n, T] calibration tokens, or None for plain round-to-nearest
     (the baseline AWQ is measured against) -> the checkpoint's tensors (AWQ format: qweight/
@@ -161,13 +161,13 @@ def quantize_model(model, blocks: torch.Tensor | None, device: torch.device,
         if inputs is None:
             inputs_of, what = dict.fromkeys(n for g in scale_groups for n in g.linears), "rounded"
         else:
-            inputs, inputs_of, ratios = _search(layer, scale_groups, inputs, stride)
+            inputs, inputs_of, ratios = _search(layer, scale_groups, inputs, stride, group_size)
             what = "scale exponents " + ", ".join("none" if r < 0 else f"{r:.2f}" for r in ratios)
         for name, x in inputs_of.items():
             lin = layer.get_submodule(name)
             clip = None if x is None or name.endswith(no_clip) else awq_search.search_clip(
-                x, lin.weight, GROUP_SIZE)
-            codes, zeros, scales = awq_format.quantize(lin.weight, GROUP_SIZE, clip)
+                x, lin.weight, group_size)
+            codes, zeros, scales = awq_format.quantize(lin.weight, group_size, clip)
             prefix = f"{names.layers}.{i}.{name}"
             for key, t in awq_format.pack(codes, zeros, scales).items():
                 out[f"{prefix}.{key}"] = t.cpu()

@@ -25,8 +25,35 @@ SHARD_BYTES = 4 << 30
 SKIP_FILES = ("config.json", "model.safetensors.index.json")
 
 
-def check_model(config: dict) -> None:
-    """What the AWQ quantizer takes: a family that allows it, dimensions in whole groups."""
+GROUP_SIZES = (128, 64, 32)  # what the int4 kernels take; the largest that fits is the default
+
+
+def group_size_for(config: dict, asked: int | None = None) -> int:
+    """The AWQ group: `asked`, or the largest of GROUP_SIZES that divides every linear's input
+    features (hidden size, attention width, intermediate size: SmolLM2-135M's 576 takes 64)."""
+    widths = {config.get("hidden_size", 0), config.get("intermediate_size", 0)}
+    heads, head_dim = config.get("num_attention_heads"), config.get("head_dim")
+    if heads and head_dim:
+        widths.add(heads * head_dim)
+    fits = [g for g in GROUP_SIZES if all(w and not w % g for w in widths)]
+    if asked is not None:
+        if asked not in GROUP_SIZES:
+            raise BadRequest(f"--group-size takes {', '.join(map(str, GROUP_SIZES))}, "
+                             f"not {asked}")
+        if asked not in fits:
+            raise BadRequest(f"--group-size {asked} does not divide the model's widths "
+                             f"({', '.join(map(str, sorted(widths)))})"
+                             + (f"; {fits[0]} does" if fits else ""))
+        return asked
+    if not fits:
+        raise BadRequest(f"AWQ groups input features by 32, 64 or 128; the model's widths "
+                         f"({', '.join(map(str, sorted(widths)))}) are multiples of none")
+    return fits[0]
+
+
+def check_model(config: dict, group_size: int | None = None) -> int:
+    """What the AWQ quantizer takes: a family that allows it, dimensions in whole groups ->
+    the group size."""
     if config.get("quantization_config"):
         raise BadRequest("the model is already quantized; AWQ starts from 16-bit weights")
     family = families.get(config.get("model_type"))
@@ -34,19 +61,16 @@ def check_model(config: dict) -> None:
         raise BadRequest(f"`hearth quantize --method awq` covers "
                          f"{families.listing(families.awq_types())} models, not "
                          f"{config.get('model_type')}")
-    hidden, inter = config.get("hidden_size", 0), config.get("intermediate_size", 0)
-    if hidden % AWQ_GROUP or inter % AWQ_GROUP:
-        raise BadRequest(f"AWQ groups input features by {AWQ_GROUP}: hidden size {hidden} and "
-                         f"intermediate size {inter} must be multiples of it")
+    return group_size_for(config, group_size)
 
 
 def _check(model: str | None, out: str, calibration: str | None, device: str,
-           needs_text: bool = True):
+           needs_text: bool = True, group_size: int | None = None):
     from engine.files.model_folder import check
     from engine.tools import calibration as calib
 
     folder = check(model)
-    check_model(folder.config)
+    group = check_model(folder.config, group_size)
     dest = Path(out).expanduser()
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise BadRequest(f"--out {out} exists and is not an empty folder")
@@ -54,21 +78,21 @@ def _check(model: str | None, out: str, calibration: str | None, device: str,
         raise BadRequest("--out must be a new folder, not the model's own")
     if device not in ("auto", "cuda", "cpu"):
         raise BadRequest(f"unknown --device {device!r}; choose auto, cuda or cpu")
-    return folder, dest, calib.read_texts(calibration) if needs_text else None
+    return folder, dest, calib.read_texts(calibration) if needs_text else None, group
 
 
 def run_quantize(model: str | None, method: str, out: str, calibration: str | None = None,
                  device: str = "auto", num_samples: int = NUM_SAMPLES,
-                 seq_len: int = SEQ_LEN) -> int:
+                 seq_len: int = SEQ_LEN, group_size: int | None = None) -> int:
     try:
         if method not in METHODS:
             raise BadRequest(f"unknown --method {method!r}; Hearth quantizes with awq (or rtn, "
                              "plain rounding in the same format: AWQ's baseline)")
         if num_samples < 1 or seq_len < 16:
             raise BadRequest("--num-samples must be 1 or more and --seq-len 16 or more")
-        folder, dest, texts = _check(model, out, calibration if method == "awq" else None,
-                                     device, needs_text=method == "awq")
-        _quantize(folder, dest, texts, device, num_samples, seq_len)
+        folder, dest, texts, group = _check(model, out, calibration if method == "awq" else None,
+                                            device, method == "awq", group_size)
+        _quantize(folder, dest, texts, device, num_samples, seq_len, group)
     except BadRequest as e:
         print(f"hearth quantize: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -76,7 +100,7 @@ def run_quantize(model: str | None, method: str, out: str, calibration: str | No
 
 
 def _quantize(folder, dest: Path, texts: list[str] | None, device_arg: str, num_samples: int,
-              seq_len: int) -> None:
+              seq_len: int, group: int = AWQ_GROUP) -> None:
     """texts None: round to nearest, no search (method rtn)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -105,10 +129,10 @@ def _quantize(folder, dest: Path, texts: list[str] | None, device_arg: str, num_
         blocks = torch.tensor(calibration.token_blocks(tokenizer, texts, num_samples, seq_len))
         say(f"calibration: {blocks.shape[0]} blocks of {blocks.shape[1]} tokens")
     tensors = awq_quantize.quantize_model(model, blocks, device,
-                                          lambda done, total, msg: say(msg))
+                                          lambda done, total, msg: say(msg), group)
     dest.mkdir(parents=True, exist_ok=True)
     config = dict(folder.config, dtype="float16",
-                  quantization_config=awq_format.quantization_config(AWQ_GROUP))
+                  quantization_config=awq_format.quantization_config(group))
     config.pop("torch_dtype", None)
     (dest / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     nbytes = _save(tensors, dest)
@@ -116,7 +140,7 @@ def _quantize(folder, dest: Path, texts: list[str] | None, device_arg: str, num_
         if f.is_file() and f.suffix != ".safetensors" and f.name not in SKIP_FILES:
             shutil.copy2(f, dest / f.name)
     size = f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
-    say(f"wrote {dest}: {size} of 4-bit weights in AWQ's format (group {AWQ_GROUP}) in "
+    say(f"wrote {dest}: {size} of 4-bit weights in AWQ's format (group {group}) in "
         f"{time.perf_counter() - t0:.0f} s; run it with: hearth run --model {dest}")
 
 

@@ -102,8 +102,10 @@ def _hf_perplexity(path, ids: list[int], window: int, stride: int, quant: str) -
 
     kw = {"dtype": torch.float32 if quant == "fp32" else torch.bfloat16}
     if quant == "nf4":
+        # as the engine loads NF4 (load/loader.py): the absmax statistics quantized too
         kw["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16)
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.bfloat16)
     elif quant == "int8":
         kw["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)
     model = AutoModelForCausalLM.from_pretrained(path, **kw).eval()

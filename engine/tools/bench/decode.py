@@ -3,7 +3,8 @@ throughput over a set of prompts, beside two references measured in the same run
 (references.py): the memory roofline and (with --baseline-hf) plain transformers
 `generate()` on the same model.
 
-Requests run one after another at batch 1 (there is no continuous batching yet).
+Requests run one after another at batch 1; many at once is `hearth bench --concurrency`
+(concurrent.py).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class BenchResult:
     throughput_tokens_per_s: float  # the seed's benchmark: total new tokens / elapsed
     avg_latency_s: float
     num_prompts: int
-    batching: str = "sequential, batch 1 (no continuous batching yet)"
+    batching: str = "sequential, batch 1 (many at once: --concurrency)"
     hf_generate_decode_tokens_per_s: float | None = None
     hf_generate_ttft_ms: float | None = None
     speedup_vs_hf: float | None = None

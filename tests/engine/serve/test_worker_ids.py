@@ -294,11 +294,12 @@ def test_the_windows_chat_and_a_client_run_in_one_batch(worker):
     start = len(worker.out.lines)
     worker.command(json.dumps({"command": "serve", "id": "both", "port": 0}))
     _, serving = _wait_event(worker, start, "serving")
+    name = _get(serving.url + "/models")["data"][0]["id"]
     before = dict(worker.engine.batch.rows_seen) if worker.engine.batch else {}
     answers = []
     client = threading.Thread(target=lambda: answers.append(_get(
         serving.url + "/chat/completions", {
-            "model": "x", "messages": [{"role": "user", "content": "Tell me about owls"}],
+            "model": name, "messages": [{"role": "user", "content": "Tell me about owls"}],
             "max_tokens": 40, "ignore_eos": True, "temperature": 0})))
     client.start()
     worker.command(_generate("window", "Tell me about rivers", max_new_tokens=40))
