@@ -64,6 +64,16 @@ def contiguous(values: torch.Tensor, table: torch.Tensor, end: int) -> torch.Ten
     return x[None, :, :end]
 
 
+def contiguous_rows(values: torch.Tensor, table: torch.Tensor, end: int) -> torch.Tensor:
+    """values [num_blocks, H_kv, B, D] -> each row's positions 0..end-1 as stored, through its
+    own row of table ([N, max_blocks]): [N, H_kv, end, D] (a batched step's SDPA)."""
+    B = values.shape[2]
+    n = -(-end // B)
+    x = values[table[:, :n].long()]  # [N, n, H_kv, B, D]
+    N, _, H, _, D = x.shape
+    return x.transpose(1, 2).reshape(N, H, n * B, D)[:, :, :end]
+
+
 def gather(k: torch.Tensor, v: torch.Tensor, k_scale: torch.Tensor | None,
            v_scale: torch.Tensor | None, table: torch.Tensor, end: int, dtype: torch.dtype
            ) -> tuple[torch.Tensor, torch.Tensor]:
