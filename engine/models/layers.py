@@ -20,7 +20,7 @@ from engine.attention import decode_attention
 from engine.cache import kv_arena
 from engine.cache.kv_cache import KVCache, LayerKV
 from engine.events import MAX_SPECULATIVE_TOKENS
-from engine.models import invariant
+from engine.models import batch_attention, invariant
 from engine.models.step_weights import WHOLE, Shard, StepWeights, weights_of
 
 # attention(layer index, q [1, H, T, D], that layer's cache) -> [1, T, H D]
@@ -204,39 +204,8 @@ class FamilyStep:
         """One decode step of N sequences: tokens, pos: [N] (token i of sequence i, whose blocks
         are rows.table[i]) -> logits [N, V]. The linear layers take the N rows together; each
         row's attention reads its own blocks up to its own bucket, as its step alone does."""
-        how = decode_attention.backend(self.cache)
-        if how == "sdpa" and self.invariant is None:  # one SDPA call over every row's blocks
-            return self._logits(tokens, pos, self._batch_sdpa(pos, rows.kv_len), self.fns,
-                                table=rows.table)[0]
-        if how == "sdpa":  # PyTorch's kernels a row at a time, each as its step alone runs them
-            def attention(i: int, q: torch.Tensor, kv: LayerKV) -> torch.Tensor:
-                out = []
-                for r, L in enumerate(rows.host_lens):
-                    mask = (torch.arange(L, device=pos.device) <= pos[r])[None, None, None, :]
-                    out.append(self.attend(q[:, :, r:r + 1], kv._replace(table=kv.table[r]),
-                                           mask, L))
-                return torch.cat(out, dim=1)  # [1, N, H D]
-        else:
-            def attention(i: int, q: torch.Tensor, kv: LayerKV) -> torch.Tensor:
-                return decode_attention.attend_batch(q, kv, pos, rows, self.scaling, how,
-                                                     launch=self.cache.backends.launch)
+        attention = batch_attention.of(self, pos, rows)
         return self._logits(tokens, pos, attention, self.fns, table=rows.table)[0]
-
-    def _batch_sdpa(self, pos: torch.Tensor, kv_len: int) -> Attention:
-        """A batched step's attention in one SDPA call: each row's blocks gathered up to the
-        batch's largest bucket, keys past a row's position masked (16-bit and fp32 caches)."""
-        keys = torch.arange(kv_len, device=pos.device)
-        mask = (keys[None, :] <= pos[:, None])[:, None, None, :]  # [N, 1, 1, kv]
-        group = self.num_heads // self.num_kv_heads
-
-        def attention(i: int, q: torch.Tensor, kv: LayerKV) -> torch.Tensor:
-            N, D = q.shape[2], self.head_dim
-            k, v = (kv_arena.contiguous_rows(x, kv.table[:N], kv_len) for x in (kv.k, kv.v))
-            # q: [1, H, N, D] -> [N, H_kv, G, D], heads h_kv G + g
-            qg = q[0].transpose(0, 1).reshape(N, self.num_kv_heads, group, D).to(k.dtype)
-            out = F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=self.scaling)
-            return out.reshape(1, N, self.num_heads * D).to(q.dtype)  # [1, N, H D]
-        return attention
 
     def _row_attention(self, first: int, T: int) -> Attention:
         """The reproducible mode's attention for rows first..first+T-1, as their decode steps
