@@ -5,6 +5,13 @@
 #                                             transformers' generate_batch beside it
 #   bash packaging/bench/batching.sh awq      the same for AWQ (no peer), then 64 requests of
 #                                             4,096-token prompts under a 24 GiB card
+#   bash packaging/bench/batching.sh serve    issue 26: 1 and 16 streaming clients of the server
+#                                             against the engine's own rounds (serve_speed.py);
+#                                             carry the server's wheels in .whl too (pip download
+#                                             for Python 3.12: fastapi starlette uvicorn click h11
+#                                             pydantic pydantic-core typing-inspection
+#                                             annotated-types prometheus-client openai httpx
+#                                             httpcore anyio sniffio idna certifi distro jiter)
 # Random weights, 512-token prompts, 256 new tokens, median of 3. Results under $OUT.
 set -u
 source packaging/bench/device_env.sh
@@ -30,4 +37,8 @@ awq)
         --new-tokens 256 --repeats 3 --no-peer
     LIMIT=330 sweep 7b-bf16-24gib --quant bf16 --memory-limit 24 --concurrency 64 \
         --prompt-len 4096 --new-tokens 256 --repeats 1 --no-peer ;;
+serve)
+    timeout 500 python3 $B/serve_speed.py --model $B/qwen2.5-7b --random-weights --quant bf16 \
+        --clients 1,16 --prompt-len 512 --new-tokens 256 --repeats 3 2>>"$LOG" \
+        | tee "$OUT/serve_speed.jsonl" ;;
 esac
