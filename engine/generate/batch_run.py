@@ -31,21 +31,15 @@ from engine.events import (
     PrefillProgress,
     Token,
 )
-from engine.generate.detokenizer import Detokenizer, StopMatcher
-from engine.generate.prompt import build as build_prompt
+from engine.generate import session_events
+from engine.generate.detokenizer import StopMatcher, detokenizer_for
 from engine.generate.template_guard import RenderCancelled
-from engine.plan.oom import memory_kind, out_of_memory
+from engine.plan.oom import memory_kind
 from engine.step.batch_sampling import sample_rows
 from engine.step.batched import BatchedDecoder
-from engine.step.sampling import Sampler, resolve
+from engine.step.sampling import Sampler
 
-MAX_SEQS = 64  # sequences running at once, unless the load says otherwise
 STATS_INTERVAL_S = 0.25
-
-
-class _NoText:
-    def add(self, token_id: int) -> str:
-        return ""
 
 
 @dataclass(eq=False)
@@ -72,7 +66,7 @@ class _Gen:
 class BatchRun:
     """The batched generations of `session` (a Session on the fast path, one device)."""
 
-    def __init__(self, session, max_seqs: int = MAX_SEQS):
+    def __init__(self, session, max_seqs: int):
         self.session = session
         self.decoder, self.cache = session.decoder, session.cache
         self.max_seqs = max_seqs
@@ -126,24 +120,14 @@ class BatchRun:
         if req.num_speculative_tokens and not req.prompt_lookup and self.session.draft is None:
             raise BadRequest("speculative tokens need a draft model (--draft) or prompt lookup")
         # speculation is a batch of one's: in a batch the request decodes plainly
-        lm, t_start = self.session.lm, time.perf_counter()
-        ids, dropped = build_prompt(lm.tokenizer, req, self.history, lm.context, cancel)
-        vocab = lm.model.config.vocab_size
-        if not ids:
-            raise BadRequest("the prompt is empty")
-        if req.prompt_ids is not None and max(ids) >= vocab:
-            raise BadRequest(f"prompt_ids holds a token id past the vocabulary's {vocab:,}")
-        if len(ids) >= lm.context:
-            raise BadRequest(f"the prompt has {len(ids)} tokens but the context holds "
-                             f"{lm.context}")
-        max_new = min(req.max_new_tokens, lm.context - len(ids))
-        sampler = Sampler(resolve(req.sampling, lm.gen_config), vocab, lm.device,
-                          torch.tensor(ids, dtype=torch.long, device=lm.device))
+        t_start = time.perf_counter()
+        ids, _, dropped, max_new, sampler = self.session.checked_prompt(req, self.history,
+                                                                        cancel)
         self._ids += 1
         seq = Seq(f"b{self._ids}", list(ids), max_new)
-        detok = Detokenizer(lm.tokenizer, ids) if lm.tokenizer else _NoText()
-        return _Gen(seq, req, sink, cancel, sampler, detok, StopMatcher(req.stop), 0, dropped,
-                    t_start)
+        return _Gen(seq, req, sink, cancel, sampler,
+                    detokenizer_for(self.session.lm.tokenizer, ids), StopMatcher(req.stop), 0,
+                    dropped, t_start)
 
     # ------------------------------------------------------------------ one step
 
@@ -250,18 +234,13 @@ class BatchRun:
 
     def _stats(self, gen: _Gen):
         ids = gen.seq.prompt_ids
-        return self.session._stats(ids, gen.n_new, gen.t_start, gen.t_first, gen.cached,
-                                   gen.dropped)
+        return session_events.stats(self.session, ids, gen.n_new, gen.t_start, gen.t_first,
+                                    gen.cached, gen.dropped)
 
     def _fail_all(self, e: Exception) -> None:
         kind = memory_kind(e) if not isinstance(e, torch.OutOfMemoryError) else "GPU"
-        lm = self.session.lm
         if kind:
-            where = "the GPU" if kind == "GPU" else "the computer (RAM)"
-            err = out_of_memory(f"{where} ran out of memory during generation",
-                                lm.folder.config, lm.quant, lm.context, None,
-                                on_cpu=kind == "CPU")
-            failed = Failed(str(err), hint=err.hint)
+            failed = self.session.oom_failure(kind)
         else:
             failed = Failed(f"generation failed: {type(e).__name__}: {e}")
         gens = list(self.gens.values())

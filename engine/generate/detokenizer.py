@@ -31,6 +31,18 @@ class Detokenizer:
         return after[len(before):]
 
 
+class NoText:
+    """Random-weight benchmarks have no tokenizer: tokens only."""
+
+    def add(self, token_id: int) -> str:
+        return ""
+
+
+def detokenizer_for(tokenizer, prompt_ids: list[int]):
+    """A Detokenizer after the prompt, or NoText where there is no tokenizer."""
+    return Detokenizer(tokenizer, prompt_ids) if tokenizer else NoText()
+
+
 class StopMatcher:
     """Cuts the stream exactly before the first stop string, even one spanning several tokens.
 

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from typing import NamedTuple
 
 import torch
 
@@ -36,7 +37,7 @@ from engine.events import (
     Token,
 )
 from engine.generate import session_events
-from engine.generate.detokenizer import Detokenizer, StopMatcher
+from engine.generate.detokenizer import StopMatcher, detokenizer_for
 from engine.generate.prompt import Prompt
 from engine.generate.prompt import build as build_prompt
 from engine.generate.session_load import arena_blocks, load_session, resolve_config
@@ -54,11 +55,12 @@ from engine.step.sampling import Sampler, resolve
 STATS_INTERVAL_S = 0.25
 
 
-class _NoText:
-    """Random-weight benchmarks have no tokenizer: tokens only."""
-
-    def add(self, token_id: int) -> str:
-        return ""
+class CheckedPrompt(NamedTuple):
+    ids: list[int]
+    tensor: torch.Tensor  # ids on the device
+    dropped: int  # oldest messages left out to fit the context
+    max_new: int  # the new tokens it may have
+    sampler: Sampler
 
 
 class Session:
@@ -170,6 +172,34 @@ class Session:
         return build_prompt(self.lm.tokenizer, req, self.cache.token_ids, self.lm.context,
                             cancel)
 
+    def checked_prompt(self, req: GenerateRequest, history: list[int],
+                       cancel: threading.Event | None = None) -> CheckedPrompt:
+        """The request's prompt (generate/prompt.py, keeping `history`'s ids where it repeats
+        them), refused as bad input where it cannot run, with its Sampler."""
+        lm = self.lm
+        ids, dropped = build_prompt(lm.tokenizer, req, history, lm.context, cancel)
+        vocab = lm.model.config.vocab_size
+        if not ids:
+            raise BadRequest("the prompt is empty")
+        if req.prompt_ids is not None and max(ids) >= vocab:
+            raise BadRequest(f"prompt_ids holds a token id past the vocabulary's {vocab:,}")
+        if len(ids) >= lm.context:
+            raise BadRequest(f"the prompt has {len(ids)} tokens but the context holds "
+                             f"{lm.context}")
+        tensor = torch.tensor(ids, dtype=torch.long, device=lm.device)  # one copy, two uses
+        sampler = Sampler(resolve(req.sampling, lm.gen_config), vocab, lm.device, tensor)
+        return CheckedPrompt(ids, tensor, dropped, min(req.max_new_tokens, lm.context - len(ids)),
+                             sampler)
+
+    def oom_failure(self, kind: str) -> Failed:
+        """`kind` ("GPU" or "CPU") ran out of memory mid-generation: the Failed that says so,
+        with a plan that fits."""
+        lm = self.lm
+        where = "the GPU" if kind == "GPU" else "the computer (RAM)"
+        e = out_of_memory(f"{where} ran out of memory during generation", lm.folder.config,
+                          lm.quant, lm.context, None, on_cpu=kind == "CPU")
+        return Failed(str(e), hint=e.hint)
+
     def prompt_ids(self, req: GenerateRequest) -> list[int]:
         return self.prompt(req).ids
 
@@ -192,11 +222,7 @@ class Session:
                 yield Failed(f"generation failed: {type(e).__name__}: {e}")
         if oom:
             self._forget()
-            lm = self.lm
-            where = "the GPU" if oom == "GPU" else "the computer (RAM)"
-            e = out_of_memory(f"{where} ran out of memory during generation", lm.folder.config,
-                              lm.quant, lm.context, None, on_cpu=oom == "CPU")
-            yield Failed(str(e), hint=e.hint)
+            yield self.oom_failure(oom)
 
     def _forget(self) -> None:
         # whatever broke mid-pass, no cached block is trusted
@@ -231,19 +257,8 @@ class Session:
     def _generate(self, req: GenerateRequest, cancel: threading.Event):
         req.validate()
         t_start = time.perf_counter()
-        ids, dropped = self.prompt(req, cancel)
-        context = self.lm.context
-        if not ids:
-            raise BadRequest("the prompt is empty")
-        vocab = self.lm.model.config.vocab_size
-        if req.prompt_ids is not None and max(ids) >= vocab:
-            raise BadRequest(f"prompt_ids holds a token id past the vocabulary's {vocab:,}")
-        if len(ids) >= context:
-            raise BadRequest(f"the prompt has {len(ids)} tokens but the context holds {context}")
-        max_new = min(req.max_new_tokens, context - len(ids))
-        sampling = resolve(req.sampling, self.lm.gen_config)
-        tensor = torch.tensor(ids, dtype=torch.long, device=self.lm.device)  # one copy, two uses
-        sampler = Sampler(sampling, self.lm.model.config.vocab_size, self.lm.device, tensor)
+        ids, tensor, dropped, max_new, sampler = self.checked_prompt(req, self.cache.token_ids,
+                                                                     cancel)
         decoding = self._decoding(req, sampler, ids)  # before prefill: it may capture graphs
         # the live conversation's prefix, or another's cached by hash (a shared system prompt);
         # at least the last prompt token is computed: its logits start the answer
@@ -264,7 +279,7 @@ class Session:
             if chunked:
                 yield PrefillProgress(hi - start, len(ids) - start)
 
-        detok = Detokenizer(self.lm.tokenizer, ids) if self.lm.tokenizer else _NoText()
+        detok = detokenizer_for(self.lm.tokenizer, ids)
         stop = StopMatcher(req.stop)
         last_stats = time.perf_counter()
         n_new = 0

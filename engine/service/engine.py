@@ -153,12 +153,7 @@ class Engine:
                       or getattr(session, "draft", None) is not None)
         if speculates and not (self.batch is not None and self.batch.has_work):
             return False  # alone: it runs with speculation, to its end
-        # with others running it joins them, decoding plainly (speculation is a batch of one's)
-        if self.batch is None:
-            from engine.generate.batch_run import BatchRun
-
-            self.batch = BatchRun(session, self.max_seqs)
-        return True
+        return True  # with others running it joins them, decoding plainly
 
     def _admit(self) -> None:
         """Every job at the head of the queue that can join the running batch joins it."""
@@ -179,6 +174,10 @@ class Engine:
                 self.requests_finished += 1
                 with self._lock:
                     self._live.remove(job)
+        if self.batch is None:
+            from engine.generate.batch_run import BatchRun
+
+            self.batch = BatchRun(self.session, self.max_seqs)
         self.batch.add(job.req, sink, job.cancel)
 
     def _next(self) -> Job | None:
