@@ -140,10 +140,11 @@ class PerformancePanel(QWidget):
         self.is_cpu_mode = on
         self.process_sampler.watch((self.process_sampler.pid if pid is None else pid) if on
                                    else 0)
-        if not self.remote_where:
-            self.vram_plot.setVisible(not on)
-            for plot in (self.rss_plot, self.cpu_plot):
-                plot.setVisible(on)
+        if self.remote_where:  # the endpoint's note stays: a late GPU report must not wipe it
+            return
+        self.vram_plot.setVisible(not on)
+        for plot in (self.rss_plot, self.cpu_plot):
+            plot.setVisible(on)
         self._set_vram_empty("" if not on or is_supported() else
                              "This system does not let Hearth read the worker's memory and CPU "
                              "use, so there is nothing to chart but speed.")
