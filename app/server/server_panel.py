@@ -1,5 +1,7 @@
 """The Server panel: start and stop the OpenAI-compatible server inside the worker, on the model
 the window has loaded; its address, key and live figures (from `server_stats`, once a second).
+While it serves nothing itself, it watches its address: a Hearth server started elsewhere (`hearth
+serve` in a terminal) that answers there is shown with its own live figures (server_watch.py).
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from PySide6.QtWidgets import (
 
 from app.app_settings import AppSettings
 from app.remote.endpoint_keys import EndpointKeys
+from app.server.server_watch import ServerWatch
 from app.worker.worker_client import WorkerClient
 from engine.events import Failed, ServeRequest, ServerStats, ServerStopped, ServeStopRequest
+from engine.remote.server_figures import ServerFigures
 
 NEEDS_MODEL = "Load a model first: the server answers with the window's model."
 
@@ -41,6 +45,7 @@ class ServerPanel(QWidget):
         self.has_model = False
         self.is_wanted = False  # started by the user and not stopped: comes back after a restart
         self.is_starting = False
+        self.external: ServerFigures | None = None  # a Hearth server of another process, here
         saved = settings.server()
         self.host_edit = QLineEdit(saved["host"])
         self.port_spin = QSpinBox()
@@ -86,6 +91,12 @@ class ServerPanel(QWidget):
         worker.sig_server_stats.connect(self._on_worker_server_stats)
         worker.sig_server_stopped.connect(self._on_worker_server_stopped)
         worker.sig_server_failed.connect(self._on_worker_server_failed)
+        self.watch = ServerWatch(self)
+        self.watch.sig_figures.connect(self._on_watch_figures)
+        self.watch.sig_gone.connect(self._on_watch_gone)
+        for edit in (self.host_edit, self.key_edit):
+            edit.editingFinished.connect(self._watch_address)
+        self.port_spin.valueChanged.connect(self._watch_address)
         self._show_state()
 
     # ------------------------------------------------------------------ public
@@ -115,6 +126,7 @@ class ServerPanel(QWidget):
         self.settings.set_server({"host": request.host, "port": request.port,
                                   "keep": request.keep})
         self.is_wanted = self.is_starting = True
+        self.watch.stop()
         self.status_label.setText("Starting…")
         self.worker.send(request)
         self._show_state()
@@ -124,6 +136,14 @@ class ServerPanel(QWidget):
         if self.is_serving:
             self.worker.send(ServeStopRequest())
             self.status_label.setText("Stopping…")
+
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().showEvent(event)
+        self._watch_address()  # only while the panel is seen: no polling of a hidden tab
+
+    def hideEvent(self, event) -> None:  # noqa: N802
+        super().hideEvent(event)
+        self.watch.pause()
 
     # ------------------------------------------------------------------ slots
 
@@ -139,8 +159,8 @@ class ServerPanel(QWidget):
     def _on_worker_serving(self, event) -> None:
         self.is_starting = False
         self.url_label.setText(event.url)
-        self.status_label.setText("Serving the window's model; clients and the chat take "
-                                  "turns on it.")
+        self.status_label.setText("Serving the window's model; its clients and the chat run "
+                                  "in one batch.")
         self._show_state()
 
     def _on_worker_server_stats(self, event: ServerStats) -> None:
@@ -153,26 +173,70 @@ class ServerPanel(QWidget):
         self.stats_label.setText("")
         self.status_label.setText(f"Stopped: {event.error}." if event.error else "Stopped.")
         self._show_state()
+        self._watch_address()
 
     def _on_worker_server_failed(self, event: Failed) -> None:
         self.is_starting = self.is_wanted = False
         self.status_label.setText(f"Could not start the server: {event.error}"
                                   + (f" ({event.hint})" if event.hint else ""))
         self._show_state()
+        self._watch_address()
+
+    def _on_watch_figures(self, figures: ServerFigures, tokens_per_s: float) -> None:
+        if self.is_serving or self.is_starting:
+            return
+        self.external = figures
+        self.url_label.setText(self._address() + "/v1")
+        self.status_label.setText(
+            f"A Hearth server started outside this window answers here, with {figures.model}; "
+            "stop it where it runs, or choose another port to start one on this window's model.")
+        if figures.metrics_refused:
+            self.stats_label.setText("Its figures need its API key: enter it above.")
+        else:
+            self.stats_label.setText(
+                f"{figures.clients} client(s) connected · {figures.running} running, "
+                f"{figures.waiting} waiting · {tokens_per_s:.1f} tokens/s · "
+                f"{figures.tokens:,} tokens generated")
+        self._show_state()
+
+    def _on_watch_gone(self) -> None:
+        if self.external is None:
+            return
+        self.external = None
+        self.stats_label.setText("")
+        self.status_label.setText("The server that answered here has stopped.")
+        self._show_state()
 
     # ------------------------------------------------------------------ helpers
 
     def _show_state(self) -> None:
         serving, busy = self.is_serving, self.is_serving or self.is_starting
+        elsewhere = self.external is not None and not busy
         self.start_button.setText("Stop server" if busy else "Start server")
-        self.start_button.setEnabled(busy or self.has_model)
+        self.start_button.setEnabled(busy or (self.has_model and not elsewhere))
         for w in (self.host_edit, self.port_spin, self.key_edit, self.keep_check):
             w.setEnabled(not busy)
-        self.copy_url_button.setEnabled(serving)
-        if not serving:
+        self.copy_url_button.setEnabled(serving or elsewhere)
+        if not (serving or elsewhere):
             self.url_label.setText("")
-        if not busy and not self.has_model and not self.is_wanted:
+        if not (busy or elsewhere or self.has_model or self.is_wanted):
             self.status_label.setText(NEEDS_MODEL)
+
+    def _address(self) -> str:
+        host = self.host_edit.text().strip() or "127.0.0.1"
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port_spin.value()}"
+
+    def _watch_address(self) -> None:
+        """Watch the address set above while this window serves nothing there itself and the
+        panel is in sight."""
+        if self.is_serving or self.is_starting or not self.isVisible():
+            return
+        url = self._address()
+        if self.external is not None and url != self.watch.url:  # what answered is not here
+            self.external = None
+            self.stats_label.setText("")
+            self._show_state()
+        self.watch.watch(url, self.key_edit.text().strip() or None)
 
     def _copy(self, text: str) -> None:
         if text:

@@ -161,3 +161,21 @@ def answer_against_recompute(session, reference, req: GenerateRequest):
     stats = finished(events).stats
     assert (stats.cached_prompt_tokens, stats.computed_prompt_tokens) == (cached, len(ids) - cached)
     return ids, text(events), stats
+
+
+def hearth_serve(*args: str) -> tuple[subprocess.Popen, str]:
+    """`hearth serve --port 0 --device cpu ARGS` (the bundled demo model) as a subprocess, once
+    it serves -> (the process, its base URL http://127.0.0.1:PORT/v1). The caller ends it."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "engine.serve.cli", "serve", "--port", "0",
+                             "--device", "cpu", *args], stderr=subprocess.PIPE, text=True,
+                            env=env)
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.startswith("serving on "):
+            break
+    if not (lines and lines[-1].startswith("serving on http://127.0.0.1:")):
+        proc.kill()
+        raise AssertionError("".join(lines))
+    return proc, lines[-1].split()[-1]

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import httpx
@@ -18,6 +15,7 @@ import pytest
 
 from engine.events import GenerateRequest, SamplingParams, Token
 from engine.serve import cli
+from tests.engine.helpers import hearth_serve
 from tests.engine.server.conftest import LOAD, metric
 
 QUESTIONS = ["What does `locale.getlocale` do?", "What does `os.path.join` do?",
@@ -138,17 +136,8 @@ def test_a_client_that_disconnects_frees_its_request(server):
 
 
 def test_sigterm_stops_hearth_serve_cleanly():
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "engine.serve.cli", "serve", "--port", "0",
-                             "--device", "cpu"], stderr=subprocess.PIPE, text=True, env=env)
+    proc, url = hearth_serve()
     try:
-        lines = []
-        for line in proc.stderr:
-            lines.append(line)
-            if line.startswith("serving on "):
-                break
-        assert lines and lines[-1].startswith("serving on http://127.0.0.1:"), lines
-        url = lines[-1].split()[-1]
         assert httpx.get(url.removesuffix("/v1") + "/health", timeout=10).status_code == 200
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
