@@ -132,6 +132,7 @@ class Scheduler:
             seq.num_computed = chunk.start + chunk.length
             if chunk.sample and seq in sampled:
                 seq.output_ids.append(sampled[seq])
-            self.blocks.commit(seq.table, seq.token_ids[:seq.num_computed])
+            if seq.num_computed // self.blocks.block_size > len(seq.table.hashes):
+                self.blocks.commit(seq.table, seq.token_ids[:seq.num_computed])  # a block filled
             if seq.done:
                 self.finish(seq, "length")

@@ -7,8 +7,9 @@ one sequence at a time through the Decoder's own prefill path, and its one-token
 one row through the Decoder's own step (its graphs: a single chat pays nothing for batching),
 two or more through step/batched.py. Each request keeps its own sampler (sampling parameters,
 seed), detokenizer, stop strings, eos and token limit, and its events go to its own sink, ending
-in one Finished or Failed. Speculative decoding is not here: the service runs such a request
-alone when nothing else runs (service/engine.py); one that joins a batch decodes plainly.
+in one Finished or Failed. Speculative decoding is not here: a speculative request decodes
+plainly in the batch, and hand_off gives it back to the service (service/engine.py) to speculate
+alone once it is the last one left.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from engine.events import (
 )
 from engine.generate import session_events
 from engine.generate.detokenizer import StopMatcher, detokenizer_for
+from engine.generate.resume import Resume
 from engine.generate.template_guard import RenderCancelled
 from engine.plan.oom import memory_kind
 from engine.step.batch_sampling import sample_rows
@@ -95,11 +97,13 @@ class BatchRun:
         return len(self.scheduler.waiting)
 
     def add(self, req: GenerateRequest, sink: Callable[[object], None],
-            cancel: threading.Event | None = None) -> None:
-        """Admit `req` at the next step, or end it at once (bad input: Failed)."""
+            cancel: threading.Event | None = None, resume: Resume | None = None) -> None:
+        """Admit `req` at the next step, or end it at once (bad input: Failed). `resume`: a
+        generation a session of one started (generate/resume.py), carried on from its tokens."""
         cancel = cancel or threading.Event()
         try:
-            gen = self._new_gen(req, sink, cancel)
+            gen = self._new_gen(req, sink, cancel) if resume is None else \
+                self._resumed_gen(req, sink, cancel, resume)
         except BadRequest as e:
             return sink(Failed(str(e), bad_input=True))
         except RenderCancelled:
@@ -129,6 +133,34 @@ class BatchRun:
                     detokenizer_for(self.session.lm.tokenizer, ids), StopMatcher(req.stop), 0,
                     dropped, t_start)
 
+    def _resumed_gen(self, req: GenerateRequest, sink, cancel, r: Resume) -> _Gen:
+        self._ids += 1
+        seq = Seq(f"b{self._ids}", list(r.prompt_ids), r.max_new, output_ids=list(r.generated))
+        return _Gen(seq, req, sink, cancel, r.sampler, detokenizer_for(
+            self.session.lm.tokenizer, r.ids), r.stop, r.cached, r.dropped, r.t_start,
+            r.t_first, n_new=len(r.generated), admitted=True)
+
+    def hand_off(self) -> tuple[GenerateRequest, Callable[[object], None], threading.Event,
+                                Resume] | None:
+        """The one generation left, where it would speculate alone (a draft attached, prompt
+        lookup) and is past its prefill: taken out of the batch, with what carries it on in a
+        session of one. None otherwise."""
+        if len(self.gens) != 1 or self.scheduler.waiting:
+            return None
+        (gen,) = self.gens.values()
+        req, seq = gen.req, gen.seq
+        speculates = (req.prompt_lookup or req.num_speculative_tokens
+                      or self.session.draft is not None) and req.num_speculative_tokens != 0
+        if not speculates or gen.cancel.is_set() or not seq.output_ids \
+                or seq.state is not State.RUNNING or seq.num_pending != 1:
+            return None
+        self.scheduler.finish(seq, "handed off")  # its full blocks stay cached by hash
+        del self.gens[seq]
+        self._idle()
+        return req, gen.sink, gen.cancel, Resume(
+            list(seq.prompt_ids), list(seq.output_ids), seq.max_new_tokens, gen.sampler,
+            gen.stop, gen.t_start, gen.t_first, gen.cached, gen.dropped)
+
     # ------------------------------------------------------------------ one step
 
     def step(self) -> None:
@@ -154,6 +186,8 @@ class BatchRun:
             if not gen.admitted:
                 gen.admitted, gen.cached = True, chunk.start
         sampled: dict[Seq, torch.Tensor] = {}  # [1] on the device
+        batch_seqs: list[Seq] = []  # rows of the batched step sampled, in batch_tokens' order
+        batch_tokens = None
         rows = [c for c in plan.chunks if c.length == 1]
         self.rows_seen[len(rows)] += 1
         for c in plan.chunks:
@@ -183,16 +217,18 @@ class BatchRun:
                                         for c in rows])
             chosen = [i for i, c in enumerate(rows) if c.sample]
             if chosen:
-                tokens = sample_rows([self.gens[rows[i].seq].sampler for i in chosen],
-                                     logits[chosen] if len(chosen) < len(rows) else logits)
-                for j, i in enumerate(chosen):
-                    sampled[rows[i].seq] = tokens[j:j + 1]
-        host = {seq: int(t) for seq, t in zip(sampled, torch.cat(list(sampled.values()))
-                                             .tolist(), strict=True)} if sampled else {}
+                batch_tokens = sample_rows([self.gens[rows[i].seq].sampler for i in chosen],
+                                           logits[chosen] if len(chosen) < len(rows) else logits)
+                batch_seqs = [rows[i].seq for i in chosen]
+        # one copy to the host for the step: each chunk's token, then the batched rows' tokens
+        alone = list(sampled)
+        parts = [sampled[seq] for seq in alone] + ([batch_tokens] if batch_seqs else [])
+        ids = torch.cat(parts).tolist() if parts else []
+        host = dict(zip(alone + batch_seqs, ids, strict=True))
         self.scheduler.finish_step(plan, host)
         for seq, tid in host.items():
             gen = self.gens[seq]
-            gen.token = sampled[seq]
+            gen.token = sampled.get(seq)  # a batched row's next step reads the host's id
             self._emit(gen, tid)
 
     def _progress(self, gen: _Gen, chunk) -> None:
@@ -240,7 +276,7 @@ class BatchRun:
     def _fail_all(self, e: Exception) -> None:
         kind = memory_kind(e) if not isinstance(e, torch.OutOfMemoryError) else "GPU"
         if kind:
-            failed = self.session.oom_failure(kind)
+            failed = session_events.oom_failure(self.session, kind)
         else:
             failed = Failed(f"generation failed: {type(e).__name__}: {e}")
         gens = list(self.gens.values())

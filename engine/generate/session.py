@@ -40,10 +40,11 @@ from engine.generate import session_events
 from engine.generate.detokenizer import StopMatcher, detokenizer_for
 from engine.generate.prompt import Prompt
 from engine.generate.prompt import build as build_prompt
+from engine.generate.resume import Paused, Resume
 from engine.generate.session_load import arena_blocks, load_session, resolve_config
 from engine.generate.template_guard import RenderCancelled
 from engine.load import loader
-from engine.plan.oom import memory_kind, out_of_memory
+from engine.plan.oom import memory_kind
 from engine.platform import cpu_threads
 from engine.spec.controller import MAX_ADAPTIVE_K, Controller
 from engine.spec.proposers import DraftModel, PromptLookup
@@ -191,24 +192,19 @@ class Session:
         return CheckedPrompt(ids, tensor, dropped, min(req.max_new_tokens, lm.context - len(ids)),
                              sampler)
 
-    def oom_failure(self, kind: str) -> Failed:
-        """`kind` ("GPU" or "CPU") ran out of memory mid-generation: the Failed that says so,
-        with a plan that fits."""
-        lm = self.lm
-        where = "the GPU" if kind == "GPU" else "the computer (RAM)"
-        e = out_of_memory(f"{where} ran out of memory during generation", lm.folder.config,
-                          lm.quant, lm.context, None, on_cpu=kind == "CPU")
-        return Failed(str(e), hint=e.hint)
-
     def prompt_ids(self, req: GenerateRequest) -> list[int]:
         return self.prompt(req).ids
 
-    def generate(self, req: GenerateRequest, cancel: threading.Event | None = None
-                 ) -> Iterator[Token | Stats | PrefillProgress | Finished | Failed]:
+    def generate(self, req: GenerateRequest, cancel: threading.Event | None = None,
+                 resume: Resume | None = None, pause: Callable[[], bool] | None = None
+                 ) -> Iterator[Token | Stats | PrefillProgress | Finished | Failed | Paused]:
+        """The request's events, ending in one Finished or Failed. `resume`: carry on a
+        generation a batch started (generate/resume.py); `pause`: asked at every round
+        boundary, True ends the stream with Paused instead, for a batch to carry it on."""
         cancel = cancel or threading.Event()
         oom = None  # "GPU" or "CPU" when an allocator ran out of memory
         try:
-            yield from self._generate(req, cancel)
+            yield from self._generate(req, cancel, resume, pause)
         except BadRequest as e:
             yield Failed(str(e), bad_input=True)
         except RenderCancelled:  # cancelled while the chat template rendered: nothing ran yet
@@ -222,7 +218,7 @@ class Session:
                 yield Failed(f"generation failed: {type(e).__name__}: {e}")
         if oom:
             self._forget()
-            yield self.oom_failure(oom)
+            yield session_events.oom_failure(self, oom)
 
     def _forget(self) -> None:
         # whatever broke mid-pass, no cached block is trusted
@@ -254,15 +250,27 @@ class Session:
         return SpeculativeDecoding(self.decoder, self.cache, sampler, proposer, control,
                                    list(ids))
 
-    def _generate(self, req: GenerateRequest, cancel: threading.Event):
-        req.validate()
-        t_start = time.perf_counter()
-        ids, tensor, dropped, max_new, sampler = self.checked_prompt(req, self.cache.token_ids,
-                                                                     cancel)
+    def _generate(self, req: GenerateRequest, cancel: threading.Event,
+                  resume: Resume | None = None, pause: Callable[[], bool] | None = None):
+        if resume is None:
+            req.validate()
+            t_start = time.perf_counter()
+            ids, tensor, dropped, max_new, sampler = self.checked_prompt(
+                req, self.cache.token_ids, cancel)
+            done, t_first, stop = 0, None, StopMatcher(req.stop)
+        else:  # the prompt and the tokens so far are prefilled (mostly found by hash)
+            ids, done, t_first, stop = resume.ids, len(resume.generated), resume.t_first, \
+                resume.stop
+            t_start, dropped, max_new, sampler = (resume.t_start, resume.dropped,
+                                                  resume.max_new, resume.sampler)
+            tensor = torch.tensor(ids, dtype=torch.long, device=self.lm.device)
+        base = len(ids) - done  # the prompt's length
+        prompt_ids = ids[:base]
         decoding = self._decoding(req, sampler, ids)  # before prefill: it may capture graphs
         # the live conversation's prefix, or another's cached by hash (a shared system prompt);
         # at least the last prompt token is computed: its logits start the answer
         start = self.cache.reuse(ids)
+        cached = start if resume is None else resume.cached
 
         chunk = self.prefill_chunk
         chunked = len(ids) - start > chunk
@@ -271,8 +279,8 @@ class Session:
         for lo in range(start, len(ids), chunk):
             tick()
             if cancel.is_set():
-                return (yield Finished("cancelled",
-                                       self._stats(ids, 0, t_start, None, start, dropped)))
+                return (yield Finished("cancelled", self._stats(
+                    prompt_ids, done, t_start, t_first, cached, dropped)))
             hi = min(lo + chunk, len(ids))
             logits = self.decoder.forward(tensor[lo:hi], lo)
             self.cache.token_ids = ids[:hi]
@@ -280,17 +288,18 @@ class Session:
                 yield PrefillProgress(hi - start, len(ids) - start)
 
         detok = detokenizer_for(self.lm.tokenizer, ids)
-        stop = StopMatcher(req.stop)
         last_stats = time.perf_counter()
-        n_new = 0
+        n_new, generated = done, ids[base:]
         new = decoding.first(logits)  # then 1 token a plain step, up to K + 1 a round
-        t_first = time.perf_counter()
-        stats = lambda: self._stats(ids, n_new, t_start, t_first, start, dropped, decoding)
+        t_first = t_first or time.perf_counter()
+        stats = lambda: self._stats(prompt_ids, n_new, t_start, t_first, cached, dropped,
+                                    decoding)
         while True:
             text, shown = "", []
             for tid in new:
                 n_new += 1
                 shown.append(tid)
+                generated.append(tid)
                 if tid in self.lm.eos_ids and not req.ignore_eos:
                     yield Token(text, tuple(shown))
                     return (yield Finished("eos", stats()))
@@ -310,9 +319,12 @@ class Session:
             if time.perf_counter() - last_stats > STATS_INTERVAL_S:
                 last_stats = time.perf_counter()
                 yield stats()
+            if pause is not None and pause():
+                return (yield Paused(Resume(prompt_ids, generated, max_new, sampler, stop,
+                                            t_start, t_first, cached, dropped)))
             tick()
-            # the pending token (the last shown) goes at len(ids) + n_new - 1
-            new = decoding.next(len(ids) + n_new - 1, max_new - n_new)
+            # the pending token (the last shown) goes at the prompt's length + n_new - 1
+            new = decoding.next(base + n_new - 1, max_new - n_new)
 
     def _stats(self, ids, n_new, t_start, t_first, start, dropped, decoding=None) -> Stats:
         return session_events.stats(self, ids, n_new, t_start, t_first, start, dropped, decoding)

@@ -7,7 +7,8 @@ import os
 import time
 
 from engine.attention import decode_attention
-from engine.events import Loaded, Stats
+from engine.events import Failed, Loaded, Stats
+from engine.plan.oom import out_of_memory
 from engine.platform import telemetry
 
 
@@ -16,7 +17,7 @@ def batching_note(session) -> str:
     if session.can_batch():
         return ("continuous batching: generations run together, each joining and leaving "
                 "at any step (a batch of one runs the single step"
-                + ("; speculation for a request alone, plain decoding in a batch)"
+                + ("; speculation while a request runs alone, plain decoding while others run)"
                    if session.draft is not None else ")"))
     why = ("this architecture runs through transformers' modules"
            if session.decoder.mode == "generic" else "tensor parallelism runs one sequence")
@@ -75,3 +76,13 @@ def stats(session, ids, n_new, t_start, t_first, start, dropped, decoding=None) 
         pid=os.getpid(),
         **(decoding.stats() if decoding is not None else {}),
     )
+
+
+def oom_failure(session, kind: str) -> Failed:
+    """`kind` ("GPU" or "CPU") ran out of memory mid-generation: the Failed that says so, with
+    a plan that fits."""
+    lm = session.lm
+    where = "the GPU" if kind == "GPU" else "the computer (RAM)"
+    e = out_of_memory(f"{where} ran out of memory during generation", lm.folder.config,
+                      lm.quant, lm.context, None, on_cpu=kind == "CPU")
+    return Failed(str(e), hint=e.hint)

@@ -48,9 +48,19 @@ def arena_blocks(kv_tokens: int, num_layers: int, num_kv_heads: int, head_dim: i
     from engine.cache.kv_cache import BLOCK_SIZE, KVArena
 
     want = -(-kv_tokens // BLOCK_SIZE)
-    if device.type != "cuda" or budget is None:
-        return want
     per_block = KVArena.bytes_per_block(num_layers, num_kv_heads, head_dim, BLOCK_SIZE, kv_dtype)
+    if device.type != "cuda":  # the computer's RAM: refused in one sentence rather than an
+        # allocation failure that blames the model
+        from engine.plan.oom import available_ram_bytes
+
+        free = available_ram_bytes()
+        if want * per_block > free - ARENA_RESERVE_BYTES:
+            raise BadRequest(f"a KV cache of {kv_tokens:,} tokens needs "
+                             f"{want * per_block / 2**30:,.1f} GiB; this computer has "
+                             f"{free / 2**30:,.1f} GiB of RAM free; ask for fewer (--kv-tokens)")
+        return want
+    if budget is None:
+        return want
     room = budget - torch.cuda.memory_reserved(device) - max(ARENA_RESERVE_BYTES,
                                                              int(budget * ARENA_RESERVE_SHARE))
     return max(1, min(want, room // per_block))

@@ -5,11 +5,13 @@ Each request comes with the sink its events go to and, optionally, an id that a 
 Work starts in arrival order. Generations on a session that batches (the fast path on one
 device: Session.can_batch) run together in continuous batches (generate/batch_run.py): each
 joins at the next step and leaves at its end, up to `max_seqs` at once, the rest waiting in the
-batch's queue. A speculative generation (a draft attached, prompt lookup) and every generation
-on a session that cannot batch (tensor parallelism, transformers' own modules) run alone, to
-their terminal event, once the batch before them has drained; a speculative request that arrives
-while a batch runs joins it and decodes plainly. A load or unload waits for the
-generations queued before it, and generations queued after it run on what it leaves loaded.
+batch's queue. Every generation on a session that cannot batch (tensor parallelism,
+transformers' own modules) runs alone, to its terminal event. Speculation (a draft attached,
+prompt lookup) is a batch of one's: a speculative generation runs alone while nothing else
+runs; when another generation arrives it pauses at its next round and joins the batch, decoding
+plainly; when it is the last one left in a batch it is taken out and speculates alone again
+(generate/resume.py carries it across). A load or unload waits for the generations queued
+before it, and generations queued after it run on what it leaves loaded.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from engine.events import (
     Token,
     UnloadRequest,
 )
+from engine.generate.resume import Paused
 
 if TYPE_CHECKING:
     from engine.generate.batch_run import BatchRun
@@ -126,6 +129,18 @@ class Engine:
             if self.batch is not None and self.batch.has_work:
                 self._admit()
                 self.batch.step()
+                with self._lock:
+                    queued = bool(self._queue)
+                alone = None if queued else self.batch.hand_off()
+                if alone is not None:  # the last one left speculates again, by itself
+                    req, sink, cancel, resume = alone
+                    self.running = sink.job
+                    try:
+                        self._alone(req, sink, cancel, resume)
+                    except Exception as e:  # the engine goes on; the stream ends
+                        sink(Failed(f"{type(e).__name__}: {e}"))
+                    finally:
+                        self.running = None
                 continue
             job = self._next()
             if job is None:
@@ -134,14 +149,42 @@ class Engine:
                 self._join(job)
                 continue
             self.running = job
+            is_generation = isinstance(job.req, GenerateRequest)
             try:
-                self.run_job(job)
+                if is_generation:
+                    self._alone(job.req, self._sink(job), job.cancel)
+                else:
+                    self.run_job(job)
             except Exception as e:  # a broken job must not take the engine down
                 job.sink(Failed(f"{type(e).__name__}: {e}"))
+                self._forget(job)
             finally:
                 self.running = None
-                with self._lock:
-                    self._live.remove(job)
+                if not is_generation:  # a generation leaves _live with its terminal event
+                    self._forget(job)
+
+    def _forget(self, job: Job) -> None:
+        with self._lock:
+            if job in self._live:
+                self._live.remove(job)
+
+    def _alone(self, req: GenerateRequest, sink, cancel: threading.Event, resume=None) -> None:
+        """One generation by itself (with speculation where it asks for it), to its terminal
+        event; where another generation comes while it speculates on a session that batches,
+        it pauses at its next round and joins a batch with them."""
+        if self.session is None:
+            return sink(Failed("no model is loaded", hint="send a load command first",
+                               bad_input=True))
+        pause = self._another_waits if self.session.can_batch() else None
+        for event in self.session.generate(req, cancel, resume=resume, pause=pause):
+            if isinstance(event, Paused):
+                return self._batch().add(req, sink, cancel, event.resume)
+            sink(event)
+
+    def _another_waits(self) -> bool:
+        with self._lock:
+            return bool(self._queue) and self._queue[0] is not None \
+                and isinstance(self._queue[0].req, GenerateRequest)
 
     def _batchable(self, job: Job) -> bool:
         req, session = job.req, self.session
@@ -165,20 +208,27 @@ class Engine:
                 self._queue.pop(0)
             self._join(job)
 
-    def _join(self, job: Job) -> None:
-        def sink(event, job=job) -> None:
+    def _sink(self, job: Job) -> Callable[[object], None]:
+        """Where a generation's events go: counted, and the job forgotten at its end."""
+        def sink(event) -> None:
             if isinstance(event, Token):
                 self.tokens_generated += 1
             job.sink(event)
             if isinstance(event, Finished | Failed):
                 self.requests_finished += 1
-                with self._lock:
-                    self._live.remove(job)
+                self._forget(job)
+        sink.job = job  # a generation handed back from the batch runs as its job again
+        return sink
+
+    def _batch(self) -> BatchRun:
         if self.batch is None:
             from engine.generate.batch_run import BatchRun
 
             self.batch = BatchRun(self.session, self.max_seqs)
-        self.batch.add(job.req, sink, job.cancel)
+        return self.batch
+
+    def _join(self, job: Job) -> None:
+        self._batch().add(job.req, self._sink(job), job.cancel)
 
     def _next(self) -> Job | None:
         with self._lock:
@@ -194,15 +244,7 @@ class Engine:
             self.unload()
             job.sink(Finished("unloaded"))
         elif isinstance(req, GenerateRequest):
-            if self.session is None:
-                job.sink(Failed("no model is loaded", hint="send a load command first",
-                                bad_input=True))
-                return
-            for event in self.session.generate(req, job.cancel):
-                if isinstance(event, Token):
-                    self.tokens_generated += 1
-                job.sink(event)
-            self.requests_finished += 1
+            self._alone(req, self._sink(job), job.cancel)
 
     def _load(self, req: LoadRequest, job: Job) -> None:
         from engine.generate.session import Session

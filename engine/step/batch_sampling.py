@@ -3,8 +3,7 @@ Sampler (step/sampling.py): its temperature, top-p, top-k, repetition penalty an
 generator. A row's token is the one its Sampler would choose alone, whatever else shares the
 batch: a seeded request gives the same tokens in any batch. Greedy rows without a penalty take
 one argmax together (argmax reads each row on its own); the others draw one by one, each from
-its own generator, so no row's draws depend on the rows beside it. Not wired to a step yet: the
-batched step is what issue 25 still lacks."""
+its own generator, so no row's draws depend on the rows beside it (batch_run.py's steps)."""
 
 from __future__ import annotations
 

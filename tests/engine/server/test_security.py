@@ -128,3 +128,12 @@ def test_serve_bad_flags_are_one_line_and_exit_2(argv, words, capsys):
     assert cli.main(["serve", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and words in err, err
+
+
+def test_serve_with_more_kv_tokens_than_ram_is_one_line_about_the_cache(capsys):
+    """Not an allocation failure that blames the model: the arena's size, said in a sentence."""
+    assert cli.main(["serve", "--device", "cpu", "--port", "0",
+                     "--kv-tokens", str(10**12)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("hearth:")]
+    assert len(err) == 1 and "KV cache of 1,000,000,000,000 tokens" in err[0]
+    assert "--kv-tokens" in err[0] and "Traceback" not in err[0]
