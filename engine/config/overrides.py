@@ -31,10 +31,11 @@ KERNEL_PREFILL = "HEARTH_KERNEL_PREFILL"  # tokens, or "all"
 FUSED_OPS = "HEARTH_FUSED_OPS"  # auto | off
 INT4_KERNEL = "HEARTH_INT4_KERNEL"  # tinygemm | triton | cpu | reference
 TP_ALL_REDUCE = "HEARTH_TP_ALL_REDUCE"  # auto | nccl
+INT4_PREFILL = "HEARTH_INT4_PREFILL"  # fused | unpack: how many-row products read tinygemm's layout
 DEBUG = "HEARTH_DEBUG"  # 1: third-party notes and full tracebacks
 TP_FOLLOWER_HOOK = "HEARTH_TP_FOLLOWER_HOOK"  # tests: "module:function" a follower calls first
 NAMES = (DECODE_ATTENTION, DECODE_ATTENTION_CONFIG, KERNEL_PREFILL, FUSED_OPS, INT4_KERNEL,
-         TP_ALL_REDUCE, DEBUG, TP_FOLLOWER_HOOK)
+         TP_ALL_REDUCE, INT4_PREFILL, DEBUG, TP_FOLLOWER_HOOK)
 
 
 def backends(environ: Mapping[str, str] | None = None) -> Backends:
@@ -48,6 +49,13 @@ def backends(environ: Mapping[str, str] | None = None) -> Backends:
         fused_ops=_choice(env, FUSED_OPS, FUSED_OPS_SETTINGS, "auto"),
         int4_kernel=_choice(env, INT4_KERNEL, INT4_KERNELS, None),
         tp_all_reduce=_choice(env, TP_ALL_REDUCE, TP_ALL_REDUCE_SETTINGS, "auto"))
+
+
+def int4_prefill(environ: Mapping[str, str] | None = None) -> str:
+    """"fused" (the Triton GEMM over tinygemm's layout, where it checks out) or "unpack" (the
+    layer unpacked to 16 bits, then a dense matmul), for products of more than 64 rows."""
+    env = os.environ if environ is None else environ
+    return _choice(env, INT4_PREFILL, ("fused", "unpack"), "fused")
 
 
 def debug(environ: Mapping[str, str] | None = None) -> bool:

@@ -4,8 +4,9 @@ and an offset per group of input features, in the layout of the kernel that runs
 One formula for every kernel, tinygemm's: W[n, k] = (q[n, k] - 8) * scale[g, n] + offset[g, n]
 with g = k // group_size, so AWQ's zero point z becomes offset = (8 - z) * scale. Kernels:
 - "tinygemm": torch's `_weight_int4pack_mm` (CUDA, bf16; gpt-fast's and torchao's int4 path);
-  above TINYGEMM_MAX_ROWS rows (prefill) its layout is unpacked (quant/tinygemm_layout.py) and
-  multiplied in 16 bits, where it checks out on the device;
+  above TINYGEMM_MAX_ROWS rows (prefill) its layout goes through a Triton GEMM that dequantizes
+  tiles in registers (kernels/int4_gemm_kernel.py), else is unpacked (quant/tinygemm_layout.py)
+  and multiplied in 16 bits, each where it checks out on the device (HEARTH_INT4_PREFILL);
 - "triton":   kernels/int4_kernel.py, a split-K GEMV written for this project (CUDA, fp16 or bf16);
 - "cpu":      torch's `_weight_int4pack_mm_for_cpu`;
 - "reference": dequantize, then a plain matmul: the oracle the others are tested against.
@@ -28,9 +29,10 @@ CUDA_DEFAULT = "tinygemm"  # the fastest at every decode shape measured (BENCHMA
 # kernels); the Triton GEMV stays as the fallback
 QUANTIZE_ROWS = 8192  # rows rounded at once: a 150K-vocabulary lm_head never sits in fp32 whole
 TRITON_MAX_ROWS = 16  # the Triton GEMV is written for decode; prefill dequantizes instead
-TINYGEMM_MAX_ROWS = 64  # above this, unpacking tinygemm's layout and a 16-bit matmul is taken:
-# tinygemm's time grows with every row while unpacking costs about one pass over the 4-bit and
-# 16-bit weights (untimed on a GPU yet)
+TINYGEMM_MAX_ROWS = 64  # above this, tinygemm's layout goes through the Triton GEMM that
+# dequantizes tiles in registers (kernels/int4_gemm_kernel.py), else unpacked to 16 bits for a
+# dense matmul: tinygemm's time grows with every row. Not yet timed on a GPU against either
+# (packaging/bench/int4_gemm.py is the sweep that should set it)
 
 
 @functools.cache
@@ -49,6 +51,42 @@ def tinygemm_unpack_ok(device: str) -> bool:
         return bool(torch.equal(tinygemm_layout.unpack(packed), codes))
     except RuntimeError:  # no such packing here: tinygemm (or the identity product) it is
         return False
+
+
+@functools.cache
+def tinygemm_gemm_ok(device: str) -> bool:
+    """Whether the Triton GEMM over tinygemm's layout compiles and gives the dequantized
+    reference's product on this device: checked once on a small random layer, else the
+    unpacking path (or tinygemm itself) takes every row count."""
+    from engine.kernels.attention_backend import triton_available
+
+    if not device.startswith("cuda") or not triton_available():
+        return False
+    g = torch.Generator().manual_seed(0)
+    N, K, G = 256, 512, 128
+    codes = torch.randint(0, 16, (N, K), generator=g, dtype=torch.uint8)
+    zeros = torch.randint(0, 16, (K // G, N), generator=g).float()
+    scales = torch.rand(K // G, N, generator=g) / 16 + 1e-3
+    x = torch.randn(80, K, generator=g).to(device, torch.bfloat16)
+    try:
+        lin = Int4Linear.from_codes(codes, zeros, scales, None, torch.bfloat16,
+                                    torch.device(device), kernel="tinygemm")
+        out = fused_matmul(x, lin.packed, lin.scales_zeros, G).float()
+        ref = x.float() @ lin.dequantize().float().t()
+        return bool(((out - ref).norm() / ref.norm()).item() < 1e-2)
+    except Exception:  # noqa: BLE001 - any failure to compile or run: the other paths
+        return False
+
+
+def fused_matmul(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor,
+                 G: int, config: dict | None = None) -> torch.Tensor:
+    """x [M, K] @ W^T through the Triton GEMM over tinygemm's layout `packed`
+    [N/8, K/(16 T), 32, T/2]: x's columns put in the packed nibbles' order, then the kernel."""
+    from engine.kernels.int4_gemm_kernel import tinygemm_matmul
+    from engine.quant.tinygemm_layout import to_nibble_order
+
+    return tinygemm_matmul(to_nibble_order(x, 2 * packed.shape[3]), packed, scales_zeros, G,
+                           config)
 
 
 def _tinygemm_tiles(K: int) -> int | None:
@@ -115,6 +153,7 @@ class Int4Linear(torch.nn.Module):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.group_size, self.kernel = group_size, kernel
+        self.fused_prefill = overrides.int4_prefill() == "fused"  # read once, at load
         # Parameters (frozen), not buffers: memory footprints and benchmarks count them as weights
         self.packed = torch.nn.Parameter(packed, requires_grad=False)
         self.scales_zeros = torch.nn.Parameter(scales_zeros, requires_grad=False)
@@ -189,8 +228,14 @@ class Int4Linear(torch.nn.Module):
         if self.kernel == "cpu":  # its dequantize is itself a K-row product: past K rows,
             return rows > self.in_features  # dequantize + matmul is cheaper
         if self.kernel == "tinygemm":
-            return rows > TINYGEMM_MAX_ROWS and tinygemm_unpack_ok(str(self.packed.device))
+            return rows > TINYGEMM_MAX_ROWS and tinygemm_unpack_ok(str(self.packed.device)) \
+                and not self._fused_gemm(rows)
         return self.kernel == "reference"
+
+    def _fused_gemm(self, rows: int) -> bool:
+        """Whether the Triton GEMM over tinygemm's layout takes these rows."""
+        return (self.kernel == "tinygemm" and rows > TINYGEMM_MAX_ROWS and self.fused_prefill
+                and tinygemm_gemm_ok(str(self.packed.device)))
 
     def _packed_mm(self, x2: torch.Tensor, sz: torch.Tensor) -> torch.Tensor:
         if self.kernel == "tinygemm":
@@ -200,7 +245,9 @@ class Int4Linear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = self.scales_zeros.dtype
         x2 = x.reshape(-1, self.in_features).to(dtype)  # [M, K]
-        if self._dense(x2.shape[0]):
+        if self._fused_gemm(x2.shape[0]):
+            out = fused_matmul(x2, self.packed, self.scales_zeros, self.group_size)
+        elif self._dense(x2.shape[0]):
             out = F.linear(x2, self.dequantize())
         elif self.kernel == "triton":
             from engine.kernels import int4_kernel

@@ -68,3 +68,14 @@ def dequantize(packed: torch.Tensor, scales_zeros: torch.Tensor, group: int) -> 
         q = codes.view(n, K // group, group).float()  # fp32, then one rounding to the dtype
         out[lo * 8:hi * 8] = ((q - 8) * sz[..., :1] + sz[..., 1:]).view(n, K)
     return out
+
+
+def to_nibble_order(x: torch.Tensor, tiles: int) -> torch.Tensor:
+    """x [M, K] -> [M, K] with each tile's 16 T columns in the order the packed words hold their
+    nibbles (a row's words for one tile, lanes 4a..4a+3, low nibble first): column
+    k = 32 j + 8 i + 2 b + h goes to (b, j, h, i). kernels/int4_gemm_kernel.py reads x so."""
+    M, K = x.shape
+    J = _order(tiles)[1]
+    return (x.view(M, K // (16 * tiles), J, 4, 4, 2)  # [m, ko, j, i, b, h]
+            .permute(0, 1, 4, 2, 5, 3)  # [m, ko, b, j, h, i]
+            .reshape(M, K))
