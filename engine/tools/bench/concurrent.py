@@ -24,7 +24,7 @@ from engine.generate.session import Session
 from engine.load import loader
 from engine.plan.memory import KV_BLOCK_SIZE
 from engine.service.engine import Engine
-from engine.tools.bench import peer_batching
+from engine.tools.bench import memory_peak, peer_batching
 from engine.tools.bench.decode import _device_name, _folder_for_random, _prompts
 from engine.tools.bench.timing import Round, Timing, median_round, summarize
 
@@ -49,6 +49,7 @@ class ConcurrentResult:
     batch_1: Round  # one request alone, before the sweep
     rows: list[Round]  # one per --concurrency value
     preemptions: int = 0  # sequences preempted (and recomputed) over every round
+    memory: dict = field(default_factory=dict)  # memory_peak.figures: planned against NVML
     peer_transformers_generate_batch: dict = field(default_factory=dict)
 
 
@@ -130,11 +131,12 @@ def measure(session: Session, concurrency: list[int], prompt_len: int, new_token
     thread = threading.Thread(target=engine.run, name="hearth-bench-engine", daemon=True)
     thread.start()
     try:
-        run_round(engine, prompts(1), min(new_tokens, 4))  # warm-up: allocator, kernels
-        batch_1 = median_round([run_round(engine, prompts(1), new_tokens)
-                                for _ in range(repeats)])
-        rows = [median_round([run_round(engine, prompts(n), new_tokens) for _ in range(repeats)])
-                for n in concurrency]
+        with memory_peak.PeakSampler(lm.device) as sampler:
+            run_round(engine, prompts(1), min(new_tokens, 4))  # warm-up: allocator, kernels
+            batch_1 = median_round([run_round(engine, prompts(1), new_tokens)
+                                    for _ in range(repeats)])
+            rows = [median_round([run_round(engine, prompts(n), new_tokens)
+                                  for _ in range(repeats)]) for n in concurrency]
     finally:
         engine.stop()
         thread.join()
@@ -142,7 +144,8 @@ def measure(session: Session, concurrency: list[int], prompt_len: int, new_token
         model=str(lm.folder.path), device=_device_name(lm.device), quant=lm.quant,
         kv_dtype=session.kv_dtype, decode_path=session.decoder.mode, prompt_len=prompt_len,
         new_tokens=new_tokens, repeats=repeats, batching=batching(session), batch_1=batch_1,
-        rows=rows, preemptions=engine.batch.scheduler.num_preemptions if engine.batch else 0)
+        rows=rows, preemptions=engine.batch.scheduler.num_preemptions if engine.batch else 0,
+        memory=memory_peak.figures(session, sampler, max(concurrency)))
     # after the engine's rounds: its thread is gone, the model is free
     result.peer_transformers_generate_batch = peer_batching.measure(
         lm.model, lm.device, concurrency, prompts, prompt_len, new_tokens, repeats) if peer \
@@ -176,6 +179,13 @@ def markdown(r: ConcurrentResult) -> str:
         _row("engine, one request alone", r.batch_1, base),
         *(_row("engine", row, base) for row in r.rows),
     ]
+    m = r.memory
+    if m.get("nvml_peak_bytes"):
+        lines += ["", f"memory: planned {m['predicted_bytes'] / 2**30:.2f} GiB for "
+                  f"{m['planned_sequences']} whole contexts at once, NVML peak "
+                  f"{m['nvml_peak_bytes'] / 2**30:.2f} GiB (ratio "
+                  f"{m['predicted_over_nvml_peak']:.3f}); torch reserved at most "
+                  f"{m['torch_peak_reserved_bytes'] / 2**30:.2f} GiB", ""]
     peer = r.peer_transformers_generate_batch
     if peer.get("unavailable"):
         lines.append(f"| transformers generate_batch | - | {peer['unavailable']} |")

@@ -97,6 +97,7 @@ def test_the_sweep_prints_json_and_writes_the_same_file(tmp_path, capsys):
     assert r == json.loads(out.read_text())
     assert r["model"].endswith("demo_model") and r["prompt_len"] == 12 and r["repeats"] == 1
     assert r["batching"].startswith("continuous batching") and r["preemptions"] == 0
+    assert set(r["memory"]) == {"unavailable"} and "CPU" in r["memory"]["unavailable"]
     _check_row(r["batch_1"], 1)
     assert [row["concurrency"] for row in r["rows"]] == [1, 4]
     for row in r["rows"]:
@@ -131,3 +132,32 @@ def test_bad_values_exit_2_with_one_line(argv, capsys):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert err.startswith("hearth: ")
+
+
+def test_memory_figures_plan_the_arena_the_engine_sized(monkeypatch):
+    """The planner's prediction for the sequences the arena holds whole (here 4 of 6 asked),
+    beside the sampled NVML peak: what the GPU run reports, computed from a CPU session."""
+    import types
+
+    import torch
+
+    from app.paths import DEMO_MODEL_DIR
+    from engine.events import LoadRequest
+    from engine.generate.session import Session
+    from engine.tools.bench import memory_peak
+
+    session = Session.load(LoadRequest(str(DEMO_MODEL_DIR), device="cpu", context=256,
+                                       kv_tokens=4 * 256))
+    gpu_lm = types.SimpleNamespace(**{k: getattr(session.lm, k)
+                                      for k in ("folder", "quant", "context")},
+                                   device=torch.device("cuda"))
+    as_gpu = types.SimpleNamespace(lm=gpu_lm, cache=session.cache, config=session.config,
+                                   kv_dtype=session.kv_dtype, prefill_chunk=session.prefill_chunk)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: 123)
+    sampler = memory_peak.PeakSampler(torch.device("cpu"))
+    sampler.peak = 10 * 2**20
+    m = memory_peak.figures(as_gpu, sampler, concurrency=6)
+    assert m["planned_sequences"] == 4 and m["arena_blocks"] == len(session.cache.blocks.blocks)
+    assert m["planned_kv_bytes"] > 0 and m["predicted_bytes"] > m["planned_kv_bytes"]
+    assert m["predicted_over_nvml_peak"] == round(m["predicted_bytes"] / (10 * 2**20), 4)
+    assert m["torch_peak_reserved_bytes"] == 123 and m["nvml_peak_bytes"] == 10 * 2**20
