@@ -3,7 +3,8 @@
 Every request is a sequence with its own blocks in the session's arena (batch/scheduler.py plans
 each step under a token budget: running decodes first, then chunked prefill of waiting sequences;
 the newest is preempted and later recomputed when blocks run out). A step runs its prefill chunks
-one sequence at a time through the Decoder's own prefill path, and its one-token rows together:
+in one pass where the family step takes each of them (models/prefill_batch.py), else a sequence
+at a time through the Decoder's own prefill path, and its one-token rows together:
 one row through the Decoder's own step (its graphs: a single chat pays nothing for batching),
 two or more through step/batched.py. Each request keeps its own sampler (sampling parameters,
 seed), detokenizer, stop strings, eos and token limit, and its events go to its own sink, ending
@@ -36,9 +37,11 @@ from engine.generate import session_events
 from engine.generate.detokenizer import StopMatcher, detokenizer_for
 from engine.generate.resume import Resume
 from engine.generate.template_guard import RenderCancelled
+from engine.models import prefill_batch
 from engine.plan.oom import memory_kind
 from engine.step.batch_sampling import sample_rows
 from engine.step.batched import BatchedDecoder
+from engine.step.decode import bucket
 from engine.step.sampling import Sampler
 
 STATS_INTERVAL_S = 0.25
@@ -81,6 +84,7 @@ class BatchRun:
         self._bound = False  # the cache's own live sequence is released while a batch runs
         self._ids = 0
         self.rows_seen: Counter[int] = Counter()  # one-token rows a step -> how many steps
+        self.prefill_passes: Counter[int] = Counter()  # chunks a prefill pass -> how many passes
 
     # ------------------------------------------------------------------ requests
 
@@ -190,16 +194,27 @@ class BatchRun:
         batch_tokens = None
         rows = [c for c in plan.chunks if c.length == 1]
         self.rows_seen[len(rows)] += 1
-        for c in plan.chunks:
-            if c.length == 1:
-                continue
+        prefills = [c for c in plan.chunks if c.length > 1]
+        together = self._together(prefills)
+        if together:  # one pass over every sequence's chunk
+            logits = prefill_batch.run(
+                self.decoder.family, [prefill_batch.Chunk(
+                    c.seq.token_ids[c.start:c.start + c.length], c.start, c.seq.table.block_ids)
+                    for c in prefills], lambda end: bucket(self.decoder.buckets, end),
+                self.batched.tables.max_blocks, self.cache.scratch, device)
+            self.prefill_passes[len(prefills)] += 1
+        for j, c in enumerate(prefills):
             seq = c.seq
-            self.cache.bind(seq.table)
-            ids = torch.tensor(seq.token_ids[c.start:c.start + c.length], dtype=torch.long,
-                               device=device)
-            logits = self.decoder.forward(ids, c.start)
+            if not together:  # a pass of its own through the decoder
+                self.cache.bind(seq.table)
+                ids = torch.tensor(seq.token_ids[c.start:c.start + c.length], dtype=torch.long,
+                                   device=device)
+                row = self.decoder.forward(ids, c.start)
+                self.prefill_passes[1] += 1
+            else:
+                row = logits[j]
             if c.sample:
-                sampled[seq] = self.gens[seq].sampler(logits)
+                sampled[seq] = self.gens[seq].sampler(row)
             self._progress(self.gens[seq], c)
         if len(rows) == 1:
             c = rows[0]
@@ -230,6 +245,14 @@ class BatchRun:
             gen = self.gens[seq]
             gen.token = sampled.get(seq)  # a batched row's next step reads the host's id
             self._emit(gen, tid)
+
+    def _together(self, prefills: list) -> bool:
+        """Whether these prefill chunks run in one pass: two or more, each one the decoder
+        would run through the family step alone (never in the reproducible mode, whose chunks
+        run row by row as decode steps)."""
+        d = self.decoder
+        return (len(prefills) > 1 and not d.reproducible
+                and all(d.family_prefills(c.start, c.length) for c in prefills))
 
     def _progress(self, gen: _Gen, chunk) -> None:
         """Where a prompt takes several chunks: how much of it is done."""

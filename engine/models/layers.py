@@ -207,6 +207,12 @@ class FamilyStep:
         attention = batch_attention.of(self, pos, rows)
         return self._logits(tokens, pos, attention, self.fns, table=rows.table)[0]
 
+    def prefill_batch(self, tokens: torch.Tensor, pos: torch.Tensor, table: torch.Tensor,
+                      attention: Attention, keep: torch.Tensor) -> torch.Tensor:
+        """Prefill chunks of several sequences in one pass (models/prefill_batch.py builds the
+        attention and the per-token tables) -> logits of the tokens at `keep` [K, V]."""
+        return self._logits(tokens, pos, attention, self.fns, table=table, keep=keep)[0]
+
     def _row_attention(self, first: int, T: int) -> Attention:
         """The reproducible mode's attention for rows first..first+T-1, as their decode steps
         run it: the Triton kernel over each run of rows that share a KV bucket (its rows get
@@ -287,11 +293,12 @@ class FamilyStep:
         return attention
 
     def _logits(self, token: torch.Tensor, pos: torch.Tensor, attention: Attention, fns: dict,
-                last_only: bool = False, table: torch.Tensor | None = None) -> torch.Tensor:
-        """token, pos: [T] -> logits [1, T, V] ([1, 1, V] with last_only): every layer's math,
-        for decode, verify, prefill and batched steps alike; `attention` is what differs, and
-        `table`, the block tables K/V are written through (None: the cache's live sequence;
-        [>= T, max_blocks]: token t's sequence in row t)."""
+                last_only: bool = False, table: torch.Tensor | None = None,
+                keep: torch.Tensor | None = None) -> torch.Tensor:
+        """token, pos: [T] -> logits [1, T, V] ([1, 1, V] with last_only; [1, K, V] for the
+        K token indices `keep`): every layer's math, for decode, verify, prefill and batched
+        steps alike; `attention` is what differs, and `table`, the block tables K/V are written
+        through (None: the cache's live sequence; [>= T, max_blocks]: token t's in row t)."""
         f = fns
         x = F.embedding(token, self.embed)[None]  # [1, T, hidden]
         cos, sin = (self.cos_sin if self.rope_table is None else self.rope_table)(pos, x.dtype)
@@ -308,4 +315,5 @@ class FamilyStep:
                                     kind="down")
             next_norm = self.layers[i + 1].ln_in if i + 1 < len(self.layers) else self.norm
             x, h = f["add_rms"](x, mlp, next_norm)
-        return self._lin("lm_head", h[:, -1:] if last_only else h, self.lm_head)
+        h = h[:, -1:] if last_only else h if keep is None else h[:, keep]
+        return self._lin("lm_head", h, self.lm_head)

@@ -240,14 +240,19 @@ class Decoder:
             positions = torch.arange(start, start + T, device=self.device)
             return self.family.block(ids, positions, bucket(self.buckets, start + T),
                                      last_only=True, first=start)[-1]
-        if (self.family is not None and not self.family.compiled
-                and (T <= SHORT_PREFILL or start + T <= kernel_prefill(self.cache.backends))
-                and decode_attention.backend(self.cache) == "triton"):
+        if self.family_prefills(start, T):
             kv_len = bucket(self.buckets, start + T)
             self.cache.reserve(start + T)
             positions = torch.arange(start, start + T, device=self.device)
             return self.family.block(ids, positions, kv_len, last_only=True)[-1]
         return self._model(ids, start, keep=1)[-1]
+
+    def family_prefills(self, start: int, T: int) -> bool:
+        """Whether a prefill chunk of T tokens at start.. runs the family step (forward's fast
+        path; a batch's chunks of several sequences run together only where each would)."""
+        return (self.family is not None and not self.family.compiled
+                and (T <= SHORT_PREFILL or start + T <= kernel_prefill(self.cache.backends))
+                and decode_attention.backend(self.cache) == "triton")
 
     @torch.inference_mode()
     def verify(self, ids: torch.Tensor, start: int) -> torch.Tensor:

@@ -1,0 +1,66 @@
+"""Prefill chunks of several sequences in one pass of the family step (continuous batching, issue
+25): their tokens packed one after another, so every linear layer runs once over all of them
+(one large GEMM instead of a pass per sequence, and one pass's kernel launches), each token's K/V
+written through its own sequence's block table, and attention taken a sequence at a time over
+that sequence's blocks, exactly as its own prefill chunk takes it (FamilyStep.block's attention:
+the decode kernel reading the blocks in place, causal by position). Only the last token of each
+chunk goes through the lm_head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from engine.cache.kv_cache import LayerKV
+
+if TYPE_CHECKING:
+    from engine.models.layers import Attention, FamilyStep
+
+
+@dataclass(frozen=True)
+class Chunk:
+    token_ids: list[int]  # the chunk's tokens
+    start: int  # the position of its first
+    block_ids: list[int]  # its sequence's blocks, reserved past start + len(token_ids)
+
+
+def run(step: FamilyStep, chunks: list[Chunk], kv_len_of, max_blocks: int, scratch: int,
+        device: torch.device) -> torch.Tensor:
+    """-> logits [len(chunks), V]: row c the next-token logits after chunk c's last token.
+    kv_len_of(end): the KV bucket a chunk ending at `end` attends over (the decoder's)."""
+    tokens, positions, segment, rows, keep = [], [], [], [], []
+    for c, chunk in enumerate(chunks):
+        T = len(chunk.token_ids)
+        tokens += chunk.token_ids
+        positions += range(chunk.start, chunk.start + T)
+        segment += [c] * T
+        rows.append(list(chunk.block_ids) + [scratch] * (max_blocks - len(chunk.block_ids)))
+        keep.append(len(tokens) - 1)
+    host = torch.tensor([tokens, positions, segment], dtype=torch.long)
+    ids, pos, seg = host.to(device).unbind(0)  # one copy to the device
+    tables = torch.tensor(rows, dtype=torch.int32).to(device)  # [S, max_blocks]
+    token_table = tables[seg]  # [T, max_blocks]: token t's sequence's blocks, for its K/V write
+    attention = _attention(step, chunks, pos, tables, kv_len_of)
+    return step.prefill_batch(ids, pos, token_table, attention,
+                              torch.tensor(keep, device=device))
+
+
+def _attention(step: FamilyStep, chunks: list[Chunk], pos: torch.Tensor, tables: torch.Tensor,
+               kv_len_of) -> Attention:
+    """Each chunk's queries over its own sequence's blocks, as FamilyStep.block computes them."""
+    parts, lo = [], 0
+    for c, chunk in enumerate(chunks):
+        hi = lo + len(chunk.token_ids)
+        end = chunk.start + len(chunk.token_ids)
+        parts.append((lo, hi, tables[c], step._bucket_attention(pos[lo:hi], kv_len_of(end),
+                                                                 hi - lo)))
+        lo = hi
+
+    def attention(i: int, q: torch.Tensor, kv: LayerKV) -> torch.Tensor:
+        # q: [1, H, T, D] -> [1, T, H D], a chunk's rows at a time
+        return torch.cat([attend(i, q[:, :, lo:hi], kv._replace(table=table))
+                          for lo, hi, table, attend in parts], dim=1)
+    return attention
