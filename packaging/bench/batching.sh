@@ -28,7 +28,8 @@ case "${1:-tests}" in
 tests)
     timeout 400 python3 -m pytest -q -p no:cacheprovider tests/engine/generate/test_batch_run_gpu.py \
         tests/engine/kernels/test_batched_decode_kernel.py tests/engine/models/test_invariant_gpu.py \
-        tests/engine/generate/test_batch_run.py 2>&1 | tail -40 | tee -a "$LOG" ;;
+        tests/engine/generate/test_batch_run.py tests/engine/generate/test_prefill_batch.py \
+        tests/engine/generate/test_speculation_switch.py 2>&1 | tail -40 | tee -a "$LOG" ;;
 bf16)
     LIMIT=540 sweep 7b-bf16-concurrency --quant bf16 --concurrency 1,4,16,64 --prompt-len 512 \
         --new-tokens 256 --repeats 3 ;;
