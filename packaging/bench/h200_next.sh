@@ -2,19 +2,21 @@
 # The H200 runs still owed, in order of what they unblock, each under its own limit so that one
 # call of at most 10 minutes returns what ran (results under $OUT, one folder per part):
 #   bash packaging/bench/h200_next.sh serve      issue 26's figures (batching.sh serve)       ~6 min
-#   bash packaging/bench/h200_next.sh batching   the GPU tests, then bf16 1,4,16,64 again      ~9 min
+#   bash packaging/bench/h200_next.sh tests      the GPU tests of the batch (batching.sh tests) ~5 min
+#   bash packaging/bench/h200_next.sh batching   bf16 at 1, 4, 16, 64 again (batching.sh bf16) ~9 min
 #   bash packaging/bench/h200_next.sh awq        int4_gemm.sh: the GEMM's tests, sweep, TTFT   ~9 min
 #   bash packaging/bench/h200_next.sh peer       peer_int4.sh: gpt-fast against hearth bench   ~8 min
 # Carry [".whl"] (serve: the server's wheels; awq/peer: bitsandbytes) and for peer [".peers"] too;
 # the 64 MiB carry limit holds the server wheels or bitsandbytes beside the tree, not both.
 set -u
 B=packaging/bench
-part=${1:?serve, batching, awq or peer}
+part=${1:?serve, tests, batching, awq or peer}
 export OUT=${OUT:-/tmp/out}/$part
 mkdir -p "$OUT"
 case "$part" in
 serve) bash $B/batching.sh serve ;;
-batching) bash $B/batching.sh tests; bash $B/batching.sh bf16 ;;
+tests) bash $B/batching.sh tests ;;
+batching) bash $B/batching.sh bf16 ;;
 awq) bash $B/int4_gemm.sh ;;
 peer) bash $B/peer_int4.sh ;;
 *) echo "unknown part $part" >&2; exit 2 ;;
