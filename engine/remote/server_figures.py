@@ -4,6 +4,7 @@ read over the standard library's HTTP client, so the window's Server panel can s
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 from dataclasses import dataclass
@@ -55,20 +56,21 @@ def read_server(url: str, api_key: str | None = None) -> ServerFigures | None:
         return None
     try:
         health = json.loads(_get(base, "/health", None)[1])
-    except (RemoteError, ValueError):
+    except (RemoteError, ValueError, OSError, http.client.HTTPException):
         return None
     if not (isinstance(health, dict) and health.get("status") == "ok"
             and isinstance(health.get("model"), str) and "max_seqs" in health):
         return None
     try:
         status, body = _get(base, "/metrics", api_key)
-    except RemoteError:
+    except (RemoteError, OSError, http.client.HTTPException):  # whatever the peer does
         return None
+    model = health["model"][:200]  # shown in the panel: a hostile server's name stays short
     if status in (401, 403):
-        return ServerFigures(health["model"], metrics_refused=True)
+        return ServerFigures(model, metrics_refused=True)
     if status != 200:
         return None
-    return ServerFigures(health["model"], **parse_metrics(body.decode("utf-8", "replace")))
+    return ServerFigures(model, **parse_metrics(body.decode("utf-8", "replace")))
 
 
 def _get(base, path: str, api_key: str | None) -> tuple[int, bytes]:
