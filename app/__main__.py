@@ -19,6 +19,7 @@ from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 from app.app_settings import AppSettings
+from app.gui_thread_gc import GuiThreadGC
 from app.history.store_opening import open_store
 from app.log_file import setup_logging
 from app.main_window import MainWindow
@@ -86,6 +87,7 @@ def load_request(args: argparse.Namespace) -> LoadRequest:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     qt_app = create_application()
+    collector = GuiThreadGC(qt_app)  # Qt objects are destroyed on the GUI thread only
     window = open_window(args)
     worker, store = window.worker, window.store
     window.sig_closed.connect(qt_app.quit)
@@ -96,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     window.show()
     window.start(load_request(args))
     code = qt_app.exec()
+    collector.stop()
     worker.kill()  # normally gone already: closing the window shut it down
     store.close()
     if worker_client.RELEASED:  # a worker serving on past the window: Qt's teardown of its

@@ -3,8 +3,9 @@
 #   bash packaging/bench/batching.sh tests    the GPU tests of the batched step and kernel
 #   bash packaging/bench/batching.sh bf16     `hearth bench --concurrency 1,4,16,64`, 7B bf16,
 #                                             transformers' generate_batch beside it
-#   bash packaging/bench/batching.sh awq      the same for AWQ (no peer), then 64 requests of
-#                                             4,096-token prompts under a 24 GiB card
+#   bash packaging/bench/batching.sh awq      the same for AWQ (no peer)
+#   bash packaging/bench/batching.sh memory   64 requests of 4,096-token prompts under an
+#                                             emulated 24 GiB card (7B bf16), NVML's peak
 #   bash packaging/bench/batching.sh serve    issue 26: 1 and 16 streaming clients of the server
 #                                             against the engine's own rounds (serve_speed.py);
 #                                             carry the server's wheels in .whl too (pip download
@@ -35,7 +36,8 @@ bf16)
         --new-tokens 256 --repeats 3 ;;
 awq)
     LIMIT=200 sweep 7b-awq-concurrency --quant awq --concurrency 1,4,16,64 --prompt-len 512 \
-        --new-tokens 256 --repeats 3 --no-peer
+        --new-tokens 256 --repeats 3 --no-peer ;;
+memory)
     LIMIT=330 sweep 7b-bf16-24gib --quant bf16 --memory-limit 24 --concurrency 64 \
         --prompt-len 4096 --new-tokens 256 --repeats 1 --no-peer ;;
 serve)

@@ -4,20 +4,28 @@
 #   bash packaging/bench/h200_next.sh serve      issue 26's figures (batching.sh serve)       ~6 min
 #   bash packaging/bench/h200_next.sh tests      the GPU tests of the batch (batching.sh tests) ~5 min
 #   bash packaging/bench/h200_next.sh batching   bf16 at 1, 4, 16, 64 again (batching.sh bf16) ~9 min
-#   bash packaging/bench/h200_next.sh awq        int4_gemm.sh: the GEMM's tests, sweep, TTFT   ~9 min
+#   bash packaging/bench/h200_next.sh awq        the int4 GEMM's GPU tests, the 24 GiB memory run,
+#                                                AWQ at 1, 4, 16, 64 (batching.sh)              ~7 min
+#   bash packaging/bench/h200_next.sh gemm       int4_gemm.sh: the GEMM's tests, sweep, TTFT   ~9 min
 #   bash packaging/bench/h200_next.sh peer       peer_int4.sh: gpt-fast against hearth bench   ~8 min
 # Carry [".whl"] (serve: the server's wheels; awq/peer: bitsandbytes) and for peer [".peers"] too;
 # the 64 MiB carry limit holds the server wheels or bitsandbytes beside the tree, not both.
 set -u
 B=packaging/bench
-part=${1:?serve, tests, batching, awq or peer}
+part=${1:?serve, tests, batching, awq, gemm or peer}
 export OUT=${OUT:-/tmp/out}/$part
 mkdir -p "$OUT"
 case "$part" in
 serve) bash $B/batching.sh serve ;;
 tests) bash $B/batching.sh tests ;;
 batching) bash $B/batching.sh bf16 ;;
-awq) bash $B/int4_gemm.sh ;;
+awq)
+    source $B/device_env.sh
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/engine/kernels/test_int4_gemm_kernel.py \
+        tests/engine/quant/test_awq.py -k "gpu or graph" 2>&1 | tail -15 | tee "$OUT/gemm_tests.txt"
+    bash $B/batching.sh memory
+    bash $B/batching.sh awq ;;
+gemm) bash $B/int4_gemm.sh ;;
 peer) bash $B/peer_int4.sh ;;
 *) echo "unknown part $part" >&2; exit 2 ;;
 esac

@@ -7,6 +7,7 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import gc  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -30,6 +31,20 @@ def recording(name: str) -> list[dict]:
 
 def recorded_text(name: str) -> str:
     return "".join(e["text"] for e in recording(name) if e["event"] == "token")
+
+
+@pytest.fixture(autouse=True)
+def _collect_on_the_gui_thread():
+    """What the app's GuiThreadGC does, a test long: no automatic collection, which could run on
+    a thread of the test's or an earlier test's (an engine, a server, a download) and destroy a
+    Qt object there; one collection here, on the GUI thread, after qtbot has closed the widgets
+    (an autouse fixture is set up first, so it is torn down last)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    yield
+    gc.collect()
+    if enabled:
+        gc.enable()
 
 
 @pytest.fixture(autouse=True)
