@@ -12,7 +12,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.server import errors, guards
-from engine.server.bridge import Generation
+from engine.server.bridge import Generation, Mailbox
 from engine.server.metrics import InFlight, Metrics
 from engine.server.model_view import ModelView
 from engine.server.prompts import chat_choices, completion_choices
@@ -42,6 +42,7 @@ def create_app(engine, model: ModelView, settings: Settings) -> FastAPI:
     app = FastAPI(title="Hearth", version="1", summary="An OpenAI-compatible local server")
     app.state.engine, app.state.model, app.state.settings = engine, model, settings
     metrics = app.state.metrics = Metrics(engine)
+    mailbox = Mailbox(engine)
     created = int(time.time())
     errors.install(app)
 
@@ -72,7 +73,7 @@ def create_app(engine, model: ModelView, settings: Settings) -> FastAPI:
         return card(name)
 
     async def answer(chat: bool, body, request: Request, choices):
-        gen = Generation(engine, choices, metrics, "chatcmpl" if chat else "cmpl")
+        gen = Generation(engine, choices, metrics, "chatcmpl" if chat else "cmpl", mailbox)
         gen.start()
         shape = Shape(chat, gen, body.model, body.n or 1)
         if body.stream:

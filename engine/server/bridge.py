@@ -1,13 +1,16 @@
 """One HTTP request's choices on the engine: submitted together, their events handed from the
-engine thread to the event loop (call_soon_threadsafe onto an asyncio.Queue), tagged with their
+engine thread to the event loop through the app's Mailbox onto an asyncio.Queue, tagged with their
 choice index. Closing it cancels whatever has not finished: a client that left frees its place.
 """
 
 from __future__ import annotations
 
 import asyncio
+import queue
+import threading
 import time
 import uuid
+from collections import deque
 
 from engine.events import Failed, Finished, Token
 from engine.server.errors import APIError
@@ -16,11 +19,69 @@ from engine.server.prompts import Choice
 from engine.service.engine import QueueFull
 
 RETRY_AFTER_S = 1
+WAKER_POLL_S = 1.0  # how soon the mailbox's thread notices that its loop has closed
+
+
+class Mailbox:
+    """Every generation's events, from the engine thread to the event loop, with one wakeup for
+    all that one engine step gave out. A wakeup is a self-pipe write, which lets the GIL go: one
+    per token lets the loop take it from the engine thread again and again within a step (the
+    GPU idles meanwhile). An engine with `on_step_end` rings the bell once a step, and a thread
+    of the mailbox's own wakes the loop as soon as the engine thread waits (on the GPU)."""
+
+    def __init__(self, engine=None):
+        self._items: deque = deque()
+        self._woken = False  # a drain is due and has not started yet
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._bell: queue.SimpleQueue = queue.SimpleQueue()  # put() keeps the GIL
+        self._waker: threading.Thread | None = None
+        self._deferred = hasattr(engine, "on_step_end")  # else each event rings (a stand-in)
+        if self._deferred:
+            engine.on_step_end(self.flush)
+
+    def bind(self) -> None:
+        if self._waker is None:
+            self._loop = asyncio.get_running_loop()
+            self._waker = threading.Thread(target=self._wake_loop, name="hearth-mailbox",
+                                           daemon=True)
+            self._waker.start()
+
+    def post(self, inbox: asyncio.Queue, item) -> None:
+        """On the engine thread (or whichever thread the engine gives events on)."""
+        self._items.append((inbox, item))
+        if not self._deferred:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._woken and self._items:
+            self._woken = True
+            self._bell.put(True)
+
+    def _wake_loop(self) -> None:
+        while not self._loop.is_closed():
+            try:
+                self._bell.get(timeout=WAKER_POLL_S)
+            except queue.Empty:
+                continue
+            try:
+                self._loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:  # the loop is gone (server stopped): nobody reads it
+                return
+
+    def _drain(self) -> None:
+        # cleared before popping: an item posted after the last pop rings again
+        self._woken = False
+        items = self._items
+        while items:
+            inbox, item = items.popleft()
+            inbox.put_nowait(item)
 
 
 class Generation:
-    def __init__(self, engine, choices: list[Choice], metrics: Metrics, prefix: str = "hearth"):
+    def __init__(self, engine, choices: list[Choice], metrics: Metrics, prefix: str = "hearth",
+                 mailbox: Mailbox | None = None):
         self.engine, self.choices, self.metrics = engine, choices, metrics
+        self.mailbox = mailbox or Mailbox()
         self.id = f"{prefix}-{uuid.uuid4().hex}"
         self.queue: asyncio.Queue = asyncio.Queue()
         self.open = {c.index for c in choices}  # choices without a terminal event yet
@@ -32,14 +93,12 @@ class Generation:
 
     def start(self) -> None:
         """Submit every choice; a full queue is a 503 with Retry-After (nothing left queued)."""
-        loop = asyncio.get_running_loop()
+        self.mailbox.bind()
+        post, inbox = self.mailbox.post, self.queue
         submitted = []
         for c in self.choices:
             def sink(event, index=c.index):
-                try:
-                    loop.call_soon_threadsafe(self.queue.put_nowait, (index, event))
-                except RuntimeError:  # the loop is gone (server stopped): nobody reads it
-                    pass
+                post(inbox, (index, event))
             try:
                 self.engine.submit(c.request, sink, self._engine_id(c.index))
             except QueueFull as e:
