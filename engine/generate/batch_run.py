@@ -19,7 +19,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
@@ -35,6 +34,7 @@ from engine.events import (
 )
 from engine.generate import session_events
 from engine.generate.detokenizer import StopMatcher, detokenizer_for
+from engine.generate.generation import Generation
 from engine.generate.resume import Resume
 from engine.generate.template_guard import RenderCancelled
 from engine.models import prefill_batch
@@ -42,49 +42,29 @@ from engine.plan.oom import memory_kind
 from engine.step.batch_sampling import sample_rows
 from engine.step.batched import BatchedDecoder
 from engine.step.decode import bucket
-from engine.step.sampling import Sampler
 
 STATS_INTERVAL_S = 0.25
-
-
-@dataclass(eq=False)
-class _Gen:
-    """One request's generation: its sequence and everything per request."""
-
-    seq: Seq
-    req: GenerateRequest
-    sink: Callable[[object], None]
-    cancel: threading.Event
-    sampler: Sampler
-    detok: object
-    stop: StopMatcher
-    cached: int  # prompt tokens whose K/V were found cached at admission
-    dropped: int
-    t_start: float
-    t_first: float | None = None
-    last_stats: float = 0.0
-    n_new: int = 0
-    token: torch.Tensor | None = None  # the last sampled token on the device [1]
-    admitted: bool = False
 
 
 class BatchRun:
     """The batched generations of `session` (a Session on the fast path, one device)."""
 
-    def __init__(self, session, max_seqs: int):
-        self.session = session
+    def __init__(self, session, max_seqs: int, on_given_out: Callable[[], None] = lambda: None):
+        self.session, self.on_given_out = session, on_given_out  # called once a step's events
+        # are out, while the GPU still runs the next (the server wakes its loop then)
         self.decoder, self.cache = session.decoder, session.cache
         self.max_seqs = max_seqs
         # a step's tokens: no prefill chunk longer than the planner's largest pass
         self.scheduler = Scheduler(self.cache.blocks, max_seqs,
                                    token_budget=max(session.prefill_chunk, max_seqs))
         self.batched = BatchedDecoder(self.decoder, max_seqs)
-        self.gens: dict[Seq, _Gen] = {}
+        self.gens: dict[Seq, Generation] = {}
         self.history: list[int] = []  # the last finished sequence's ids (generate/prompt.py)
         self._bound = False  # the cache's own live sequence is released while a batch runs
         self._ids = 0
         self.rows_seen: Counter[int] = Counter()  # one-token rows a step -> how many steps
         self.prefill_passes: Counter[int] = Counter()  # chunks a prefill pass -> how many passes
+        self._pending: dict[Generation, int] = {}  # the last step's tokens, out during the next
 
     # ------------------------------------------------------------------ requests
 
@@ -123,7 +103,7 @@ class BatchRun:
             self._idle()
             sink(Failed(str(e), bad_input=True))
 
-    def _new_gen(self, req: GenerateRequest, sink, cancel) -> _Gen:
+    def _new_gen(self, req: GenerateRequest, sink, cancel) -> Generation:
         req.validate()
         if req.num_speculative_tokens and not req.prompt_lookup and self.session.draft is None:
             raise BadRequest("speculative tokens need a draft model (--draft) or prompt lookup")
@@ -133,14 +113,14 @@ class BatchRun:
                                                                         cancel)
         self._ids += 1
         seq = Seq(f"b{self._ids}", list(ids), max_new)
-        return _Gen(seq, req, sink, cancel, sampler,
+        return Generation(seq, req, sink, cancel, sampler,
                     detokenizer_for(self.session.lm.tokenizer, ids), StopMatcher(req.stop), 0,
                     dropped, t_start)
 
-    def _resumed_gen(self, req: GenerateRequest, sink, cancel, r: Resume) -> _Gen:
+    def _resumed_gen(self, req: GenerateRequest, sink, cancel, r: Resume) -> Generation:
         self._ids += 1
         seq = Seq(f"b{self._ids}", list(r.prompt_ids), r.max_new, output_ids=list(r.generated))
-        return _Gen(seq, req, sink, cancel, r.sampler, detokenizer_for(
+        return Generation(seq, req, sink, cancel, r.sampler, detokenizer_for(
             self.session.lm.tokenizer, r.ids), r.stop, r.cached, r.dropped, r.t_start,
             r.t_first, n_new=len(r.generated), admitted=True)
 
@@ -149,6 +129,7 @@ class BatchRun:
         """The one generation left, where it would speculate alone (a draft attached, prompt
         lookup) and is past its prefill: taken out of the batch, with what carries it on in a
         session of one. None otherwise."""
+        self._flush()
         if len(self.gens) != 1 or self.scheduler.waiting:
             return None
         (gen,) = self.gens.values()
@@ -170,7 +151,11 @@ class BatchRun:
     def step(self) -> None:
         """Plan and run one step; every request that ends in it gets its terminal event."""
         for gen in [g for g in self.gens.values() if g.cancel.is_set()]:
-            self._end(gen, "cancelled")
+            tid = self._pending.pop(gen, None)
+            if tid is not None:
+                self._emit(gen, tid)
+            if gen.seq in self.gens:
+                self._end(gen, "cancelled")
         if not self.gens:
             return self._idle()
         threads = self.session.threads
@@ -235,6 +220,10 @@ class BatchRun:
                 batch_tokens = sample_rows([self.gens[rows[i].seq].sampler for i in chosen],
                                            logits[chosen] if len(chosen) < len(rows) else logits)
                 batch_seqs = [rows[i].seq for i in chosen]
+        # the GPU runs this step while the host gives out the last one's tokens (text, stop
+        # strings, events): a sequence that ended there ran one row more, and its token is dropped
+        self._flush()
+        self.on_given_out()
         # one copy to the host for the step: each chunk's token, then the batched rows' tokens
         alone = list(sampled)
         parts = [sampled[seq] for seq in alone] + ([batch_tokens] if batch_seqs else [])
@@ -242,9 +231,17 @@ class BatchRun:
         host = dict(zip(alone + batch_seqs, ids, strict=True))
         self.scheduler.finish_step(plan, host)
         for seq, tid in host.items():
-            gen = self.gens[seq]
-            gen.token = sampled.get(seq)  # a batched row's next step reads the host's id
-            self._emit(gen, tid)
+            gen = self.gens.get(seq)
+            if gen is not None:
+                gen.token = sampled.get(seq)  # a batched row's next step reads the host's id
+                self._pending[gen] = tid
+
+    def _flush(self) -> None:
+        """Give out the tokens of the step before (its sequences' ends too)."""
+        pending, self._pending = self._pending, {}
+        for gen, tid in pending.items():
+            if gen.seq in self.gens:
+                self._emit(gen, tid)
 
     def _together(self, prefills: list) -> bool:
         """Whether these prefill chunks run in one pass: two or more, each one the decoder
@@ -254,13 +251,13 @@ class BatchRun:
         return (len(prefills) > 1 and not d.reproducible
                 and all(d.family_prefills(c.start, c.length) for c in prefills))
 
-    def _progress(self, gen: _Gen, chunk) -> None:
+    def _progress(self, gen: Generation, chunk) -> None:
         """Where a prompt takes several chunks: how much of it is done."""
         prompt, total = len(gen.seq.prompt_ids), len(gen.seq.prompt_ids) - gen.cached
         if total > self.session.prefill_chunk and chunk.start < prompt:
             gen.sink(PrefillProgress(min(chunk.start + chunk.length, prompt) - gen.cached, total))
 
-    def _emit(self, gen: _Gen, tid: int) -> None:
+    def _emit(self, gen: Generation, tid: int) -> None:
         """The request's new token: its text, and its end where it ends."""
         if gen.t_first is None:
             gen.t_first = time.perf_counter()
@@ -279,7 +276,7 @@ class BatchRun:
             gen.last_stats = now
             gen.sink(self._stats(gen))
 
-    def _end(self, gen: _Gen, reason: str) -> None:
+    def _end(self, gen: Generation, reason: str) -> None:
         seq = gen.seq
         if reason == "cancelled":
             tail = gen.stop.flush()
@@ -291,12 +288,16 @@ class BatchRun:
         del self.gens[seq]
         gen.sink(Finished(reason, self._stats(gen)))
 
-    def _stats(self, gen: _Gen):
+    def _stats(self, gen: Generation):
         ids = gen.seq.prompt_ids
         return session_events.stats(self.session, ids, gen.n_new, gen.t_start, gen.t_first,
                                     gen.cached, gen.dropped)
 
     def _fail_all(self, e: Exception) -> None:
+        try:  # the tokens that were sampled are given out before the failure
+            self._flush()
+        except Exception:  # noqa: BLE001 - the failure below is what the streams are told
+            self._pending.clear()
         kind = memory_kind(e) if not isinstance(e, torch.OutOfMemoryError) else "GPU"
         if kind:
             failed = session_events.oom_failure(self.session, kind)

@@ -65,6 +65,7 @@ class Engine:
         self.running: Job | None = None
         self.tokens_generated = 0
         self.requests_finished = 0
+        self._step_ends: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------------ any thread
 
@@ -82,6 +83,16 @@ class Engine:
         batch = self.batch
         alone = int(self.running is not None and isinstance(self.running.req, GenerateRequest))
         return alone + (batch.num_running if batch is not None else 0)
+
+    def on_step_end(self, callback: Callable[[], None]) -> None:
+        """Run `callback()` on the engine thread once the events of a step are out (each event
+        of a generation running alone): a front end can hold its sinks' events until then and
+        hand them over together (the server wakes its event loop once a step, not per token)."""
+        self._step_ends.append(callback)
+
+    def _step_ended(self) -> None:
+        for callback in self._step_ends:
+            callback()
 
     def submit(self, req, sink: Callable[[object], None], request_id: str | None = None) -> Job:
         """Queue `req`; its events go to `sink` from the engine thread. Raises QueueFull, or
@@ -126,6 +137,7 @@ class Engine:
         """The engine thread: batch steps while generations run together, otherwise one job at
         a time; every job's stream ends in a terminal event."""
         while True:
+            self._step_ended()  # whatever the last turn gave out (a step, a join, a job's end)
             if self.batch is not None and self.batch.has_work:
                 self._admit()
                 self.batch.step()
@@ -180,6 +192,7 @@ class Engine:
             if isinstance(event, Paused):
                 return self._batch().add(req, sink, cancel, event.resume)
             sink(event)
+            self._step_ended()
 
     def _another_waits(self) -> bool:
         with self._lock:
@@ -224,7 +237,7 @@ class Engine:
         if self.batch is None:
             from engine.generate.batch_run import BatchRun
 
-            self.batch = BatchRun(self.session, self.max_seqs)
+            self.batch = BatchRun(self.session, self.max_seqs, self._step_ended)
         return self.batch
 
     def _join(self, job: Job) -> None:

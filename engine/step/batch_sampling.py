@@ -18,6 +18,8 @@ def sample_rows(samplers: list[Sampler], logits: torch.Tensor) -> torch.Tensor:
     if logits.shape[0] != len(samplers):
         raise ValueError(f"{logits.shape[0]} rows of logits for {len(samplers)} samplers")
     plain = [i for i, s in enumerate(samplers) if s.s.is_greedy and s.seen is None]
+    if len(plain) == len(samplers):  # no index tensor: a host-to-device copy waits for the GPU
+        return logits.float().argmax(-1)
     out = torch.empty(len(samplers), dtype=torch.long, device=logits.device)
     if plain:
         rows = torch.tensor(plain, device=logits.device)
