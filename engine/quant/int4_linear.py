@@ -154,6 +154,8 @@ class Int4Linear(torch.nn.Module):
         self.in_features, self.out_features = in_features, out_features
         self.group_size, self.kernel = group_size, kernel
         self.fused_prefill = overrides.int4_prefill() == "fused"  # read once, at load
+        self.gemm_rows = TINYGEMM_MAX_ROWS + 1  # rows from which the Triton GEMM takes the
+        # product; quant/int4_rows.py measures it at load for the batched step's row counts
         # Parameters (frozen), not buffers: memory footprints and benchmarks count them as weights
         self.packed = torch.nn.Parameter(packed, requires_grad=False)
         self.scales_zeros = torch.nn.Parameter(scales_zeros, requires_grad=False)
@@ -234,7 +236,7 @@ class Int4Linear(torch.nn.Module):
 
     def _fused_gemm(self, rows: int) -> bool:
         """Whether the Triton GEMM over tinygemm's layout takes these rows."""
-        return (self.kernel == "tinygemm" and rows > TINYGEMM_MAX_ROWS and self.fused_prefill
+        return (self.kernel == "tinygemm" and rows >= self.gemm_rows and self.fused_prefill
                 and tinygemm_gemm_ok(str(self.packed.device)))
 
     def _packed_mm(self, x2: torch.Tensor, sz: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,7 @@ from engine.formats import families
 from engine.models import fused_ops, invariant
 from engine.models.layers import FamilyStep, apply_linear
 from engine.models.step_weights import supports
+from engine.quant import int4_rows
 
 MIN_BUCKET = 256
 SHORT_PREFILL = 64  # tokens: a prefill chunk this short runs the family step (forward)
@@ -128,6 +129,12 @@ class Decoder:
             self.notes.append(note)
         if reproducible is not None:
             self._reproducible(reproducible)
+        elif self.device.type == "cuda":  # before capture: the graphs hold each row count's pick
+            layers = self.family.layers
+            note = int4_rows.tune([getattr(p, f) for p in layers for f in
+                                   ("qkv", "o", "gate_up", "down")] + [self.family.lm_head])
+            if note:
+                self.notes.append(note)
         if self.device.type != "cuda":
             self.notes.append("CPU: the decode step runs eagerly (CUDA graphs need a GPU)")
             return

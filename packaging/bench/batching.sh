@@ -37,6 +37,9 @@ bf16)
 awq)
     LIMIT=200 sweep 7b-awq-concurrency --quant awq --concurrency 1,4,16,64 --prompt-len 512 \
         --new-tokens 256 --repeats 3 --no-peer ;;
+sweep64)  # bf16 at 64 beside batch 1, no peer (h200_next.sh both)
+    LIMIT=${LIMIT:-200} sweep 7b-bf16-64 --quant bf16 --concurrency 64 --prompt-len 512 \
+        --new-tokens 256 --repeats 3 --no-peer ;;
 memory)
     LIMIT=330 sweep 7b-bf16-24gib --quant bf16 --memory-limit 24 --concurrency 64 \
         --prompt-len 4096 --new-tokens 256 --repeats 1 --no-peer ;;

@@ -8,11 +8,12 @@
 #                                                AWQ at 1, 4, 16, 64 (batching.sh)              ~7 min
 #   bash packaging/bench/h200_next.sh gemm       int4_gemm.sh: the GEMM's tests, sweep, TTFT   ~9 min
 #   bash packaging/bench/h200_next.sh peer       peer_int4.sh: gpt-fast against hearth bench   ~8 min
+#   bash packaging/bench/h200_next.sh both       serve, then bf16 at 64 beside batch 1 (no peer) ~8 min
 # Carry [".whl"] (serve: the server's wheels; awq/peer: bitsandbytes) and for peer [".peers"] too;
 # the 64 MiB carry limit holds the server wheels or bitsandbytes beside the tree, not both.
 set -u
 B=packaging/bench
-part=${1:?serve, tests, batching, awq, gemm or peer}
+part=${1:?serve, tests, batching, awq, gemm, peer or both}
 export OUT=${OUT:-/tmp/out}/$part
 mkdir -p "$OUT"
 case "$part" in
@@ -27,5 +28,8 @@ awq)
     bash $B/batching.sh awq ;;
 gemm) bash $B/int4_gemm.sh ;;
 peer) bash $B/peer_int4.sh ;;
+both)
+    bash $B/batching.sh serve
+    LIMIT=200 bash $B/batching.sh sweep64 ;;
 *) echo "unknown part $part" >&2; exit 2 ;;
 esac
