@@ -128,8 +128,7 @@ class BatchRun:
                                 Resume] | None:
         """The one generation left, where it would speculate alone (a draft attached, prompt
         lookup) and is past its prefill: taken out of the batch, with what carries it on in a
-        session of one. None otherwise."""
-        self._flush()
+        session of one. None otherwise (asked after every step: the checks come first)."""
         if len(self.gens) != 1 or self.scheduler.waiting:
             return None
         (gen,) = self.gens.values()
@@ -138,6 +137,9 @@ class BatchRun:
                       or self.session.draft is not None) and req.num_speculative_tokens != 0
         if not speculates or gen.cancel.is_set() or not seq.output_ids \
                 or seq.state is not State.RUNNING or seq.num_pending != 1:
+            return None
+        self._flush()  # its last token goes out from here (and may end it)
+        if seq not in self.gens or seq.state is not State.RUNNING:
             return None
         self.scheduler.finish(seq, "handed off")  # its full blocks stay cached by hash
         del self.gens[seq]
