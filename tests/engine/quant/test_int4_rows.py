@@ -65,3 +65,15 @@ def test_the_layer_follows_its_row_count(monkeypatch):
     assert not m._fused_gemm(16) and m._fused_gemm(32) and m._fused_gemm(64)
     m.fused_prefill = False  # HEARTH_INT4_PREFILL=unpack: never
     assert not m._fused_gemm(512)
+
+
+def test_a_failed_timing_keeps_the_default(monkeypatch):
+    monkeypatch.setattr(int4_rows, "tinygemm_gemm_ok", lambda device: True)
+    m = layer(512, 256)
+    m.fused_prefill = True
+
+    def broken(fn):
+        raise RuntimeError("no GPU here")
+
+    assert "512x256: not measured (RuntimeError)" in int4_rows.tune([m], broken)
+    assert m.gemm_rows == TINYGEMM_MAX_ROWS + 1
