@@ -208,12 +208,12 @@ class BatchRun:
             gen = self.gens[c.seq]
             self.cache.bind(c.seq.table)
             token = gen.token if gen.token is not None and c.sample and gen.n_new else \
-                torch.tensor([c.seq.token_ids[c.start]], dtype=torch.long, device=device)
+                torch.tensor([c.seq.token_at(c.start)], dtype=torch.long, device=device)
             logits = self.decoder.step(token, c.start)
             if c.sample:
                 sampled[c.seq] = gen.sampler(logits)
         elif rows:
-            logits = self.batched.step([c.seq.token_ids[c.start] for c in rows],
+            logits = self.batched.step([c.seq.token_at(c.start) for c in rows],
                                        [c.start for c in rows],
                                        [((c.seq, c.seq.arrival), c.seq.table.block_ids)
                                         for c in rows])

@@ -174,3 +174,8 @@ def test_a_prompt_cached_whole_still_computes_its_last_token():
             sched.finish_step(step, model.run(step))
             step = sched.schedule()
         assert seq.output_ids == alone(prompt, 2)
+
+
+def test_token_at_is_token_ids_at_every_position():
+    seq = Seq("a", [5, 6, 7], 4, output_ids=[8, 9])
+    assert [seq.token_at(i) for i in range(seq.num_tokens)] == seq.token_ids
