@@ -32,10 +32,11 @@ FUSED_OPS = "HEARTH_FUSED_OPS"  # auto | off
 INT4_KERNEL = "HEARTH_INT4_KERNEL"  # tinygemm | triton | cpu | reference
 TP_ALL_REDUCE = "HEARTH_TP_ALL_REDUCE"  # auto | nccl
 INT4_PREFILL = "HEARTH_INT4_PREFILL"  # fused | unpack: how many-row products read tinygemm's layout
+INT4_ROWS = "HEARTH_INT4_ROWS"  # fixed | measure: from how many rows the GEMM takes over
 DEBUG = "HEARTH_DEBUG"  # 1: third-party notes and full tracebacks
 TP_FOLLOWER_HOOK = "HEARTH_TP_FOLLOWER_HOOK"  # tests: "module:function" a follower calls first
 NAMES = (DECODE_ATTENTION, DECODE_ATTENTION_CONFIG, KERNEL_PREFILL, FUSED_OPS, INT4_KERNEL,
-         TP_ALL_REDUCE, INT4_PREFILL, DEBUG, TP_FOLLOWER_HOOK)
+         TP_ALL_REDUCE, INT4_PREFILL, INT4_ROWS, DEBUG, TP_FOLLOWER_HOOK)
 
 
 def backends(environ: Mapping[str, str] | None = None) -> Backends:
@@ -56,6 +57,14 @@ def int4_prefill(environ: Mapping[str, str] | None = None) -> str:
     layer unpacked to 16 bits, then a dense matmul), for products of more than 64 rows."""
     env = os.environ if environ is None else environ
     return _choice(env, INT4_PREFILL, ("fused", "unpack"), "fused")
+
+
+def int4_rows(environ: Mapping[str, str] | None = None) -> str:
+    """"fixed" (the Triton GEMM takes int4 products above 64 rows) or "measure" (from 16, 32 or
+    64 rows, per layer shape, as timed at load: quant/int4_rows.py). Fixed until the measured
+    choice has run on a GPU inside the batched step's graphs."""
+    env = os.environ if environ is None else environ
+    return _choice(env, INT4_ROWS, ("fixed", "measure"), "fixed")
 
 
 def debug(environ: Mapping[str, str] | None = None) -> bool:

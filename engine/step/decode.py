@@ -129,7 +129,7 @@ class Decoder:
             self.notes.append(note)
         if reproducible is not None:
             self._reproducible(reproducible)
-        elif self.device.type == "cuda":  # before capture: the graphs hold each row count's pick
+        elif self.device.type == "cuda" and overrides.int4_rows() == "measure":  # before capture
             layers = self.family.layers
             note = int4_rows.tune([getattr(p, f) for p in layers for f in
                                    ("qkv", "o", "gate_up", "down")] + [self.family.lm_head])
