@@ -114,8 +114,8 @@ class BatchRun:
         self._ids += 1
         seq = Seq(f"b{self._ids}", list(ids), max_new)
         return Generation(seq, req, sink, cancel, sampler,
-                    detokenizer_for(self.session.lm.tokenizer, ids), StopMatcher(req.stop), 0,
-                    dropped, t_start)
+                          detokenizer_for(self.session.lm.tokenizer, ids), StopMatcher(req.stop),
+                          0, dropped, t_start)
 
     def _resumed_gen(self, req: GenerateRequest, sink, cancel, r: Resume) -> Generation:
         self._ids += 1
