@@ -42,7 +42,7 @@ def create_app(engine, model: ModelView, settings: Settings) -> FastAPI:
     app = FastAPI(title="Hearth", version="1", summary="An OpenAI-compatible local server")
     app.state.engine, app.state.model, app.state.settings = engine, model, settings
     metrics = app.state.metrics = Metrics(engine)
-    mailbox = Mailbox(engine)
+    mailbox = app.state.mailbox = Mailbox(engine)  # closed by the runner when it stops
     created = int(time.time())
     errors.install(app)
 

@@ -35,9 +35,15 @@ class Mailbox:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._bell: queue.SimpleQueue = queue.SimpleQueue()  # put() keeps the GIL
         self._waker: threading.Thread | None = None
+        self._engine = engine
         self._deferred = hasattr(engine, "on_step_end")  # else each event rings (a stand-in)
         if self._deferred:
             engine.on_step_end(self.flush)
+
+    def close(self) -> None:
+        """The server stopped: the engine no longer rings this mailbox's bell."""
+        if self._deferred:
+            self._engine.off_step_end(self.flush)
 
     def bind(self) -> None:
         if self._waker is None:

@@ -86,7 +86,7 @@ class BackgroundServer:
     """The server on a thread of this process (tests, the app's own server): start, url, stop."""
 
     def __init__(self, app, engine, sock: socket.socket):
-        self.sock, self.engine = sock, engine
+        self.sock, self.engine, self.app = sock, engine, app
         self.server = make_server(app, engine, announce=False)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]},
                                        name="hearth-server", daemon=True)
@@ -107,3 +107,4 @@ class BackgroundServer:
         self.server.should_exit = True
         self.thread.join(SHUTDOWN_GRACE_S + 5)
         self.sock.close()
+        self.app.state.mailbox.close()

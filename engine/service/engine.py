@@ -65,7 +65,9 @@ class Engine:
         self.running: Job | None = None
         self.tokens_generated = 0
         self.requests_finished = 0
-        self._step_ends: list[Callable[[], None]] = []
+        # replaced whole, never changed in place: a server on another thread may stop while
+        # the engine thread runs them
+        self._step_ends: tuple[Callable[[], None], ...] = ()
 
     # ------------------------------------------------------------------ any thread
 
@@ -88,7 +90,11 @@ class Engine:
         """Run `callback()` on the engine thread once the events of a step are out (each event
         of a generation running alone): a front end can hold its sinks' events until then and
         hand them over together (the server wakes its event loop once a step, not per token)."""
-        self._step_ends.append(callback)
+        self._step_ends = (*self._step_ends, callback)
+
+    def off_step_end(self, callback: Callable[[], None]) -> None:
+        """Forget a callback given to `on_step_end` (a server that stopped)."""
+        self._step_ends = tuple(c for c in self._step_ends if c != callback)
 
     def _step_ended(self) -> None:
         for callback in self._step_ends:

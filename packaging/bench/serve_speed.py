@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import multiprocessing
-import shutil
 import statistics
-import tempfile
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -44,20 +41,9 @@ def session_for(args):
 
         lm = loader.load(check(args.model), req, lambda e: None)
     else:
-        from transformers import AutoTokenizer
+        from engine.tools.bench.random_chat_model import random_chat_model
 
-        from engine.files.model_folder import config_only_folder
-
-        tok = AutoTokenizer.from_pretrained(args.tokenizer)
-        folder = Path(tempfile.mkdtemp(prefix="serve-speed-"))
-        config = json.loads((Path(args.model) / "config.json").read_text())
-        config["vocab_size"] = len(tok)
-        (folder / "config.json").write_text(json.dumps(config))
-        for f in Path(args.tokenizer).iterdir():
-            if f.name.startswith(("tokenizer", "special_tokens", "vocab", "merges")):
-                shutil.copy2(f, folder / f.name)
-        lm = dataclasses.replace(loader.random_model(config_only_folder(str(folder)), req),
-                                 tokenizer=tok)
+        lm = random_chat_model(args.model, args.tokenizer, req)
     return Session(lm, fast_path=True, kv_tokens=req.kv_tokens)
 
 

@@ -31,7 +31,11 @@ def references():
     first against `hearth run` itself)."""
     from engine.generate.session import Session
 
-    session = Session.load(LOAD)
+    return answers_alone(Session.load(LOAD))
+
+
+def answers_alone(session) -> dict[str, str]:
+    """Each question's greedy answer from `session`, one request at a time (`hearth run`'s way)."""
     answers = {}
     for q in QUESTIONS:
         req = GenerateRequest(messages=({"role": "user", "content": q},),
@@ -48,10 +52,10 @@ def test_the_references_are_what_hearth_run_prints(references, tmp_path, capsys)
     assert capsys.readouterr().out == references[QUESTIONS[0]]
 
 
-async def one(client, sem, i: int) -> tuple[str, str | None]:
+async def one(client, sem, i: int, model: str) -> tuple[str, str | None]:
     """-> (question, text) or (question, None) when cancelled; raises on a malformed stream."""
     q = QUESTIONS[i % len(QUESTIONS)]
-    kw = dict(model="demo_model", messages=[{"role": "user", "content": q}], temperature=0,
+    kw = dict(model=model, messages=[{"role": "user", "content": q}], temperature=0,
               max_tokens=MAX_TOKENS)
     async with sem:
         if i % 2 == 0:
@@ -76,12 +80,17 @@ async def one(client, sem, i: int) -> tuple[str, str | None]:
 
 
 def test_200_requests_32_at_a_time_lose_nothing_and_match_hearth_run(server, references):
+    check_load(server.url, references)
+
+
+def check_load(url: str, references: dict[str, str], model: str = "demo_model") -> None:
+    """The load through the async SDK against a server at `url` (the GPU's test runs it too):
+    0 lost, 0 malformed, every finished answer its reference, nothing left running after."""
     async def main():
-        client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0,
-                                    timeout=120)
+        client = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0, timeout=300)
         sem = asyncio.Semaphore(CONCURRENCY)
-        results = await asyncio.gather(*(one(client, sem, i) for i in range(NUM_REQUESTS)),
-                                       return_exceptions=True)
+        results = await asyncio.gather(*(one(client, sem, i, model)
+                                         for i in range(NUM_REQUESTS)), return_exceptions=True)
         await client.close()
         return results
 
@@ -93,8 +102,7 @@ def test_200_requests_32_at_a_time_lose_nothing_and_match_hearth_run(server, ref
     wrong = [(q, text) for q, text in results if text is not None and text != references[q]]
     assert not wrong, wrong[:3]
     deadline = time.monotonic() + 10
-    while metric(server.url, "hearth_requests_running") + \
-            metric(server.url, "hearth_requests_waiting") > 0:
+    while metric(url, "hearth_requests_running") + metric(url, "hearth_requests_waiting") > 0:
         assert time.monotonic() < deadline, "requests left running after their clients"
         time.sleep(0.05)
 
@@ -145,3 +153,23 @@ def test_sigterm_stops_hearth_serve_cleanly():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_stopped_server_leaves_nothing_on_the_engine(engine):
+    """The window starts and stops its server many times over one engine: each stop takes its
+    mailbox's step-end callback off the engine, and a server started afterwards still streams."""
+    from tests.engine.server.conftest import start_server
+
+    before = len(engine._step_ends)
+    for _ in range(3):
+        start_server(engine).stop()
+    assert len(engine._step_ends) == before
+    srv = start_server(engine)
+    try:
+        assert len(engine._step_ends) == before + 1
+        answer = openai.OpenAI(base_url=srv.url, api_key="x", max_retries=0).completions.create(
+            model="demo_model", prompt="hello", max_tokens=3, temperature=0, stream=True)
+        assert sum(1 for c in answer if c.choices and c.choices[0].text) >= 1
+    finally:
+        srv.stop()
+    assert len(engine._step_ends) == before
