@@ -60,11 +60,10 @@ def int4_prefill(environ: Mapping[str, str] | None = None) -> str:
 
 
 def int4_rows(environ: Mapping[str, str] | None = None) -> str:
-    """"fixed" (the Triton GEMM takes int4 products above 64 rows) or "measure" (from 16, 32 or
-    64 rows, per layer shape, as timed at load: quant/int4_rows.py). Fixed until the measured
-    choice has run on a GPU inside the batched step's graphs."""
+    """"measure" (the Triton GEMM takes int4 products from 16, 32 or 64 rows, per layer shape,
+    as timed at load: quant/int4_rows.py) or "fixed" (above 64 rows only, as before)."""
     env = os.environ if environ is None else environ
-    return _choice(env, INT4_ROWS, ("fixed", "measure"), "fixed")
+    return _choice(env, INT4_ROWS, ("fixed", "measure"), "measure")
 
 
 def debug(environ: Mapping[str, str] | None = None) -> bool:

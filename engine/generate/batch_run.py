@@ -8,7 +8,8 @@ at a time through the Decoder's own prefill path, and its one-token rows togethe
 one row through the Decoder's own step (its graphs: a single chat pays nothing for batching),
 two or more through step/batched.py. Each request keeps its own sampler (sampling parameters,
 seed), detokenizer, stop strings, eos and token limit, and its events go to its own sink, ending
-in one Finished or Failed. Speculative decoding is not here: a speculative request decodes
+in one Finished or Failed. A step's tokens reach the host while the next step runs
+(generate/inflight.py), and its events go out then. Speculative decoding is not here: a speculative request decodes
 plainly in the batch, and hand_off gives it back to the service (service/engine.py) to speculate
 alone once it is the last one left.
 """
@@ -33,8 +34,8 @@ from engine.events import (
     Token,
 )
 from engine.generate import session_events
-from engine.generate.detokenizer import StopMatcher, detokenizer_for
-from engine.generate.generation import Generation
+from engine.generate.generation import Generation, new_generation, resumed_generation
+from engine.generate.inflight import UNKNOWN, InFlight
 from engine.generate.resume import Resume
 from engine.generate.template_guard import RenderCancelled
 from engine.models import prefill_batch
@@ -64,7 +65,8 @@ class BatchRun:
         self._ids = 0
         self.rows_seen: Counter[int] = Counter()  # one-token rows a step -> how many steps
         self.prefill_passes: Counter[int] = Counter()  # chunks a prefill pass -> how many passes
-        self._pending: dict[Generation, int] = {}  # the last step's tokens, out during the next
+        self._pending: dict[Generation, int] = {}  # tokens on the host, not yet given out
+        self.inflight = InFlight()  # the last step's tokens, on the device while the next runs
 
     # ------------------------------------------------------------------ requests
 
@@ -86,8 +88,10 @@ class BatchRun:
         generation a session of one started (generate/resume.py), carried on from its tokens."""
         cancel = cancel or threading.Event()
         try:
-            gen = self._new_gen(req, sink, cancel) if resume is None else \
-                self._resumed_gen(req, sink, cancel, resume)
+            self._ids += 1
+            gen = new_generation(self.session, f"b{self._ids}", req, sink, cancel,
+                                 self.history) if resume is None else \
+                resumed_generation(self.session, f"b{self._ids}", req, sink, cancel, resume)
         except BadRequest as e:
             return sink(Failed(str(e), bad_input=True))
         except RenderCancelled:
@@ -103,27 +107,6 @@ class BatchRun:
             self._idle()
             sink(Failed(str(e), bad_input=True))
 
-    def _new_gen(self, req: GenerateRequest, sink, cancel) -> Generation:
-        req.validate()
-        if req.num_speculative_tokens and not req.prompt_lookup and self.session.draft is None:
-            raise BadRequest("speculative tokens need a draft model (--draft) or prompt lookup")
-        # speculation is a batch of one's: in a batch the request decodes plainly
-        t_start = time.perf_counter()
-        ids, _, dropped, max_new, sampler = self.session.checked_prompt(req, self.history,
-                                                                        cancel)
-        self._ids += 1
-        seq = Seq(f"b{self._ids}", list(ids), max_new)
-        return Generation(seq, req, sink, cancel, sampler,
-                          detokenizer_for(self.session.lm.tokenizer, ids), StopMatcher(req.stop),
-                          0, dropped, t_start)
-
-    def _resumed_gen(self, req: GenerateRequest, sink, cancel, r: Resume) -> Generation:
-        self._ids += 1
-        seq = Seq(f"b{self._ids}", list(r.prompt_ids), r.max_new, output_ids=list(r.generated))
-        return Generation(seq, req, sink, cancel, r.sampler, detokenizer_for(
-            self.session.lm.tokenizer, r.ids), r.stop, r.cached, r.dropped, r.t_start,
-            r.t_first, n_new=len(r.generated), admitted=True)
-
     def hand_off(self) -> tuple[GenerateRequest, Callable[[object], None], threading.Event,
                                 Resume] | None:
         """The one generation left, where it would speculate alone (a draft attached, prompt
@@ -138,6 +121,7 @@ class BatchRun:
         if not speculates or gen.cancel.is_set() or not seq.output_ids \
                 or seq.state is not State.RUNNING or seq.num_pending != 1:
             return None
+        self._resolve()
         self._flush()  # its last token goes out from here (and may end it)
         if seq not in self.gens or seq.state is not State.RUNNING:
             return None
@@ -152,7 +136,10 @@ class BatchRun:
 
     def step(self) -> None:
         """Plan and run one step; every request that ends in it gets its terminal event."""
-        for gen in [g for g in self.gens.values() if g.cancel.is_set()]:
+        cancelled = [g for g in self.gens.values() if g.cancel.is_set()]
+        if cancelled:
+            self._resolve()
+        for gen in cancelled:
             tid = self._pending.pop(gen, None)
             if tid is not None:
                 self._emit(gen, tid)
@@ -207,35 +194,47 @@ class BatchRun:
             c = rows[0]
             gen = self.gens[c.seq]
             self.cache.bind(c.seq.table)
-            token = gen.token if gen.token is not None and c.sample and gen.n_new else \
+            i = self.inflight.index(c.seq, c.start)
+            token = self.inflight.tokens[i:i + 1] if i is not None else \
                 torch.tensor([c.seq.token_at(c.start)], dtype=torch.long, device=device)
             logits = self.decoder.step(token, c.start)
             if c.sample:
                 sampled[c.seq] = gen.sampler(logits)
         elif rows:
+            where = [self.inflight.index(c.seq, c.start) for c in rows]
             logits = self.batched.step([c.seq.token_at(c.start) for c in rows],
                                        [c.start for c in rows],
                                        [((c.seq, c.seq.arrival), c.seq.table.block_ids)
-                                        for c in rows])
+                                        for c in rows],
+                                       (self.inflight.tokens, [-1 if i is None else i
+                                                               for i in where])
+                                       if self.inflight else None)
             chosen = [i for i, c in enumerate(rows) if c.sample]
             if chosen:
                 batch_tokens = sample_rows([self.gens[rows[i].seq].sampler for i in chosen],
                                            logits[chosen] if len(chosen) < len(rows) else logits)
                 batch_seqs = [rows[i].seq for i in chosen]
-        # the GPU runs this step while the host gives out the last one's tokens (text, stop
-        # strings, events): a sequence that ended there ran one row more, and its token is dropped
+        # the GPU runs this step while the host takes the last one's tokens (one copy, which
+        # waits for that step only) and gives them out (text, stop strings, events): a sequence
+        # that ended there ran one row more, and its token is dropped
+        self._resolve()
         self._flush()
         self.on_given_out()
-        # one copy to the host for the step: each chunk's token, then the batched rows' tokens
-        alone = list(sampled)
-        parts = [sampled[seq] for seq in alone] + ([batch_tokens] if batch_seqs else [])
-        ids = torch.cat(parts).tolist() if parts else []
-        host = dict(zip(alone + batch_seqs, ids, strict=True))
-        self.scheduler.finish_step(plan, host)
-        for seq, tid in host.items():
+        # this step's tokens stay on the device (each chunk's, then the batched rows'): the
+        # next step is planned and launched before they reach the host
+        order = list(sampled) + batch_seqs
+        parts = list(sampled.values()) + ([batch_tokens] if batch_seqs else [])
+        at = [len(seq.output_ids) for seq in order]
+        self.scheduler.finish_step(plan, dict.fromkeys(order, UNKNOWN))
+        held = [(seq, i, n) for i, (seq, n) in enumerate(zip(order, at, strict=True))
+                if len(seq.output_ids) > n]  # not those that ended while it ran
+        if held:
+            self.inflight.hold(torch.cat(parts), held)
+
+    def _resolve(self) -> None:
+        for seq, tid in self.inflight.resolve().items():
             gen = self.gens.get(seq)
             if gen is not None:
-                gen.token = sampled.get(seq)  # a batched row's next step reads the host's id
                 self._pending[gen] = tid
 
     def _flush(self) -> None:
@@ -297,9 +296,11 @@ class BatchRun:
 
     def _fail_all(self, e: Exception) -> None:
         try:  # the tokens that were sampled are given out before the failure
+            self._resolve()
             self._flush()
         except Exception:  # noqa: BLE001 - the failure below is what the streams are told
             self._pending.clear()
+            self.inflight = InFlight()
         kind = memory_kind(e) if not isinstance(e, torch.OutOfMemoryError) else "GPU"
         if kind:
             failed = session_events.oom_failure(self.session, kind)

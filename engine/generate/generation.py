@@ -1,17 +1,17 @@
 """One request's generation inside a BatchRun (generate/batch_run.py): its sequence and what is
-its own (sampler, detokenizer, stop strings, clocks, the last sampled token on the device)."""
+its own (sampler, detokenizer, stop strings, clocks)."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
-
 from engine.batch.sequence import Seq
-from engine.events import GenerateRequest
-from engine.generate.detokenizer import StopMatcher
+from engine.events import BadRequest, GenerateRequest
+from engine.generate.detokenizer import StopMatcher, detokenizer_for
+from engine.generate.resume import Resume
 from engine.step.sampling import Sampler
 
 
@@ -32,5 +32,27 @@ class Generation:
     t_first: float | None = None
     last_stats: float = 0.0
     n_new: int = 0
-    token: torch.Tensor | None = None  # the last sampled token on the device [1]
     admitted: bool = False
+
+
+def new_generation(session, seq_id: str, req: GenerateRequest, sink, cancel: threading.Event,
+                   history: list[int]) -> Generation:
+    """A request's generation in a batch of `session` (raises BadRequest for bad input)."""
+    req.validate()
+    if req.num_speculative_tokens and not req.prompt_lookup and session.draft is None:
+        raise BadRequest("speculative tokens need a draft model (--draft) or prompt lookup")
+    # speculation is a batch of one's: in a batch the request decodes plainly
+    t_start = time.perf_counter()
+    ids, _, dropped, max_new, sampler = session.checked_prompt(req, history, cancel)
+    return Generation(Seq(seq_id, list(ids), max_new), req, sink, cancel, sampler,
+                      detokenizer_for(session.lm.tokenizer, ids), StopMatcher(req.stop), 0,
+                      dropped, t_start)
+
+
+def resumed_generation(session, seq_id: str, req: GenerateRequest, sink,
+                       cancel: threading.Event, r: Resume) -> Generation:
+    """A generation that a session of one started, carried on in a batch from its tokens."""
+    seq = Seq(seq_id, list(r.prompt_ids), r.max_new, output_ids=list(r.generated))
+    return Generation(seq, req, sink, cancel, r.sampler, detokenizer_for(
+        session.lm.tokenizer, r.ids), r.stop, r.cached, r.dropped, r.t_start, r.t_first,
+        n_new=len(r.generated), admitted=True)

@@ -8,8 +8,7 @@ product (BENCHMARKS.md, 2026-12-03). So a fixed row count serves neither: each s
 smallest of the batched step's row counts from which the GEMM was faster at that count and at
 every larger one. Both read the same weights, so nothing is copied; before this runs, or where
 the GEMM does not check out on the device, the GEMM takes rows above TINYGEMM_MAX_ROWS as before.
-Off unless HEARTH_INT4_ROWS=measure (engine/config/overrides.py): it has not yet run on a GPU
-inside the batched step's CUDA graphs.
+HEARTH_INT4_ROWS=fixed (engine/config/overrides.py) turns it off.
 """
 
 from __future__ import annotations

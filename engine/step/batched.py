@@ -64,8 +64,15 @@ class BatchedDecoder:
         device = decoder.device
         self.tables = BatchTables(self.max_rows, len(self.cache._table), self.cache.scratch,
                                   device)
-        self.inputs = torch.zeros(4, self.max_rows, dtype=torch.long, device=device)
-        # tokens, positions, each row's bucket, its split count: one host-to-device copy a step
+        self.inputs = torch.zeros(5, self.max_rows, dtype=torch.long, device=device)
+        # tokens, positions, each row's bucket, its split count, where its token is on the
+        # device (step's on_device): one host-to-device copy a step,
+        # from pinned memory (a pageable copy waits for the GPU, and the step before may still
+        # run: generate/inflight.py); two buffers in turn, the one before last long copied
+        pin = device.type == "cuda"
+        self._staging = [torch.zeros(5, self.max_rows, dtype=torch.long, pin_memory=pin)
+                         for _ in range(2)]
+        self._turn = 0
         self.use_graphs = (decoder.mode == "graph"
                            and decode_attention.backend(self.cache) == "triton")
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
@@ -81,10 +88,12 @@ class BatchedDecoder:
 
     @torch.inference_mode()
     def step(self, tokens: list[int], positions: list[int],
-             tables: list[tuple[object, list[int]]]) -> torch.Tensor:
+             tables: list[tuple[object, list[int]]],
+             on_device: tuple[torch.Tensor, list[int]] | None = None) -> torch.Tensor:
         """Row i: token tokens[i] at positions[i] of the sequence whose blocks (already reserved
         past that position) are tables[i] = (key, block ids) -> logits [N, V] (in a graph's
-        static buffer: use them before the next step)."""
+        static buffer: use them before the next step). on_device = (ids [m] on the device,
+        where): row i's token is ids[where[i]] instead wherever where[i] >= 0."""
         N = len(tokens)
         if N > self.max_rows:
             raise ValueError(f"{N} rows for a batched step of at most {self.max_rows}")
@@ -92,9 +101,18 @@ class BatchedDecoder:
         buckets = self.decoder.buckets
         lens = [bucket(buckets, p + 1) for p in positions] + [MIN_BUCKET] * (n - N)
         kv_len = max(lens)
+        where = on_device[1] if on_device is not None else [-1] * N
         host = torch.tensor([list(tokens) + [0] * (n - N), list(positions) + [0] * (n - N),
-                             lens, [self._split_count(L) for L in lens]], dtype=torch.long)
-        self.inputs[:, :n].copy_(host)
+                             lens, [self._split_count(L) for L in lens],
+                             list(where) + [-1] * (n - N)], dtype=torch.long)
+        stage = self._staging[self._turn]
+        self._turn ^= 1
+        stage[:, :n].copy_(host)
+        self.inputs.copy_(stage, non_blocking=True)  # whole: a strided copy would stage again
+        if on_device is not None:
+            src = self.inputs[4, :N]
+            self.inputs[0, :N] = torch.where(src >= 0, on_device[0][src.clamp(min=0)],
+                                             self.inputs[0, :N])
         for i, (key, block_ids) in enumerate(tables):
             self.tables.set(i, key, block_ids)
         for i in range(N, n):  # padding rows write their K/V into the scratch block

@@ -1,0 +1,91 @@
+"""Where a 64-row decode step's time goes on the GPU (issue 25's 35x at 64): one engine round of
+N requests (random weights), each batched step's wall interval, and the
+same round again under torch.profiler: device time per kernel, and the device's busy share of
+the decode-only steps (those after every prompt is in).
+
+    python3 packaging/bench/batch_step_profile.py --model packaging/bench/qwen2.5-7b \
+        [--quant bf16] [--rows 64] [--prompt-len 512] [--new-tokens 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import threading
+import time
+from types import SimpleNamespace
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from engine.service.engine import Engine
+from engine.tools.bench.concurrent import _load, run_round
+from engine.tools.bench.decode import _prompts
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", required=True)
+    p.add_argument("--quant", default="bf16")
+    p.add_argument("--rows", type=int, default=64)
+    p.add_argument("--prompt-len", type=int, default=512)
+    p.add_argument("--new-tokens", type=int, default=256)
+    a = p.parse_args()
+    args = SimpleNamespace(model=a.model, quant=a.quant, kv_dtype="auto", device="auto",
+                           prompt_len=a.prompt_len, new_tokens=a.new_tokens,
+                           concurrency=[a.rows], memory_limit=None, eager=False, compile=False,
+                           lm_head="16bit", random_weights=True)
+    session = _load(args)
+    vocab = session.lm.model.config.vocab_size
+    engine = Engine(max_waiting=a.rows)
+    engine.session = session
+    ends: list[float] = []
+    thread = threading.Thread(target=engine.run, daemon=True)
+    thread.start()
+    try:
+        run_round(engine, _prompts(a.rows, a.prompt_len, vocab, seed=1), 8)  # graphs, kernels
+        batch, step = engine.batch, engine.batch.step
+
+        def timed_step() -> None:  # the engine thread calls it: one entry a batched step
+            step()
+            ends.append(time.perf_counter())
+
+        batch.step = timed_step
+        r = run_round(engine, _prompts(a.rows, a.prompt_len, vocab, seed=2), a.new_tokens)
+        gaps = [(b - x) * 1000 for x, b in zip(ends, ends[1:], strict=False)]
+        tail = gaps[-(a.new_tokens // 2):]  # the second half: every row decoding, no prefill
+        print(json.dumps(dict(rows=a.rows, aggregate=r.aggregate_decode_tokens_per_s,
+                              itl_p50=r.itl_ms_p50, step_ends=len(ends),
+                              decode_step_ms_p50=statistics.median(tail),
+                              decode_step_ms_p10=sorted(tail)[len(tail) // 10],
+                              decode_step_ms_p90=sorted(tail)[len(tail) * 9 // 10])), flush=True)
+        ends.clear()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            run_round(engine, _prompts(a.rows, a.prompt_len, vocab, seed=3), a.new_tokens)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+        window = ends[-(a.new_tokens // 2)], ends[-1]
+        kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
+        if not kernels:
+            return
+        t0 = min(e.time_range.start for e in kernels)
+        # kineto's clock is in us from its own origin; the steps' clock is perf_counter: align
+        # the window by the last kernel's end against the last step's end
+        last = max(e.time_range.end for e in kernels)
+        shift = last - window[1] * 1e6
+        lo, hi = window[0] * 1e6 + shift, window[1] * 1e6 + shift
+        busy = sum(max(0, min(e.time_range.end, hi) - max(e.time_range.start, lo))
+                   for e in kernels)
+        print(json.dumps(dict(profiled_window_ms=(hi - lo) / 1000, device_busy_ms=busy / 1000,
+                              busy_share=busy / (hi - lo), steps=a.new_tokens // 2 - 1,
+                              first_kernel_us=t0)), flush=True)
+        print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=25,
+                                        max_name_column_width=70))
+    finally:
+        engine.stop()
+        thread.join(30)
+
+
+if __name__ == "__main__":
+    main()
