@@ -9,9 +9,9 @@ one row through the Decoder's own step (its graphs: a single chat pays nothing f
 two or more through step/batched.py. Each request keeps its own sampler (sampling parameters,
 seed), detokenizer, stop strings, eos and token limit, and its events go to its own sink, ending
 in one Finished or Failed. A step's tokens reach the host while the next step runs
-(generate/inflight.py), and its events go out then. Speculative decoding is not here: a speculative request decodes
-plainly in the batch, and hand_off gives it back to the service (service/engine.py) to speculate
-alone once it is the last one left.
+(generate/inflight.py), and its events go out then. Speculative decoding is not here: a
+speculative request decodes plainly in the batch, and hand_off gives it back to the service
+(service/engine.py) to speculate alone once it is the last one left.
 """
 
 from __future__ import annotations

@@ -23,8 +23,9 @@ def test_a_shape_with_the_demo_tokenizer_talks_and_loads_the_same_twice(tmp_path
     req = LoadRequest(model=str(tmp_path), device="cpu", quant="fp32")
     first, second = (random_chat_model(tmp_path, DEMO, req) for _ in range(2))
     assert first.model.config.vocab_size == len(first.tokenizer) > 7
-    for a, b in zip(first.model.state_dict().values(), second.model.state_dict().values()):
-        assert torch.equal(a, b)
+    theirs = second.model.state_dict()
+    for name, weight in first.model.state_dict().items():
+        assert torch.equal(weight, theirs[name])
     ask = GenerateRequest(messages=({"role": "user", "content": "hello"},), max_new_tokens=6,
                           sampling=SamplingParams(temperature=0))
     texts = ["".join(e.text for e in Session(lm).generate(ask) if isinstance(e, Token))
