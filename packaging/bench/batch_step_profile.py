@@ -40,7 +40,7 @@ def main() -> None:
     vocab = session.lm.model.config.vocab_size
     engine = Engine(max_waiting=a.rows)
     engine.session = session
-    ends: list[float] = []
+    ends: list[tuple[float, bool]] = []  # (clock, every row decoding and no prefill)
     thread = threading.Thread(target=engine.run, daemon=True)
     thread.start()
     try:
@@ -48,16 +48,19 @@ def main() -> None:
         batch, step = engine.batch, engine.batch.step
 
         def timed_step() -> None:  # the engine thread calls it: one entry a batched step
+            passes = sum(batch.prefill_passes.values())
             step()
-            ends.append(time.perf_counter())
+            full = (len(batch.scheduler.running) == a.rows
+                    and sum(batch.prefill_passes.values()) == passes)  # all rows, no prefill
+            ends.append((time.perf_counter(), full))
 
         batch.step = timed_step
         r = run_round(engine, _prompts(a.rows, a.prompt_len, vocab, seed=2), a.new_tokens)
-        gaps = [(b - x) * 1000 for x, b in zip(ends, ends[1:], strict=False)]
-        tail = gaps[-(a.new_tokens // 2):]  # the second half: every row decoding, no prefill
+        # steps of every row decoding, no prefill, after one like it
+        tail = [(b - x) * 1000 for (x, f), (b, g) in zip(ends, ends[1:], strict=False) if f and g]
         print(json.dumps(dict(rows=a.rows, aggregate=r.aggregate_decode_tokens_per_s,
                               itl_p50=r.itl_ms_p50, step_ends=len(ends),
-                              decode_step_ms_p50=statistics.median(tail),
+                              full_steps=len(tail), decode_step_ms_p50=statistics.median(tail),
                               decode_step_ms_p10=sorted(tail)[len(tail) // 10],
                               decode_step_ms_p90=sorted(tail)[len(tail) * 9 // 10])), flush=True)
         ends.clear()
@@ -65,7 +68,9 @@ def main() -> None:
             run_round(engine, _prompts(a.rows, a.prompt_len, vocab, seed=3), a.new_tokens)
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
-        window = ends[-(a.new_tokens // 2)], ends[-1]
+        full = [i for i, (_, f) in enumerate(ends) if f]
+        window = ends[full[0]][0], ends[full[-1]][0]
+        steps = full[-1] - full[0]
         kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
         if not kernels:
             return
@@ -73,14 +78,15 @@ def main() -> None:
         # kineto's clock is in us from its own origin; the steps' clock is perf_counter: align
         # the window by the last kernel's end against the last step's end
         last = max(e.time_range.end for e in kernels)
-        shift = last - window[1] * 1e6
+        shift = last - ends[-1][0] * 1e6
         lo, hi = window[0] * 1e6 + shift, window[1] * 1e6 + shift
         busy = sum(max(0, min(e.time_range.end, hi) - max(e.time_range.start, lo))
                    for e in kernels)
         print(json.dumps(dict(profiled_window_ms=(hi - lo) / 1000, device_busy_ms=busy / 1000,
-                              busy_share=busy / (hi - lo), steps=a.new_tokens // 2 - 1,
+                              busy_share=busy / (hi - lo), steps=steps,
+                              busy_ms_per_step=busy / 1000 / max(steps, 1),
                               first_kernel_us=t0)), flush=True)
-        print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=25,
+        print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12,
                                         max_name_column_width=70))
     finally:
         engine.stop()
