@@ -50,6 +50,7 @@ def _num_sms(index: int) -> int:
 
 
 COMBINE_SPLITS = triton.next_power_of_2(MAX_SPLITS)
+COMBINE_CHUNK = 8  # partial outputs merged a chunk of splits at a time (combine_splits)
 INTERPRETER_SMS = 4  # Triton's CPU interpreter (tests): a few splits, as on a small GPU
 MAX_BLOCK_TOKENS = MAX_SPECULATIVE_TOKENS + 1  # a pass of more query tokens is a prefill chunk,
 # not a step or a verify block, and needs no split to agree with a step's
@@ -166,5 +167,5 @@ def _launch(qg: torch.Tensor, kv: LayerKV, pos: torch.Tensor, lens: torch.Tensor
     # whether its pass had few splits (a step alone) or the batch's most
     combine_splits[(Hkv, all_rows)](part_m, part_l, part_o, out, splits, S, ROWS=all_rows,
                               SEQ_ROWS=rows, D=D, BLOCK_S=COMBINE_SPLITS, BLOCK_D=block_d,
-                              BATCHED=batched, num_warps=4)
+                              BATCHED=batched, CHUNK_S=COMBINE_CHUNK, num_warps=4)
     return out
