@@ -57,3 +57,43 @@ def test_the_next_step_reads_the_last_steps_tokens_on_the_device(sessions, monke
     assert all(isinstance(out[-1], Finished) for out in events)
     got = [[t for e in out if isinstance(e, Token) for t in e.token_ids] for out in events]
     assert got == expected
+
+
+def test_a_step_that_breaks_fails_every_stream_once_and_the_batch_goes_on(sessions,  # noqa: F811
+                                                                          monkeypatch):
+    """The third batched step raises: the tokens sampled before it still go out (each stream a
+    prefix of its answer alone), then one Failed each; the next requests run as if nothing had
+    happened."""
+    from engine.events import Failed
+
+    session = sessions["llama"]
+    reqs = [request(2 * i, max_new_tokens=8) for i in range(3)]
+    expected = alone(session, reqs)
+    step, calls = BatchedDecoder.step, []
+
+    def breaks(self, *args, **kw):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("the device went away")
+        return step(self, *args, **kw)
+
+    monkeypatch.setattr(BatchedDecoder, "step", breaks)
+    events = [[] for _ in reqs]
+    batch = BatchRun(session, 4)
+    for r, out in zip(reqs, events, strict=True):
+        batch.add(r, out.append)
+    while batch.has_work:
+        batch.step()
+    assert not batch.inflight
+    for out, want in zip(events, expected, strict=True):
+        ends = [e for e in out if isinstance(e, Finished | Failed)]
+        assert len(ends) == 1 and isinstance(ends[0], Failed) and "went away" in ends[0].error
+        got = [t for e in out if isinstance(e, Token) for t in e.token_ids]
+        assert 3 <= len(got) < len(want) and got == want[:len(got)]
+    again = [[] for _ in reqs]
+    for r, out in zip(reqs, again, strict=True):
+        batch.add(r, out.append)
+    while batch.has_work:
+        batch.step()
+    assert [[t for e in out if isinstance(e, Token) for t in e.token_ids]
+            for out in again] == expected
