@@ -9,11 +9,16 @@
 #   bash packaging/bench/h200_next.sh gemm       int4_gemm.sh: the GEMM's tests, sweep, TTFT   ~9 min
 #   bash packaging/bench/h200_next.sh peer       peer_int4.sh: gpt-fast against hearth bench   ~8 min
 #   bash packaging/bench/h200_next.sh both       serve, then bf16 at 64 beside batch 1 (no peer) ~8 min
+#   bash packaging/bench/h200_next.sh batch1     issue 25's "batch 1 within 3% of 7c5b653 in the
+#                                                same call" (layers_compare.sh, 7B bf16 and AWQ);
+#                                                first: mkdir old-7c5b653 && git archive 7c5b653
+#                                                engine pyproject.toml | tar -x -C old-7c5b653,
+#                                                and carry it                             ~5 min
 # Carry [".whl"] (serve: the server's wheels; awq/peer: bitsandbytes) and for peer [".peers"] too;
 # the 64 MiB carry limit holds the server wheels or bitsandbytes beside the tree, not both.
 set -u
 B=packaging/bench
-part=${1:?serve, tests, batching, awq, gemm, peer or both}
+part=${1:?serve, tests, batching, awq, gemm, peer, both or batch1}
 export OUT=${OUT:-/tmp/out}/$part
 mkdir -p "$OUT"
 case "$part" in
@@ -31,5 +36,7 @@ peer) bash $B/peer_int4.sh ;;
 both)
     bash $B/batching.sh serve
     LIMIT=200 bash $B/batching.sh sweep64 ;;
+batch1) ROWS="7b-bf16 7b-awq" bash $B/layers_compare.sh old=old-7c5b653=engine.cli \
+    new=.=engine.serve.cli ;;
 *) echo "unknown part $part" >&2; exit 2 ;;
 esac
