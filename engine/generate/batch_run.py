@@ -201,14 +201,14 @@ class BatchRun:
             if c.sample:
                 sampled[c.seq] = gen.sampler(logits)
         elif rows:
-            where = [self.inflight.index(c.seq, c.start) for c in rows]
+            on_device = None
+            if self.inflight:  # rows whose token is the last step's read it on the device
+                where = (self.inflight.index(c.seq, c.start) for c in rows)
+                on_device = (self.inflight.tokens, [-1 if i is None else i for i in where])
             logits = self.batched.step([c.seq.token_at(c.start) for c in rows],
                                        [c.start for c in rows],
                                        [((c.seq, c.seq.arrival), c.seq.table.block_ids)
-                                        for c in rows],
-                                       (self.inflight.tokens, [-1 if i is None else i
-                                                               for i in where])
-                                       if self.inflight else None)
+                                        for c in rows], on_device)
             chosen = [i for i, c in enumerate(rows) if c.sample]
             if chosen:
                 batch_tokens = sample_rows([self.gens[rows[i].seq].sampler for i in chosen],

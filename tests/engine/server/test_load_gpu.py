@@ -24,11 +24,9 @@ DEMO = REPO / "hearth_resources" / "demo_model"
 @pytest.fixture(scope="module")
 def gpu_server():
     from engine.generate.session import Session
-    from engine.server.app import Settings, create_app
-    from engine.server.model_view import ModelView
-    from engine.server.runner import BackgroundServer, bind
     from engine.service.engine import Engine
     from engine.tools.bench.random_chat_model import random_chat_model
+    from tests.engine.server.conftest import start_server
 
     req = LoadRequest(model=str(SHAPE_7B), device="cuda", quant="bf16", context=1024)
     session = Session(random_chat_model(SHAPE_7B, DEMO, req), reproducible=True,
@@ -39,12 +37,8 @@ def gpu_server():
     engine.session = session
     thread = threading.Thread(target=engine.run, daemon=True)
     thread.start()
-    view = ModelView.of(session, None)
-    sock = bind("127.0.0.1", 0)
-    server = BackgroundServer(create_app(engine, view, Settings(port=sock.getsockname()[1],
-                                                               max_seqs=CONCURRENCY)),
-                              engine, sock).start()
-    yield server, view.id, references
+    server = start_server(engine, max_seqs=CONCURRENCY)
+    yield server, server.app.state.model.id, references
     server.stop()
     engine.stop()
     thread.join(30)
