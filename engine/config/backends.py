@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 
 DECODE_ATTENTION = ("auto", "triton", "sdpa", "reference")
 FUSED_OPS = ("auto", "off")
-INT4_KERNELS = ("tinygemm", "triton", "cpu", "reference")
+INT4_KERNELS = ("mma", "tinygemm", "triton", "cpu", "reference")
 TP_ALL_REDUCE = ("auto", "nccl")
 ALL = "all"  # kernel_prefill: any chunk, wherever it ends
 

@@ -7,6 +7,9 @@ with g = k // group_size, so AWQ's zero point z becomes offset = (8 - z) * scale
   above TINYGEMM_MAX_ROWS rows (prefill) its layout goes through a Triton GEMM that dequantizes
   tiles in registers (kernels/int4_gemm_kernel.py), else is unpacked (quant/tinygemm_layout.py)
   and multiplied in 16 bits, each where it checks out on the device (HEARTH_INT4_PREFILL);
+- "mma":      kernels/int4_mma_kernel.py (CUDA C++ through NVRTC, bf16): the tensor cores' product
+  with the weights dequantized in registers, up to 64 rows, over quant/int4_tile_layout.py; more
+  rows dequantize the layer into a reused buffer for cuBLAS (quant/int4_cuda.py);
 - "triton":   kernels/int4_kernel.py, a split-K GEMV written for this project (CUDA, fp16 or bf16);
 - "cpu":      torch's `_weight_int4pack_mm_for_cpu`;
 - "reference": dequantize, then a plain matmul: the oracle the others are tested against.
@@ -25,8 +28,9 @@ from engine.config import overrides
 from engine.config.backends import INT4_KERNELS as KERNELS
 
 KERNEL_ENV = overrides.INT4_KERNEL  # force one (benchmarks, tests); unset: choose_kernel's pick
-CUDA_DEFAULT = "tinygemm"  # the fastest at every decode shape measured (BENCHMARKS.md, the int4
-# kernels); the Triton GEMV stays as the fallback
+CUDA_DEFAULT = "mma"  # on the H200 as fast as tinygemm at one row and 1.5x its batches at 16
+# and 64 rows (BENCHMARKS.md, issue 28); tinygemm where its shapes do not fit or NVRTC is missing,
+# then the Triton GEMV
 QUANTIZE_ROWS = 8192  # rows rounded at once: a 150K-vocabulary lm_head never sits in fp32 whole
 TRITON_MAX_ROWS = 16  # the Triton GEMV is written for decode; prefill dequantizes instead
 TINYGEMM_MAX_ROWS = 64  # above this, tinygemm's layout goes through the Triton GEMM that
@@ -108,6 +112,11 @@ def kernel_fits(kernel: str, device: torch.device, dtype: torch.dtype, N: int, K
         return (dtype == torch.bfloat16 and torch.cuda.get_device_capability(device) >= (8, 0)
                 and N % 8 == 0 and _tinygemm_tiles(K) is not None
                 and group_size in (32, 64, 128, 256))
+    if kernel == "mma":
+        from engine.quant import int4_cuda, int4_tile_layout
+
+        return (dtype == torch.bfloat16 and group_size % 16 == 0
+                and int4_tile_layout.fits(N, K) and int4_cuda.kernel_ok(str(device)))
     if kernel == "triton":
         from engine.kernels.attention_backend import triton_available
 
@@ -123,7 +132,7 @@ def choose_kernel(device: torch.device, dtype: torch.dtype, N: int, K: int,
     if forced and forced not in KERNELS:
         raise ValueError(f"int4 kernel {forced!r}; choose one of {', '.join(KERNELS)}")
     order = ([forced] if forced else []) + (
-        [CUDA_DEFAULT, "triton", "tinygemm"] if device.type == "cuda" else ["cpu"])
+        [CUDA_DEFAULT, "tinygemm", "triton"] if device.type == "cuda" else ["cpu"])
     return next((k for k in order if kernel_fits(k, device, dtype, N, K, group_size)),
                 "reference")
 
@@ -168,13 +177,15 @@ class Int4Linear(torch.nn.Module):
     @classmethod
     def from_codes(cls, codes: torch.Tensor, zeros: torch.Tensor, scales: torch.Tensor,
                    bias: torch.Tensor | None, dtype: torch.dtype, device: torch.device,
-                   kernel: str | None = None, forced: str | None = None) -> Int4Linear:
+                   kernel: str | None = None, forced: str | None = None,
+                   check: bool = True) -> Int4Linear:
         """codes [N, K] (0..15), zeros [K/G, N] (AWQ's zero points), scales [K/G, N].
-        `kernel`: this one or fail; else choose_kernel's pick (`forced` where it fits)."""
+        `kernel`: this one or fail; else choose_kernel's pick (`forced` where it fits).
+        check=False skips kernel_fits (the kernel's own load check builds a layer)."""
         N, K = codes.shape
         G = K // scales.shape[0]
         kernel = kernel or choose_kernel(device, dtype, N, K, G, forced)
-        if not kernel_fits(kernel, device, dtype, N, K, G):
+        if check and not kernel_fits(kernel, device, dtype, N, K, G):
             raise ValueError(f"the {kernel} int4 kernel cannot run a {K}x{N} {dtype} layer on "
                              f"{device}")
         codes = codes.to(device)
@@ -188,8 +199,16 @@ class Int4Linear(torch.nn.Module):
         elif kernel == "cpu":
             packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
                 codes.to(torch.int32).contiguous(), 1)
+        elif kernel == "mma":
+            from engine.quant import int4_tile_layout
+
+            packed = int4_tile_layout.pack(codes)
         else:
             packed = pack_rows(codes)
+        if kernel == "mma":  # the dense path's slice buffer, made before any graph capture
+            from engine.quant import int4_cuda
+
+            int4_cuda.reserve(device, N, K)
         if bias is not None:
             bias = bias.to(device, dtype)
         return cls(K, N, G, kernel, packed, sz, bias)
@@ -219,7 +238,12 @@ class Int4Linear(torch.nn.Module):
             eye = torch.eye(self.in_features, dtype=sz.dtype, device=sz.device)
             return self._packed_mm(eye, sz.contiguous()).t()
         G = self.group_size
-        codes = unpack_rows(self.packed).view(self.out_features, -1, G)  # [N, K/G, G]
+        if self.kernel == "mma":
+            from engine.quant import int4_tile_layout
+
+            codes = int4_tile_layout.unpack(self.packed).view(self.out_features, -1, G)
+        else:
+            codes = unpack_rows(self.packed).view(self.out_features, -1, G)  # [N, K/G, G]
         s, off = sz[..., 0].t()[..., None], sz[..., 1].t()[..., None]  # [N, K/G, 1]
         return ((codes.to(sz.dtype) - 8) * s + off).view(self.out_features, self.in_features)
 
@@ -249,6 +273,10 @@ class Int4Linear(torch.nn.Module):
         x2 = x.reshape(-1, self.in_features).to(dtype)  # [M, K]
         if self._fused_gemm(x2.shape[0]):
             out = fused_matmul(x2, self.packed, self.scales_zeros, self.group_size)
+        elif self.kernel == "mma":
+            from engine.quant import int4_cuda
+
+            out = int4_cuda.matmul(x2, self.packed, self.scales_zeros, self.group_size)
         elif self._dense(x2.shape[0]):
             out = F.linear(x2, self.dequantize())
         elif self.kernel == "triton":
@@ -286,5 +314,9 @@ class Int4Linear(torch.nn.Module):
             if bias is not None:
                 m.bias.data = bias[cols: cols + m.out_features]
             rows, cols = rows + n, cols + m.out_features
+        if first.kernel == "mma":  # the fused layer's slices, before any graph capture
+            from engine.quant import int4_cuda
+
+            int4_cuda.reserve(packed.device, cols, first.in_features)
         return Int4Linear(first.in_features, cols, first.group_size, first.kernel, packed, sz,
                           bias)

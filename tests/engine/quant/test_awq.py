@@ -21,7 +21,14 @@ from engine.generate.session import Session
 from engine.load import awq_loader, loader
 from engine.quant import awq_format
 from engine.quant.int4_linear import Int4Linear, kernel_fits
-from tests.engine.helpers import INTERPRETER, REPO, finished, greedy_request, token_ids
+from tests.engine.helpers import (
+    INTERPRETER,
+    REPO,
+    captured,
+    finished,
+    greedy_request,
+    token_ids,
+)
 
 CPU = torch.device("cpu")
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -163,7 +170,7 @@ def test_triton_kernel_in_the_interpreter():
 
 
 @CUDA
-@pytest.mark.parametrize("kernel", ["tinygemm", "triton"])
+@pytest.mark.parametrize("kernel", ["mma", "tinygemm", "triton"])
 @pytest.mark.parametrize("rows", [1, 4, 16, 300])
 @pytest.mark.parametrize("N, K", [(4608, 3584), (3584, 18944), (512, 3584)])
 def test_gpu_kernels_equal_the_reference(kernel, rows, N, K):
@@ -184,21 +191,14 @@ def test_gpu_kernel_replays_in_a_cuda_graph():
     lin = Int4Linear.from_codes(*random_layer(4608, 3584), None, torch.bfloat16, dev)
     x = torch.randn(1, 3584, device=dev, dtype=torch.bfloat16)
     eager = lin(x).clone()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        lin(x)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = lin(x)
+    graph, out = captured(lambda: lin(x))
     x.copy_(torch.randn_like(x))
     graph.replay()
     assert torch.equal(out, lin(x)) and not torch.equal(out, eager)
 
 
 @CUDA
-@pytest.mark.parametrize("kernel", ["tinygemm", "triton"])
+@pytest.mark.parametrize("kernel", ["mma", "tinygemm", "triton"])
 def test_graph_decode_with_awq_weights_equals_eager(kernel, tiny_awq, monkeypatch):
     """The captured step over int4 layers (fused q/k/v and gate/up) computes what the same step
     computes eagerly, teacher-forced across the 256/512 buckets."""

@@ -81,23 +81,26 @@ def test_a_failed_timing_keeps_the_default(monkeypatch):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the H200 runs it)")
-def test_batched_awq_steps_through_the_gemm_in_graphs(tiny_awq):
+@pytest.mark.parametrize("kernel", ["tinygemm", "mma"])
+def test_batched_awq_steps_through_the_gemm_in_graphs(kernel, tiny_awq, monkeypatch):
     """20 rows of a batched AWQ step (captured at 32) with every layer's product through the
-    Triton GEMM from 16 rows: graphs equal eager steps, and the rows land as close to the same
-    model's rows on the CPU (another bf16 order) as each row alone (tinygemm at one row) does."""
+    Triton GEMM from 16 rows (tinygemm's layout) or the mma kernel: graphs equal eager steps, and
+    the rows land as close to the same model's rows on the CPU (another bf16 order) as each row
+    alone does."""
     from engine.events import LoadRequest
     from engine.generate.session import Session
     from tests.engine.generate.test_batch_run import teacher_forced_rows
 
+    monkeypatch.setenv("HEARTH_INT4_KERNEL", kernel)
     folder = str(tiny_awq["qwen2"]["awq"])
     reference, _ = teacher_forced_rows(Session.load(LoadRequest(
         folder, device="cpu", context=2048, kv_tokens=16384)), 20, 4)
     s = Session.load(LoadRequest(folder, device="cuda", context=2048, kv_tokens=16384))
     assert s.decoder.mode == "graph" and s.can_batch()
     layers = [getattr(p, f) for p in s.decoder.family.layers for f in ("qkv", "gate_up", "down")]
-    if not all(isinstance(m, Int4Linear) and m.kernel == "tinygemm" and m.fused_prefill
-               for m in layers):
-        pytest.skip("the tinygemm layout's GEMM does not run here")
+    if not all(isinstance(m, Int4Linear) and m.kernel == kernel
+               and (kernel != "tinygemm" or m.fused_prefill) for m in layers):
+        pytest.skip(f"{kernel} does not run here")
     for m in layers:
         m.gemm_rows = 16
     single, graphs = teacher_forced_rows(s, 20, 4)

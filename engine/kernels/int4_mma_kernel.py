@@ -1,0 +1,317 @@
+"""A CUDA C++ int4 product on the tensor cores for the "mma" layout (quant/int4_tile_layout.py),
+for 1 to 64 rows of x (decode, verification, a batch), and the layout's dequantizing for the
+dense path of longer inputs. Compiled at run time by NVRTC (torch.cuda._compile_kernel: torch's
+CUDA wheels ship libnvrtc, so neither nvcc nor a host compiler is needed, unlike Triton), once
+per process and variant (well under a second each); bf16 only.
+
+out^T [N, M] = W [N, K] x^T: W is the m16n8k16 product's A operand, dequantized in registers from
+one 32-bit word a lane a tile ((w >> 4i) & 0x000F000F | 0x43004300 is the bf16 pair 128 + q, less
+136 is q - 8 exactly, one bf16 fma with the scale and offset rounds once), x^T is B (8 rows of x a
+product, zeros past M), accumulation in fp32. A warp takes R row tiles (16 rows each) and every
+S-th k-group of 64; the block's S warps sum in shared memory in a fixed order, so a row's bits do
+not depend on the other rows, on MT, or on the run (S is the same for every variant).
+W[n, k] = (q - 8) scale + offset with SZ [K/G, N, 2] bf16, as in quant/int4_linear.py.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+MMA_MAX_ROWS = 64
+
+_COMMON = r"""
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+__device__ __forceinline__ float lo_bf16(u32 v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float hi_bf16(u32 v) { return __uint_as_float(v & 0xFFFF0000u); }
+
+__device__ __forceinline__ u16 to_bf16(float f) {  // round to nearest even (finite inputs)
+    u32 u = __float_as_uint(f);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (u16)(u >> 16);
+}
+
+__device__ __forceinline__ u32 nibble_pair(u32 v) {  // (v & 0x000F000F) | 0x43004300
+    u32 t;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(t) : "r"(v), "r"(0x000F000Fu), "r"(0x43004300u));
+    return t;
+}
+"""
+
+_HELPERS = r"""
+__device__ __forceinline__ u32 bf16x2_fma(u32 a, u32 b, u32 c) {
+    u32 d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+__device__ __forceinline__ void mma16816(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
+                                         u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+#define ONE2 0x3F803F80u    /* bf16 (1, 1) */
+#define M136 0xC308C308u    /* bf16 (-136, -136) */
+"""
+
+_MMA = r"""
+/* Grid (row tile blocks, splits): split s takes k-groups [s KJ / splits, (s + 1) KJ / splits); with
+   one split the block writes bf16 out, else fp32 partials [splits, M, N] that int4_mma_sum adds
+   in split order. */
+extern "C" __global__ void __launch_bounds__(S * 32)
+int4_mma(const u16* __restrict__ x, const uint4* __restrict__ w, const u32* __restrict__ sz,
+         u16* __restrict__ out, float* __restrict__ partials, int M, int N, int K, int stride_x,
+         int stride_sz, int stride_out) {
+#if PARALLEL_SUM
+    __shared__ float part[S][R * MT * 4][32];
+#else
+    __shared__ float part[1][R * MT * 4][32];
+#endif
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int T0 = blockIdx.x * R, NT = N >> 4, KJ = K >> 6;
+    const int splits = gridDim.y, split = blockIdx.y;
+    const int j_lo = (int)((long long)split * KJ / splits);
+    const int j_hi = (int)((long long)(split + 1) * KJ / splits);
+    float acc[R][MT][4];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[r][mt][i] = 0.f;
+
+    /* U k-groups a warp at once: their weights and scales are loaded before any is used, so U
+       memory latencies overlap (a warp has only a handful of k-groups in a layer) */
+    for (int j0 = j_lo + warp; j0 < j_hi; j0 += S * U) {
+        uint4 wq[U][R];
+        u32 s_lo[U][R][NS], s_hi[U][R][NS];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int j = j0 + u * S < j_hi ? j0 + u * S : j0;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const int T = T0 + r < NT ? T0 + r : NT - 1;
+                wq[u][r] = __ldg(w + ((size_t)T * KJ + j) * 32 + lane);
+#pragma unroll
+                for (int q = 0; q < NS; q++) {  /* the groups of scales in these 64 k */
+                    const u32* p = sz + (size_t)((j * 64 + q * G) / G) * stride_sz + (T << 4) + g;
+                    s_lo[u][r][q] = __ldg(p);
+                    s_hi[u][r][q] = __ldg(p + 8);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int j = j0 + u * S;
+            if (j >= j_hi) break;  /* the same for the whole warp */
+            u32 b[4][MT][2];
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                /* x's fragments: a few rows' for all 64 k at once (one latency), else per 16 k */
+#pragma unroll
+                for (int cc = 0; cc < 4; cc++) {
+                    if (MT <= 2 ? c == 0 : cc == c) {
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++) {
+                            const int m = mt * 8 + g;
+                            const u16* p = x + (size_t)m * stride_x + (j << 6) + (cc << 4) + 2 * t;
+                            b[cc][mt][0] = m < M ? __ldg(reinterpret_cast<const u32*>(p)) : 0u;
+                            b[cc][mt][1] = m < M ? __ldg(reinterpret_cast<const u32*>(p + 8)) : 0u;
+                        }
+                    }
+                }
+                const int q = (16 * c) / G < NS ? (16 * c) / G : 0;
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint4 wv = wq[u][r];
+                    const u32 v = c == 0 ? wv.x : c == 1 ? wv.y : c == 2 ? wv.z : wv.w;
+                    const u32 lo = s_lo[u][r][q], hi = s_hi[u][r][q];
+                    const u32 sl = (lo & 0xFFFFu) | (lo << 16);  /* (scale, scale) */
+                    const u32 ol = (lo >> 16) | (lo & 0xFFFF0000u);  /* (offset, offset) */
+                    const u32 sh = (hi & 0xFFFFu) | (hi << 16);
+                    const u32 oh = (hi >> 16) | (hi & 0xFFFF0000u);
+                    const u32 a0 = bf16x2_fma(bf16x2_fma(nibble_pair(v), ONE2, M136), sl, ol);
+                    const u32 a1 = bf16x2_fma(bf16x2_fma(nibble_pair(v >> 4), ONE2, M136), sh, oh);
+                    const u32 a2 = bf16x2_fma(bf16x2_fma(nibble_pair(v >> 8), ONE2, M136), sl, ol);
+                    const u32 a3 = bf16x2_fma(bf16x2_fma(nibble_pair(v >> 12), ONE2, M136),
+                                              sh, oh);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+                        mma16816(acc[r][mt], a0, a1, a2, a3, b[c][mt][0], b[c][mt][1]);
+                }
+            }
+        }
+    }
+    /* the warps' sums added in warp order: all at once where shared memory holds them, else one
+       warp at a time (slower: S barriers); either way ((w0 + w1) + w2) + ..., the same bits */
+#if PARALLEL_SUM
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) part[warp][(r * MT + mt) * 4 + i][lane] = acc[r][mt][i];
+    __syncthreads();
+#else
+    for (int s = 0; s < S; s++) {
+        if (warp == s) {
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        float* p = &part[0][(r * MT + mt) * 4 + i][lane];
+                        *p = s == 0 ? acc[r][mt][i] : *p + acc[r][mt][i];
+                    }
+        }
+        __syncthreads();
+    }
+#endif
+    for (int idx = threadIdx.x; idx < R * MT * 4 * 32; idx += S * 32) {
+        const int l = idx & 31, ri = idx >> 5;
+        const int i = ri & 3, mt = (ri >> 2) % MT, r = (ri >> 2) / MT;
+#if PARALLEL_SUM
+        float v = part[0][ri][l];
+#pragma unroll
+        for (int s = 1; s < S; s++) v += part[s][ri][l];
+#else
+        const float v = part[0][ri][l];
+#endif
+        /* C fragment: (row g + 8 (i >> 1), column 2t + (i & 1)) of the 16 x 8 tile */
+        const int n = ((T0 + r) << 4) + (l >> 2) + 8 * (i >> 1);
+        const int m = mt * 8 + 2 * (l & 3) + (i & 1);
+        if (m >= M || n >= N) continue;
+        if (splits == 1) out[(size_t)m * stride_out + n] = to_bf16(v);
+        else partials[((size_t)split * M + m) * N + n] = v;
+    }
+}
+
+extern "C" __global__ void int4_mma_sum(const float* __restrict__ partials,
+                                        u16* __restrict__ out, int M, int N, int splits,
+                                        int stride_out) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= M * N) return;
+    float v = 0.f;
+    for (int s = 0; s < splits; s++) v += partials[(size_t)s * M * N + i];
+    out[(size_t)(i / N) * stride_out + i % N] = to_bf16(v);
+}
+"""
+
+_DEQUANT = r"""
+/* Row tiles [T0, T0 + tiles) to bf16 rows, the reference's two roundings: (q - 8) scale rounded
+   to bf16, then + offset rounded (Int4Linear.dequantize computes in bf16 the same way). A warp
+   takes one (row tile, k-group): its 16 x 64 values go through shared memory (rows 36 words
+   apart: no bank conflicts either way) and out as 16-byte pieces of whole rows. */
+#define DQ_WARPS 8
+extern "C" __global__ void __launch_bounds__(DQ_WARPS * 32)
+int4_mma_dequant(const uint4* __restrict__ w, const u32* __restrict__ sz, uint4* __restrict__ out,
+                 int T0, int tiles, int K, int G, int stride_sz) {
+    __shared__ u32 tile[DQ_WARPS][16 * 36];
+    const int KJ = K >> 6;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int item = blockIdx.x * DQ_WARPS + warp;  /* (row tile, k-group) */
+    if (item >= tiles * KJ) return;
+    const int j = item % KJ, T = T0 + item / KJ;
+    const int g = lane >> 2, t = lane & 3;
+    const uint4 q = __ldg(w + ((size_t)T * KJ + j) * 32 + lane);
+    const u32 words[4] = {q.x, q.y, q.z, q.w};
+    const u32 ZERO2 = 0x80008000u;  /* bf16 (-0, -0): fma(a, b, -0) rounds a b alone */
+    u32* my = tile[warp];
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        const int k0 = (j << 6) + (c << 4);
+        const u32* p = sz + (size_t)(k0 / G) * stride_sz + (T << 4) + g;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {  /* rows g and g + 8 */
+            const u32 s = __ldg(p + 8 * h);
+            const u32 s2 = (s & 0xFFFFu) | (s << 16), o2 = (s >> 16) | (s & 0xFFFF0000u);
+#pragma unroll
+            for (int kh = 0; kh < 2; kh++) {  /* k0 + 2t and k0 + 2t + 8 */
+                const u32 v = nibble_pair(words[c] >> (4 * (h + 2 * kh)));
+                const u32 prod = bf16x2_fma(bf16x2_fma(v, ONE2, M136), s2, ZERO2);
+                my[(g + 8 * h) * 36 + 8 * c + t + 4 * kh] = bf16x2_fma(prod, ONE2, o2);
+            }
+        }
+    }
+    __syncwarp();
+    const size_t row0 = (size_t)(T - T0) << 4;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {  /* 16 rows x 8 pieces of 16 bytes */
+        const int idx = lane + 32 * i, r = idx >> 3, piece = idx & 7;
+        const u32* src = my + r * 36 + 4 * piece;
+        out[((row0 + r) * K + (j << 6)) / 8 + piece] = make_uint4(src[0], src[1], src[2], src[3]);
+    }
+}
+"""
+
+
+@functools.cache
+def _compiled(name: str, source: str, device_index: int):
+    with torch.cuda.device(device_index):
+        return torch.cuda._compile_kernel(_COMMON + _HELPERS + source, name)
+
+
+def variant(rows: int, G: int, N: int, K: int) -> dict:
+    """Launch constants: MT products of 8 rows for `rows` rows of x; R row tiles a warp, S warps
+    a block and SPLITS blocks along K from the shape alone (so a row's sum order never depends on
+    the rows beside it). The H200's sweep (BENCHMARKS.md, issue 28) found R = 2, S = 8 best or
+    near it at one row at every 7B shape, and 4 splits of K best where the layer has fewer than
+    1,024 row tiles (q/k/v, o, down: too few warps to keep the memory busy otherwise)."""
+    mt = 1 if rows <= 8 else (2 if rows <= 16 else (4 if rows <= 32 else 8))
+    splits = 4 if N // 16 < 1024 and K // 64 >= 32 else 1
+    return dict(R=2, S=8, MT=mt, G=G, SPLITS=splits, U=2 if mt <= 2 else 1)
+
+
+def source(v: dict) -> str:
+    parallel = v["S"] * v["R"] * v["MT"] * 4 * 32 * 4 <= 48 * 1024  # static shared memory
+    return ("".join(f"#define {k} {int(v[k])}\n" for k in ("R", "S", "MT", "G", "U"))
+            + f"#define NS {max(1, 64 // v['G'])}\n"
+            + f"#define PARALLEL_SUM {int(parallel)}\n" + _MMA)
+
+
+def matmul(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int,
+           launch: dict | None = None) -> torch.Tensor:
+    """x [M, K] bf16 (M <= 64) @ W^T -> [M, N] bf16; packed [N/16, K/64, 32, 4] int32; sz
+    [K/G, N, 2] bf16 with unit stride over n (a fused layer's member may be a column view)."""
+    M, K = x.shape
+    N = packed.shape[0] * 16
+    v = launch or variant(M, G, N, K)
+    if M > 8 * v["MT"] or K % 64 or G % 16 or sz.stride(1) != 2 or sz.stride(2) != 1:
+        raise ValueError(f"the int4 mma kernel takes up to {8 * v['MT']} rows of K % 64 == 0, "
+                         f"not {M}x{K}")
+    if x.stride(1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16:
+        x = x.contiguous()
+    out = torch.empty(M, N, dtype=torch.bfloat16, device=x.device)
+    splits = v["SPLITS"]
+    partials = out if splits == 1 else torch.empty(splits, M, N, dtype=torch.float32,
+                                                    device=x.device)
+    index = x.device.index or 0
+    _compiled("int4_mma", source(v), index)(
+        grid=(-(-(N // 16) // v["R"]), splits, 1), block=(32 * v["S"], 1, 1),
+        args=[x, packed, sz, out, partials, M, N, K, x.stride(0), sz.stride(0) // 2, N])
+    if splits > 1:
+        _compiled("int4_mma_sum", source(v), index)(
+            grid=(-(-(M * N) // 256), 1, 1), block=(256, 1, 1),
+            args=[partials, out, M, N, splits, N])
+    return out
+
+
+def dequant(packed: torch.Tensor, sz: torch.Tensor, G: int, n0: int, rows: int,
+            out: torch.Tensor) -> torch.Tensor:
+    """Rows [n0, n0 + rows) of W (multiples of 16) into out's first rows * K elements."""
+    K = packed.shape[1] * 64
+    dst = out.view(-1)[: rows * K]
+    items = rows // 16 * (K // 64)  # (row tile, k-group) pairs, one a warp
+    kernel = _compiled("int4_mma_dequant", _DEQUANT, packed.device.index or 0)
+    kernel(grid=(-(-items // 8), 1, 1), block=(256, 1, 1),
+           args=[packed, sz, dst, n0 // 16, rows // 16, K, G, sz.stride(0) // 2])
+    return dst.view(rows, K)

@@ -1,0 +1,83 @@
+"""Products of the "mma" int4 layout (quant/int4_linear.py, kernels/int4_mma_kernel.py) on CUDA:
+the tensor-core kernel up to MMA_MAX_ROWS rows, else the layer dequantized a slice of output rows
+at a time into one reused bf16 buffer per device, each slice multiplied by cuBLAS into its
+columns; and the load check that the kernels compile and compute the reference's product.
+
+Measured on the H200 (BENCHMARKS.md, issue 28): slices small enough to stay in the L2 did
+not beat the whole layer at once (the dequantizing is not where the time goes, and cuBLAS runs
+best on the whole product), so a layer is one slice up to CHUNK_BYTES of bf16 weights and only
+larger ones (a 7B's fused gate/up, 271 MB, in two; a 4-bit lm_head) are cut: about the one
+matrix the planner counts for AWQ (plan/sizes.py, workspace_bytes). The dense result equals
+F.linear(x, Int4Linear.dequantize()) up to cuBLAS's own order (the same weight bits).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+CHUNK_BYTES = 160 << 20  # the most bf16 weights dequantized at once
+_buffers: dict[str, torch.Tensor] = {}
+
+
+def reserve(device: torch.device, N: int, K: int) -> torch.Tensor:
+    """The device's slice buffer, large enough for the slices of an N x K layer: made at load
+    (and grown for a larger layer), so a CUDA graph captured later never allocates it."""
+    key = str(device)
+    need = max(16 * K, min(N * K, _step(N, K) * K))
+    buf = _buffers.get(key)
+    if buf is None or buf.numel() < need:
+        buf = _buffers[key] = torch.empty(need, dtype=torch.bfloat16, device=device)
+    return buf
+
+
+def _step(N: int, K: int) -> int:
+    """Rows a slice: whole row tiles of 16, at most CHUNK_BYTES of bf16."""
+    return min(N, max(16, (CHUNK_BYTES // 2 // K) // 16 * 16))
+
+
+def matmul(x2: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int) -> torch.Tensor:
+    """x2 [M, K] bf16 @ W^T -> [M, N] bf16; past MMA_MAX_ROWS rows through dequantized slices."""
+    from engine.kernels import int4_mma_kernel as mod
+
+    if x2.shape[0] <= mod.MMA_MAX_ROWS:
+        return mod.matmul(x2, packed, sz, G)
+    M, K = x2.shape
+    N = sz.shape[1]
+    buf = reserve(x2.device, N, K)
+    step = _step(N, K)
+    out = torch.empty(M, N, dtype=torch.bfloat16, device=x2.device)
+    for n0 in range(0, N, step):
+        rows = min(step, N - n0)
+        w = mod.dequant(packed, sz, G, n0, rows, buf)  # [rows, K]
+        torch.mm(x2, w.t(), out=out[:, n0:n0 + rows])  # cuBLAS writes the columns in place
+    return out
+
+
+@functools.cache
+def kernel_ok(device: str) -> bool:
+    """Whether the mma kernels compile here (NVRTC) and give the dequantized reference's product
+    at every row count they take and through the dense path: checked once on a small random
+    layer, else choose_kernel passes over them."""
+    from engine.quant.int4_linear import Int4Linear
+
+    if not device.startswith("cuda"):
+        return False
+    g = torch.Generator().manual_seed(0)
+    N, K, G = 208, 512, 64  # N not a multiple of a block's rows
+    codes = torch.randint(0, 16, (N, K), generator=g, dtype=torch.uint8)
+    zeros = torch.randint(0, 16, (K // G, N), generator=g).float()
+    scales = torch.rand(K // G, N, generator=g) / 16 + 1e-3
+    try:
+        lin = Int4Linear.from_codes(codes, zeros, scales, None, torch.bfloat16,
+                                    torch.device(device), kernel="mma", check=False)
+        ref_w = lin.dequantize().float()
+        for rows in (1, 2, 9, 17, 64, 65):
+            x = torch.randn(rows, K, generator=g).to(device, torch.bfloat16)
+            ref = x.float() @ ref_w.t()
+            if not ((lin(x).float() - ref).norm() / ref.norm()).item() < 1e-2:
+                return False
+        return True
+    except Exception:  # noqa: BLE001 - no NVRTC, a failed compile or launch: other kernels
+        return False

@@ -1,0 +1,158 @@
+"""Issue 28: the "mma" int4 kernel (kernels/int4_mma_kernel.py, tensor cores) and its dense path
+(quant/int4_cuda.py) against tinygemm and bf16 cuBLAS at the Qwen2.5-7B (or Llama-3.1-8B) linear
+shapes: launch constants swept where the kernel takes the rows, the dense path's slice size past
+them, and the dequantizing alone. Each candidate is checked against the dequantized reference
+first. Times are CUDA-graph replays cycling through enough copies of the layer that its weights
+come from memory, not the L2, as in a decode step. One JSON line per measurement (stderr and
+--out); the best of each kernel per shape and row count as a markdown table on stdout with the
+weight bytes read per second (int4 codes + bf16 scales and offsets; bf16's own 2 bytes a weight).
+Usage (repo root, on the GPU): python3 packaging/bench/int4_mma.py [--out F] [--rows 1 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from awq_speed import SHAPES  # noqa: E402  (beside this script)
+from graph_timing import time_us  # noqa: E402
+
+from engine.kernels import int4_mma_kernel  # noqa: E402
+from engine.quant import awq_format, int4_cuda  # noqa: E402
+from engine.quant.int4_linear import Int4Linear  # noqa: E402
+
+G = 128
+TOL = 1e-2
+COPIES_BYTES = 400 << 20  # weights cycled through per timing: several times the L2
+
+
+def cycling(fn, copies):
+    it = itertools.cycle(copies)
+    return lambda: fn(next(it))
+
+
+def mma_variants(M: int, N: int, K: int) -> list[dict]:
+    base = int4_mma_kernel.variant(M, G, N, K)
+    return [dict(base, R=r, S=s, SPLITS=k, U=u)
+            for r, s, k, u in itertools.product((2, 4), (4, 8), (1, 4), (1, 2, 4))
+            if (r, s, k, u) != (base["R"], base["S"], base["SPLITS"], base["U"])]
+
+
+def dense_with(chunk_bytes):
+    def run(x, lin):
+        int4_cuda.CHUNK_BYTES = chunk_bytes
+        return int4_cuda.matmul(x, lin.packed, lin.scales_zeros, G)
+    return run
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out")
+    p.add_argument("--model", default="qwen2.5-7b", choices=sorted(SHAPES))
+    p.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 16, 64, 512, 4096])
+    p.add_argument("--shapes", nargs="+", default=None)
+    p.add_argument("--no-sweep", action="store_true", help="the default launch constants only")
+    args = p.parse_args()
+    dev, dtype = torch.device("cuda"), torch.bfloat16
+    out = open(args.out, "a") if args.out else None
+    best: dict = {}
+
+    def record(**row):
+        print(json.dumps(row), file=sys.stderr, flush=True)
+        if out:
+            print(json.dumps(row), file=out, flush=True)
+        key = (row["shape"], row["M"], row["kernel"])
+        if row.get("us") and (key not in best or row["us"] < best[key]["us"]):
+            best[key] = row
+
+    for name, N, K in SHAPES[args.model]:
+        if args.shapes and name not in args.shapes:
+            continue
+        g = torch.Generator().manual_seed(0)
+        codes = torch.randint(0, 16, (N, K), generator=g, dtype=torch.uint8)
+        zeros = torch.randint(0, 16, (K // G, N), generator=g, dtype=torch.uint8)
+        scales = torch.rand(K // G, N, generator=g) * 0.002 + 0.003
+        w = awq_format.dequantize(codes, zeros, scales).to(dev)
+        int4_bytes = N * K // 2 + (K // G) * N * 4
+        n_copies = max(1, min(24, COPIES_BYTES // int4_bytes))
+        tg = Int4Linear.from_codes(codes, zeros, scales, None, dtype, dev, "tinygemm")
+        tg_sz = tg.scales_zeros.contiguous()
+        tgs = [tg.packed.clone() for _ in range(n_copies)]
+        del tg
+        layers = {}
+        for kname, mod in (("mma", int4_mma_kernel),):
+            first = Int4Linear.from_codes(codes, zeros, scales, None, dtype, dev, kname)
+            exact = torch.equal(mod.dequant(first.packed, first.scales_zeros, G, 0, N, torch.empty(
+                N * K, dtype=dtype, device=dev)), first.dequantize())
+            record(shape=name, N=N, K=K, M=0, kernel=f"{kname}_dequant_equals_reference",
+                   ok=exact)
+            layers[kname] = [first] + [Int4Linear(K, N, G, kname, first.packed.data.clone(),
+                                                  first.scales_zeros.data.clone())
+                                       for _ in range(n_copies - 1)]
+        wb = w.to(dtype)
+        wbs = [wb] + [wb.clone() for _ in range(min(3, n_copies) - 1)]
+        buf = torch.empty(N * K, dtype=dtype, device=dev)
+        cands_all = [(f"{kname}_dequant_whole", {}, cycling(
+            lambda L, mod=mod, n=N, b=buf: mod.dequant(L.packed, L.scales_zeros, G, 0, n, b),
+            layers[kname]), int4_bytes + 2 * N * K)
+            for kname, mod in (("mma", int4_mma_kernel),)]
+        for M in args.rows:
+            x = torch.randn(M, K, generator=g).to(dev, dtype)
+            ref = x.float() @ w.t()
+            cands = [("bf16", {}, cycling(lambda W: F.linear(x, W), wbs), 2 * N * K),  # noqa: B023
+                     ("tinygemm", {}, cycling(
+                         lambda P: torch.ops.aten._weight_int4pack_mm(x, P, G, tg_sz),  # noqa: B023
+                         tgs), int4_bytes)]
+            if M <= int4_mma_kernel.MMA_MAX_ROWS:
+                variants = [int4_mma_kernel.variant(M, G, N, K)] + (
+                    [] if args.no_sweep or M not in (1, 16) else mma_variants(M, N, K))
+                for v in variants:
+                    cands.append(("mma", v, cycling(
+                        lambda L, v=v: int4_mma_kernel.matmul(x, L.packed,  # noqa: B023
+                                                              L.scales_zeros, G, v),
+                        layers["mma"]), int4_bytes))
+            if M > int4_mma_kernel.MMA_MAX_ROWS:
+                for cb in (160 << 20, 2 * N * K):
+                    run = dense_with(cb)
+                    cands.append(("dense_mma", {"chunk_mb": round(cb / 2**20, 1)}, cycling(
+                        lambda L, run=run: run(x, L), layers["mma"]), int4_bytes))  # noqa: B023
+            if M == args.rows[0]:
+                cands += cands_all
+            for kernel, cfg, fn, nbytes in cands:
+                row = dict(shape=name, N=N, K=K, M=M, kernel=kernel, config=cfg)
+                try:
+                    if not kernel.startswith("dequant"):
+                        err = ((fn().float() - ref).norm() / ref.norm()).item()
+                        if not err <= TOL:
+                            record(**row, error=f"rel {err:.2e}")
+                            continue
+                    else:
+                        err = 0.0
+                    reps = 2 * n_copies if kernel != "bf16" else 6
+                    us = time_us(fn, reps)
+                except Exception as e:  # noqa: BLE001 - a variant that does not compile: recorded
+                    record(**row, error=f"{type(e).__name__}: {str(e)[:200]}")
+                    continue
+                record(**row, us=round(us, 2), rel=round(err, 5),
+                       gbs=round(nbytes / us / 1e3, 1))
+        del tgs, layers, wbs, buf
+        torch.cuda.empty_cache()
+    int4_cuda.CHUNK_BYTES = 160 << 20
+    print("| shape | M | kernel | us | weight GB/s | config |")
+    print("|---|---|---|---|---|---|")
+    for (shape, M, kernel), r in sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1],
+                                                                        kv[1]["us"])):
+        print(f"| {shape} | {M} | {kernel} | {r['us']} | {r['gbs']} | {r['config'] or ''} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

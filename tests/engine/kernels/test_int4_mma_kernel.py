@@ -1,0 +1,115 @@
+"""The "mma" int4 kernel (issue 28): kernels/int4_mma_kernel.py on the tensor cores for 1 to 64
+rows, its dense path past that (quant/int4_cuda.py), its layout (quant/int4_tile_layout.py). On
+a GPU: every product against the dequantized reference at the 7B's shapes and groups of 32, 64
+and 128; the dequantizing kernel equal to Int4Linear.dequantize() bit for bit; a row's output the
+same bits alone or among up to 63 others (no atomics, a fixed order); graph replays equal to eager
+calls; a fused layer's members (views of its scales) through the kernels. On the CPU the layouts
+round-trip and a word holds the tensor cores' fragment."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.quant import int4_tile_layout
+from engine.quant.int4_linear import Int4Linear, pack_rows, unpack_rows
+from tests.engine.helpers import captured
+from tests.engine.quant.test_awq import CUDA, random_layer, rel
+
+SHAPES = [(4608, 3584), (3584, 3584), (37888, 3584), (3584, 18944), (208, 512), (80, 576)]
+
+
+def test_the_row_layout_round_trips():
+    codes = torch.randint(0, 16, (24, 160), generator=torch.Generator().manual_seed(1),
+                          dtype=torch.uint8)
+    assert torch.equal(unpack_rows(pack_rows(codes)), codes)
+
+
+def test_the_tile_layout_round_trips_and_puts_each_fragment_in_its_nibbles():
+    N, K = 48, 192
+    codes = torch.randint(0, 16, (N, K), generator=torch.Generator().manual_seed(2),
+                          dtype=torch.uint8)
+    packed = int4_tile_layout.pack(codes)
+    assert packed.shape == (N // 16, K // 64, 32, 4) and packed.dtype == torch.int32
+    assert torch.equal(int4_tile_layout.unpack(packed), codes)
+    T, j, lane, c = 2, 1, 13, 3  # one word, read as the mma's A fragment (g = 3, t = 1)
+    g, t, k0 = lane // 4, lane % 4, 64 * j + 16 * c
+    word = int(packed[T, j, lane, c]) & 0xFFFFFFFF
+    rows = [16 * T + g, 16 * T + g + 8, 16 * T + g, 16 * T + g + 8]
+    ks = [k0 + 2 * t, k0 + 2 * t, k0 + 2 * t + 8, k0 + 2 * t + 8]
+    for i in range(4):  # register a_i: nibbles i (low half) and i + 4 (high half)
+        assert (word >> 4 * i) & 0xF == codes[rows[i], ks[i]]
+        assert (word >> 4 * (i + 4)) & 0xF == codes[rows[i], ks[i] + 1]
+
+
+def cuda_layer(N, K, G, seed=0):
+    codes, zeros, scales = random_layer(N, K, G=G, seed=seed)
+    return Int4Linear.from_codes(codes, zeros, scales, None, torch.bfloat16,
+                                 torch.device("cuda"), kernel="mma")
+
+
+@CUDA
+@pytest.mark.parametrize("N, K", SHAPES)
+@pytest.mark.parametrize("G", [32, 64, 128])
+def test_the_products_equal_the_dequantized_reference(N, K, G):
+    if K % G:
+        pytest.skip("the group does not divide K")
+    from engine.kernels import int4_mma_kernel
+
+    lin = cuda_layer(N, K, G)
+    w = lin.dequantize()
+    buf = torch.full((N * K,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    assert torch.equal(int4_mma_kernel.dequant(lin.packed, lin.scales_zeros, G, 0, N, buf), w)
+    assert torch.equal(int4_mma_kernel.dequant(lin.packed, lin.scales_zeros, G, 16, N - 32, buf),
+                       w[16:N - 16])
+    g = torch.Generator().manual_seed(K + G)
+    for rows in (1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 64, 65, 512):
+        x = torch.randn(rows, K, generator=g).to("cuda", torch.bfloat16)
+        out = lin(x)
+        ref = x.float() @ w.float().t()
+        assert out.shape == (rows, N) and not out.isnan().any()
+        assert rel(out, ref) < 1e-2, (rows, rel(out, ref))  # bf16 output rounding ~3e-3
+
+
+@CUDA
+@pytest.mark.parametrize("N, K", [(4608, 3584), (3584, 18944)])  # one split of K and four
+def test_a_row_has_the_same_bits_alone_or_among_others(N, K):
+    most = 64
+    lin = cuda_layer(N, K, 128, seed=3)
+    x = torch.randn(most, K, generator=torch.Generator().manual_seed(4)).to(
+        "cuda", torch.bfloat16)
+    together = lin(x)
+    for i in (0, 1, most - 1):
+        assert torch.equal(lin(x[i:i + 1]), together[i:i + 1])
+    assert torch.equal(lin(x[1:3]), together[1:3])
+    assert torch.equal(lin(x[: most // 2 + 1]), together[: most // 2 + 1])
+
+
+@CUDA
+@pytest.mark.parametrize("rows", [1, 4, 16, 64, 100])
+def test_graph_replays_equal_eager_calls(rows):
+    lin = cuda_layer(3584, 3584, 128, seed=5)
+    x = torch.randn(rows, 3584, generator=torch.Generator().manual_seed(6)).to(
+        "cuda", torch.bfloat16)
+    eager = lin(x)
+    graph, out = captured(lambda: lin(x))
+    x.copy_(x.flip(0))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, lin(x))
+    x.copy_(x.flip(0))
+    graph.replay()
+    assert torch.equal(out, eager)
+
+
+@CUDA
+def test_a_fused_layers_members_run_on_views_of_its_scales():
+    mods = [cuda_layer(n, 1024, 64, seed=n) for n in (512, 128, 128)]
+    x = torch.randn(2, 1024, generator=torch.Generator().manual_seed(7)).to("cuda",
+                                                                             torch.bfloat16)
+    alone = [m(x) for m in mods]
+    fused = Int4Linear.concat(mods)
+    assert torch.equal(fused(x), torch.cat(alone, dim=1))
+    for m, a in zip(mods, alone, strict=True):
+        assert not m.scales_zeros.is_contiguous()
+        assert torch.equal(m(x), a)
