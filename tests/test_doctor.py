@@ -128,6 +128,21 @@ def test_triton_and_compiler_are_notes(monkeypatch):
     assert compiler.status == doctor.NOTE and "gcc" in compiler.fix
 
 
+def test_nvrtc_is_a_note_where_it_is_missing(monkeypatch):
+    import torch.cuda._utils as cuda_utils
+
+    assert doctor.check_nvrtc(torch_has_cuda=False).status == doctor.NOTE
+
+    def missing():
+        raise OSError("Could not find any NVRTC library")
+
+    monkeypatch.setattr(cuda_utils, "_get_gpu_rtc_library", missing)
+    check = doctor.check_nvrtc(torch_has_cuda=True)
+    assert check.status == doctor.NOTE and "tinygemm" in check.detail and "torch" in check.fix
+    monkeypatch.setattr(cuda_utils, "_get_gpu_rtc_library", lambda: object())
+    assert doctor.check_nvrtc(torch_has_cuda=True).status == doctor.OK
+
+
 @pytest.mark.parametrize("cuda, tag", [(None, "cpu"), ((11, 8), "cpu"), ((12, 0), "cu126"),
                                        ((12, 6), "cu126"), ((12, 8), "cu128"), ((12, 9), "cu128"),
                                        ((13, 0), "cu130"), ((13, 2), "cu130")])

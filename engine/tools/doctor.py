@@ -190,6 +190,22 @@ def check_triton(torch_has_cuda: bool) -> Check:
                  "To add it: " + pip_install(name))
 
 
+def check_nvrtc(torch_has_cuda: bool) -> Check:
+    """NVRTC compiles Hearth's int4 kernel for AWQ weights at load (kernels/int4_mma_kernel.py);
+    torch's CUDA builds bring it (the nvidia-cuda-nvrtc wheel)."""
+    if not torch_has_cuda:
+        return Check("NVRTC", NOTE, "not needed with a CPU build of torch")
+    try:
+        from torch.cuda._utils import _get_gpu_rtc_library
+
+        _get_gpu_rtc_library()
+    except (ImportError, OSError) as e:
+        return Check("NVRTC", NOTE, f"not found ({e}); AWQ weights fall back to torch's tinygemm "
+                                    "kernel, half the speed with many chats at once",
+                     "To add it: reinstall torch's CUDA build, which brings NVRTC.")
+    return Check("NVRTC", OK, "found (Hearth's int4 kernel for AWQ weights compiles with it)")
+
+
 def find_c_compiler() -> str | None:
     names = [shlex.split(os.environ["CC"])[0]] if os.environ.get("CC") else []
     names += ["cl"] if os.name == "nt" else ["cc", "gcc", "clang"]
@@ -256,6 +272,7 @@ def run_checks() -> list[Check]:
         torch_has_cuda = torch.version.cuda is not None
     checks += [check_package(dist, purpose, specs) for dist, purpose in PACKAGES]
     checks.append(check_gptqmodel())
+    checks.append(check_nvrtc(torch_has_cuda))
     checks.append(check_triton(torch_has_cuda))
     checks.append(check_c_compiler(has_triton=checks[-1].status == OK))
     checks.append(check_qt(specs))
