@@ -294,15 +294,22 @@ def matmul(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int,
     splits = v["SPLITS"]
     partials = out if splits == 1 else torch.empty(splits, M, N, dtype=torch.float32,
                                                     device=x.device)
-    index = x.device.index or 0
-    _compiled("int4_mma", source(v), index)(
-        grid=(-(-(N // 16) // v["R"]), splits, 1), block=(32 * v["S"], 1, 1),
-        args=[x, packed, sz, out, partials, M, N, K, x.stride(0), sz.stride(0) // 2, N])
+    product, add_splits = _kernels(tuple(sorted(v.items())), x.device.index or 0)
+    product(grid=(-(-(N // 16) // v["R"]), splits, 1), block=(32 * v["S"], 1, 1),
+            args=[x, packed, sz, out, partials, M, N, K, x.stride(0), sz.stride(0) // 2, N])
     if splits > 1:
-        _compiled("int4_mma_sum", source(v), index)(
-            grid=(-(-(M * N) // 256), 1, 1), block=(256, 1, 1),
-            args=[partials, out, M, N, splits, N])
+        add_splits(grid=(-(-(M * N) // 256), 1, 1), block=(256, 1, 1),
+                   args=[partials, out, M, N, splits, N])
     return out
+
+
+@functools.cache
+def _kernels(variant: tuple, device_index: int):
+    """The product and the splits' sum for one variant (keyed by its few constants, not by the
+    source text: eager calls look it up every time)."""
+    code = source(dict(variant))
+    return (_compiled("int4_mma", code, device_index),
+            _compiled("int4_mma_sum", code, device_index))
 
 
 def dequant(packed: torch.Tensor, sz: torch.Tensor, G: int, n0: int, rows: int,
