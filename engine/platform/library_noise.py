@@ -11,8 +11,10 @@ from engine.config import overrides
 # loggers whose warnings are notes to library developers, not to a Hearth user: torchao's
 # "Failed to load _C_mxfp8..." (kernels for GPUs this build has no code for), torch's pytree
 # "Enum subclass ... register_constant()" notices (torchao registers enums), bitsandbytes'
-# "MatMul8bitLt: inputs will be cast from ..." and its missing-GPU-library notes
-NOISY_LOGGERS = ("torchao", "torch.utils._pytree", "bitsandbytes")
+# "MatMul8bitLt: inputs will be cast from ..." and its missing-GPU-library notes, and Hugging
+# Face's `kernels` (a transformers dependency since 5.2x): "Skipping publisher trust check for
+# 'kernels-community/quantization-bitsandbytes' because Hugging Face Hub is in offline mode"
+NOISY_LOGGERS = ("torchao", "torch.utils._pytree", "bitsandbytes", "kernels")
 
 
 def is_debug() -> bool:
