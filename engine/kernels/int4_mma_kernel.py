@@ -285,7 +285,8 @@ def matmul(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int,
     M, K = x.shape
     N = packed.shape[0] * 16
     v = launch or variant(M, G, N, K)
-    if M > 8 * v["MT"] or K % 64 or G % 16 or sz.stride(1) != 2 or sz.stride(2) != 1:
+    if (M > 8 * v["MT"] or K % 64 or (64 % G and G % 64) or sz.stride(1) != 2
+            or sz.stride(2) != 1):
         raise ValueError(f"the int4 mma kernel takes up to {8 * v['MT']} rows of K % 64 == 0, "
                          f"not {M}x{K}")
     if x.stride(1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16:

@@ -28,9 +28,9 @@ from engine.config import overrides
 from engine.config.backends import INT4_KERNELS as KERNELS
 
 KERNEL_ENV = overrides.INT4_KERNEL  # force one (benchmarks, tests); unset: choose_kernel's pick
-CUDA_DEFAULT = "mma"  # on the H200 as fast as tinygemm at one row and 1.5x its batches at 16
-# and 64 rows (BENCHMARKS.md, issue 28); tinygemm where its shapes do not fit or NVRTC is missing,
-# then the Triton GEMV
+CUDA_DEFAULT = "mma"  # on the H200 as fast as tinygemm at one row and about twice its aggregate
+# at 16 concurrent (BENCHMARKS.md, issue 28); tinygemm where its shapes do not fit or NVRTC is
+# missing, then the Triton GEMV
 QUANTIZE_ROWS = 8192  # rows rounded at once: a 150K-vocabulary lm_head never sits in fp32 whole
 TRITON_MAX_ROWS = 16  # the Triton GEMV is written for decode; prefill dequantizes instead
 TINYGEMM_MAX_ROWS = 64  # above this, tinygemm's layout goes through the Triton GEMM that
@@ -115,7 +115,8 @@ def kernel_fits(kernel: str, device: torch.device, dtype: torch.dtype, N: int, K
     if kernel == "mma":
         from engine.quant import int4_cuda, int4_tile_layout
 
-        return (dtype == torch.bfloat16 and group_size % 16 == 0
+        return (dtype == torch.bfloat16  # a group within one k-group of 64, or whole ones
+                and (group_size in (16, 32, 64) or group_size % 64 == 0)
                 and int4_tile_layout.fits(N, K) and int4_cuda.kernel_ok(str(device)))
     if kernel == "triton":
         from engine.kernels.attention_backend import triton_available
