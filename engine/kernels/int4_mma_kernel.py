@@ -8,8 +8,10 @@ out^T [N, M] = W [N, K] x^T: W is the m16n8k16 product's A operand, dequantized 
 one 32-bit word a lane a tile ((w >> 4i) & 0x000F000F | 0x43004300 is the bf16 pair 128 + q, less
 136 is q - 8 exactly, one bf16 fma with the scale and offset rounds once), x^T is B (8 rows of x a
 product, zeros past M), accumulation in fp32. A warp takes R row tiles (16 rows each) and every
-S-th k-group of 64; the block's S warps sum in shared memory in a fixed order, so a row's bits do
-not depend on the other rows, on MT, or on the run (S is the same for every variant).
+S-th k-group of 64 of its block's share of K (the small layers' K is split across SPLITS blocks,
+their fp32 partials added by a second launch in split order); the block's S warps sum in shared
+memory in a fixed order. So a row's bits do not depend on the other rows, on MT, or on the run
+(R, S and SPLITS come from the layer's shape alone).
 W[n, k] = (q - 8) scale + offset with SZ [K/G, N, 2] bf16, as in quant/int4_linear.py.
 """
 
