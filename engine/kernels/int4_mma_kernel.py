@@ -27,8 +27,6 @@ _COMMON = r"""
 typedef unsigned int u32;
 typedef unsigned short u16;
 
-__device__ __forceinline__ float lo_bf16(u32 v) { return __uint_as_float(v << 16); }
-__device__ __forceinline__ float hi_bf16(u32 v) { return __uint_as_float(v & 0xFFFF0000u); }
 
 __device__ __forceinline__ u16 to_bf16(float f) {  // round to nearest even (finite inputs)
     u32 u = __float_as_uint(f);
@@ -196,7 +194,9 @@ int4_mma(const u16* __restrict__ x, const uint4* __restrict__ w, const u32* __re
         else partials[((size_t)split * M + m) * N + n] = v;
     }
 }
+"""
 
+_SUM = r"""
 extern "C" __global__ void int4_mma_sum(const float* __restrict__ partials,
                                         u16* __restrict__ out, int M, int N, int splits,
                                         int stride_out) {
@@ -297,22 +297,22 @@ def matmul(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int,
     splits = v["SPLITS"]
     partials = out if splits == 1 else torch.empty(splits, M, N, dtype=torch.float32,
                                                     device=x.device)
-    product, add_splits = _kernels(tuple(sorted(v.items())), x.device.index or 0)
-    product(grid=(-(-(N // 16) // v["R"]), splits, 1), block=(32 * v["S"], 1, 1),
-            args=[x, packed, sz, out, partials, M, N, K, x.stride(0), sz.stride(0) // 2, N])
-    if splits > 1:
-        add_splits(grid=(-(-(M * N) // 256), 1, 1), block=(256, 1, 1),
-                   args=[partials, out, M, N, splits, N])
+    index = x.device.index or 0
+    _product(tuple(sorted(v.items())), index)(
+        grid=(-(-(N // 16) // v["R"]), splits, 1), block=(32 * v["S"], 1, 1),
+        args=[x, packed, sz, out, partials, M, N, K, x.stride(0), sz.stride(0) // 2, N])
+    if splits > 1:  # the same code for every variant: compiled once
+        _compiled("int4_mma_sum", _SUM, index)(
+            grid=(-(-(M * N) // 256), 1, 1), block=(256, 1, 1),
+            args=[partials, out, M, N, splits, N])
     return out
 
 
 @functools.cache
-def _kernels(variant: tuple, device_index: int):
-    """The product and the splits' sum for one variant (keyed by its few constants, not by the
-    source text: eager calls look it up every time)."""
-    code = source(dict(variant))
-    return (_compiled("int4_mma", code, device_index),
-            _compiled("int4_mma_sum", code, device_index))
+def _product(variant: tuple, device_index: int):
+    """The product for one variant, keyed by its few constants rather than by its source text
+    (eager calls look it up every time)."""
+    return _compiled("int4_mma", source(dict(variant)), device_index)
 
 
 def dequant(packed: torch.Tensor, sz: torch.Tensor, G: int, n0: int, rows: int,

@@ -201,15 +201,12 @@ class Int4Linear(torch.nn.Module):
             packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
                 codes.to(torch.int32).contiguous(), 1)
         elif kernel == "mma":
-            from engine.quant import int4_tile_layout
+            from engine.quant import int4_cuda, int4_tile_layout
 
             packed = int4_tile_layout.pack(codes)
+            int4_cuda.reserve(device, N, K)  # the dense path's buffer, before any graph capture
         else:
             packed = pack_rows(codes)
-        if kernel == "mma":  # the dense path's slice buffer, made before any graph capture
-            from engine.quant import int4_cuda
-
-            int4_cuda.reserve(device, N, K)
         if bias is not None:
             bias = bias.to(device, dtype)
         return cls(K, N, G, kernel, packed, sz, bias)

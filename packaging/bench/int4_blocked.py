@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from awq_speed import SHAPES  # noqa: E402  (beside this script)
 from graph_timing import time_us  # noqa: E402
+from sweep_log import SweepLog, cycling  # noqa: E402
 
 from engine.kernels import int4_kernel  # noqa: E402
 from engine.kernels.int4_blocked_kernel import blocked_matmul  # noqa: E402
@@ -50,12 +50,6 @@ def blocked_configs(M: int) -> list[dict]:
                  TRANS=trans)
             for bm, bn, bk, w, trans in itertools.product((64, 128), (64, 128), (64, 128), (4, 8),
                                                           (True, False))]
-
-def cycling(fn, copies):
-    """fn over the copies in turn: each call reads another copy's weights."""
-    it = itertools.cycle(copies)
-    return lambda: fn(next(it))
-
 
 def candidates(x, sz, M, N, layouts, tgs, rows_old, wbs, int4_bytes) -> list:
     """(kernel, config, fn, bytes read) for every kernel that takes M rows."""
@@ -86,16 +80,8 @@ def main() -> int:
     p.add_argument("--shapes", nargs="+", default=None)
     args = p.parse_args()
     dev, dtype = torch.device("cuda"), torch.bfloat16
-    out = open(args.out, "a") if args.out else None
-    best: dict = {}
-
-    def record(**row):
-        print(json.dumps(row), file=sys.stderr, flush=True)
-        if out:
-            print(json.dumps(row), file=out, flush=True)
-        key = (row["shape"], row["M"], row["kernel"])
-        if row.get("us") and (key not in best or row["us"] < best[key]["us"]):
-            best[key] = row
+    log = SweepLog(args.out)
+    record = log.record
 
     for name, N, K in SHAPES["qwen2.5-7b"]:
         if args.shapes and name not in args.shapes:
@@ -136,11 +122,7 @@ def main() -> int:
                        gbs=round(nbytes / us / 1e3, 1))
         del layouts, tgs, rows_old, wbs
         torch.cuda.empty_cache()
-    print("| shape | M | kernel | us | weight GB/s | config |")
-    print("|---|---|---|---|---|---|")
-    for (shape, M, kernel), r in sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1],
-                                                                        kv[1]["us"])):
-        print(f"| {shape} | {M} | {kernel} | {r['us']} | {r['gbs']} | {r['config'] or ''} |")
+    print(log.table())
     return 0
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from awq_speed import SHAPES  # noqa: E402  (beside this script)
 from graph_timing import time_us  # noqa: E402
+from sweep_log import SweepLog, cycling  # noqa: E402
 
 from engine.kernels import int4_mma_kernel  # noqa: E402
 from engine.quant import awq_format, int4_cuda  # noqa: E402
@@ -32,11 +32,6 @@ from engine.quant.int4_linear import Int4Linear  # noqa: E402
 G = 128
 TOL = 1e-2
 COPIES_BYTES = 400 << 20  # weights cycled through per timing: several times the L2
-
-
-def cycling(fn, copies):
-    it = itertools.cycle(copies)
-    return lambda: fn(next(it))
 
 
 def mma_variants(M: int, N: int, K: int) -> list[dict]:
@@ -62,16 +57,9 @@ def main() -> int:
     p.add_argument("--no-sweep", action="store_true", help="the default launch constants only")
     args = p.parse_args()
     dev, dtype = torch.device("cuda"), torch.bfloat16
-    out = open(args.out, "a") if args.out else None
-    best: dict = {}
-
-    def record(**row):
-        print(json.dumps(row), file=sys.stderr, flush=True)
-        if out:
-            print(json.dumps(row), file=out, flush=True)
-        key = (row["shape"], row["M"], row["kernel"])
-        if row.get("us") and (key not in best or row["us"] < best[key]["us"]):
-            best[key] = row
+    chunk_bytes = int4_cuda.CHUNK_BYTES
+    log = SweepLog(args.out)
+    record = log.record
 
     for name, N, K in SHAPES[args.model]:
         if args.shapes and name not in args.shapes:
@@ -145,12 +133,8 @@ def main() -> int:
                        gbs=round(nbytes / us / 1e3, 1))
         del tgs, layers, wbs, buf
         torch.cuda.empty_cache()
-    int4_cuda.CHUNK_BYTES = 160 << 20
-    print("| shape | M | kernel | us | weight GB/s | config |")
-    print("|---|---|---|---|---|---|")
-    for (shape, M, kernel), r in sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1],
-                                                                        kv[1]["us"])):
-        print(f"| {shape} | {M} | {kernel} | {r['us']} | {r['gbs']} | {r['config'] or ''} |")
+    int4_cuda.CHUNK_BYTES = chunk_bytes  # the dense runs set their own
+    print(log.table())
     return 0
 
 
