@@ -61,9 +61,14 @@ def arena_blocks(kv_tokens: int, num_layers: int, num_kv_heads: int, head_dim: i
         return want
     if budget is None:
         return want
-    room = budget - torch.cuda.memory_reserved(device) - max(ARENA_RESERVE_BYTES,
-                                                             int(budget * ARENA_RESERVE_SHARE))
+    room = budget - torch.cuda.memory_reserved(device) - arena_reserve(budget)
     return max(1, min(want, room // per_block))
+
+
+def arena_reserve(budget: int) -> int:
+    """What a KV arena asked for by size leaves free of the allocator's budget: the largest
+    prefill pass's activations are planned within half of it (prefill_chunk_for)."""
+    return max(ARENA_RESERVE_BYTES, int(budget * ARENA_RESERVE_SHARE))
 
 
 def kv_dtype_for(lm: loader.LoadedModel, requested: str, budget: int | None = None
@@ -96,7 +101,10 @@ def prefill_chunk_for(lm: loader.LoadedModel, kv_dtype: str, budget: int | None 
         if world_size > 1:
             shape = rank_shape(shape, world_size)
         budget = allocator_budget(lm.device) if budget is None else budget
-        return largest_prefill_chunk(shape, quant, kv_dtype, lm.context, budget)
+        # half the arena's reserve: the rest holds graphs, cuBLAS's workspaces, the logits and
+        # the allocator's slack (a 24 GiB card's 8K-token pass filled its reserve to 30 MiB)
+        return largest_prefill_chunk(shape, quant, kv_dtype, lm.context, budget,
+                                     most_activation_bytes=arena_reserve(budget) // 2)
     except Exception:  # the planner cannot read this config: stay with the safe size
         return PREFILL_CHUNK
 

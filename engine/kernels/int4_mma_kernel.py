@@ -1,8 +1,7 @@
 """A CUDA C++ int4 product on the tensor cores for the "mma" layout (quant/int4_tile_layout.py),
 for 1 to 64 rows of x (decode, verification, a batch), and the layout's dequantizing for the
-dense path of longer inputs. Compiled at run time by NVRTC (torch.cuda._compile_kernel: torch's
-CUDA wheels ship libnvrtc, so neither nvcc nor a host compiler is needed, unlike Triton), once
-per process and variant (well under a second each); bf16 only.
+dense path of longer inputs; bf16. Compiled by NVRTC once per process and variant, launched through
+platform/nvrtc.py (no nvcc or host compiler needed, unlike Triton).
 
 out^T [N, M] = W [N, K] x^T: W is the m16n8k16 product's A operand, dequantized in registers from
 one 32-bit word a lane a tile ((w >> 4i) & 0x000F000F | 0x43004300 is the bf16 pair 128 + q, less
@@ -20,6 +19,8 @@ from __future__ import annotations
 import functools
 
 import torch
+
+from engine.platform import nvrtc
 
 MMA_MAX_ROWS = 64
 
@@ -197,9 +198,8 @@ int4_mma(const u16* __restrict__ x, const uint4* __restrict__ w, const u32* __re
 """
 
 _SUM = r"""
-extern "C" __global__ void int4_mma_sum(const float* __restrict__ partials,
-                                        u16* __restrict__ out, int M, int N, int splits,
-                                        int stride_out) {
+extern "C" __global__ void int4_mma_sum(const float* __restrict__ partials, u16* __restrict__ out,
+                                        int M, int N, int splits, int stride_out) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= M * N) return;
     float v = 0.f;
@@ -256,18 +256,16 @@ int4_mma_dequant(const uint4* __restrict__ w, const u32* __restrict__ sz, uint4*
 """
 
 
-@functools.cache
-def _compiled(name: str, source: str, device_index: int):
-    with torch.cuda.device(device_index):
-        return torch.cuda._compile_kernel(_COMMON + _HELPERS + source, name)
+@functools.cache  # keyed by the module's own source strings, whose hashes Python keeps
+def _compiled(name: str, source: str, kinds: str, device_index: int) -> nvrtc.Kernel:
+    return nvrtc.compiled(name, _COMMON + _HELPERS + source, kinds, device_index)
 
 
 def variant(rows: int, G: int, N: int, K: int) -> dict:
-    """Launch constants: MT products of 8 rows for `rows` rows of x; R row tiles a warp, S warps
-    a block and SPLITS blocks along K from the shape alone (so a row's sum order never depends on
-    the rows beside it). The H200's sweep (BENCHMARKS.md, issue 28) found R = 2, S = 8 best or
-    near it at one row at every 7B shape, and 4 splits of K best where the layer has fewer than
-    1,024 row tiles (q/k/v, o, down: too few warps to keep the memory busy otherwise)."""
+    """Launch constants: MT products of 8 rows for `rows` rows of x; R row tiles a warp, S warps a
+    block, SPLITS blocks along K from the shape alone (a row's sum order never depends on the rows
+    beside it). The H200's sweep (BENCHMARKS.md, issue 28) found R = 2, S = 8 best or near it at
+    one row at every 7B shape, 4 splits of K best below 1,024 row tiles (q/k/v, o, down)."""
     mt = 1 if rows <= 8 else (2 if rows <= 16 else (4 if rows <= 32 else 8))
     splits = 4 if N // 16 < 1024 and K // 64 >= 32 else 1
     return dict(R=2, S=8, MT=mt, G=G, SPLITS=splits, U=2 if mt <= 2 else 1)
@@ -286,7 +284,8 @@ def matmul(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int,
     [K/G, N, 2] bf16 with unit stride over n (a fused layer's member may be a column view)."""
     M, K = x.shape
     N = packed.shape[0] * 16
-    v = launch or variant(M, G, N, K)
+    index = x.device.index or 0
+    v, product = _plan(M, G, N, K, index) if launch is None else (launch, None)
     if (M > 8 * v["MT"] or K % 64 or (64 % G and G % 64) or sz.stride(1) != 2
             or sz.stride(2) != 1):
         raise ValueError(f"the int4 mma kernel takes up to {8 * v['MT']} rows of K % 64 == 0, "
@@ -297,22 +296,26 @@ def matmul(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int,
     splits = v["SPLITS"]
     partials = out if splits == 1 else torch.empty(splits, M, N, dtype=torch.float32,
                                                     device=x.device)
-    index = x.device.index or 0
-    _product(tuple(sorted(v.items())), index)(
+    (product or _product(tuple(sorted(v.items())), index))(
         grid=(-(-(N // 16) // v["R"]), splits, 1), block=(32 * v["S"], 1, 1),
         args=[x, packed, sz, out, partials, M, N, K, x.stride(0), sz.stride(0) // 2, N])
     if splits > 1:  # the same code for every variant: compiled once
-        _compiled("int4_mma_sum", _SUM, index)(
+        _compiled("int4_mma_sum", _SUM, "ppiiii", index)(
             grid=(-(-(M * N) // 256), 1, 1), block=(256, 1, 1),
             args=[partials, out, M, N, splits, N])
     return out
 
 
 @functools.cache
-def _product(variant: tuple, device_index: int):
-    """The product for one variant, keyed by its few constants rather than by its source text
-    (eager calls look it up every time)."""
-    return _compiled("int4_mma", source(dict(variant)), device_index)
+def _product(variant: tuple, device_index: int) -> nvrtc.Kernel:
+    return _compiled("int4_mma", source(dict(variant)), "pppppiiiiii", device_index)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(rows: int, G: int, N: int, K: int, device_index: int) -> tuple[dict, nvrtc.Kernel]:
+    """(variant, its compiled product), looked up by eager calls (the host bounds a prefill)."""
+    v = variant(rows, G, N, K)
+    return v, _product(tuple(sorted(v.items())), device_index)
 
 
 def dequant(packed: torch.Tensor, sz: torch.Tensor, G: int, n0: int, rows: int,
@@ -321,7 +324,7 @@ def dequant(packed: torch.Tensor, sz: torch.Tensor, G: int, n0: int, rows: int,
     K = packed.shape[1] * 64
     dst = out.view(-1)[: rows * K]
     items = rows // 16 * (K // 64)  # (row tile, k-group) pairs, one a warp
-    kernel = _compiled("int4_mma_dequant", _DEQUANT, packed.device.index or 0)
+    kernel = _compiled("int4_mma_dequant", _DEQUANT, "pppiiiii", packed.device.index or 0)
     kernel(grid=(-(-items // 8), 1, 1), block=(256, 1, 1),
            args=[packed, sz, dst, n0 // 16, rows // 16, K, G, sz.stride(0) // 2])
     return dst.view(rows, K)

@@ -251,10 +251,15 @@ def plan(shape: ModelShape, quant: str, kv_dtype: str, context: int | None,
 
 
 def largest_prefill_chunk(shape: ModelShape, quant: str, kv_dtype: str, context: int,
-                          vram_bytes: int, choices=(4096, 2048, 1024, PREFILL_CHUNK)) -> int:
-    """The longest prefill pass that still fits: fewer, larger GEMMs shorten time to first
-    token (one pass for a 4K prompt) where the card has room for their workspace."""
+                          vram_bytes: int, choices=(16384, 8192, 4096, 2048, 1024, PREFILL_CHUNK),
+                          most_activation_bytes: int | None = None) -> int:
+    """The longest prefill pass that still fits, its activations within `most_activation_bytes`
+    where given (what a batch's KV arena leaves free): fewer, larger passes shorten time to first
+    token, and a step's token budget under continuous batching is this pass, so a wave of
+    prompts prefills in fewer steps that stall the running decodes (BENCHMARKS.md, issue 25)."""
     for chunk in choices:
-        if plan(shape, quant, kv_dtype, context, vram_bytes, prefill_chunk=chunk).fits:
+        p = plan(shape, quant, kv_dtype, context, vram_bytes, prefill_chunk=chunk)
+        if p.fits and (most_activation_bytes is None
+                       or p.activation_bytes <= most_activation_bytes):
             return chunk
     return min(choices)

@@ -17,14 +17,16 @@ import functools
 
 import torch
 
+from engine.kernels import int4_mma_kernel as mod
+
 CHUNK_BYTES = 160 << 20  # the most bf16 weights dequantized at once
-_buffers: dict[str, torch.Tensor] = {}
+_buffers: dict[torch.device, torch.Tensor] = {}
 
 
 def reserve(device: torch.device, N: int, K: int) -> torch.Tensor:
     """The device's slice buffer, large enough for the slices of an N x K layer: made at load
     (and grown for a larger layer), so a CUDA graph captured later never allocates it."""
-    key = str(device)
+    key = device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
     need = max(16 * K, min(N * K, _step(N, K) * K))
     buf = _buffers.get(key)
     if buf is None or buf.numel() < need:
@@ -39,8 +41,6 @@ def _step(N: int, K: int) -> int:
 
 def matmul(x2: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int) -> torch.Tensor:
     """x2 [M, K] bf16 @ W^T -> [M, N] bf16; past MMA_MAX_ROWS rows through dequantized slices."""
-    from engine.kernels import int4_mma_kernel as mod
-
     if x2.shape[0] == 0:  # no launch of an empty grid
         return x2.new_empty(0, sz.shape[1])
     if x2.shape[0] <= mod.MMA_MAX_ROWS:
@@ -49,6 +49,8 @@ def matmul(x2: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int) -> 
     N = sz.shape[1]
     buf = reserve(x2.device, N, K)
     step = _step(N, K)
+    if step >= N:  # one slice: no output to cut (an eager prefill is bound by its host work)
+        return torch.mm(x2, mod.dequant(packed, sz, G, 0, N, buf).t())
     out = torch.empty(M, N, dtype=torch.bfloat16, device=x2.device)
     for n0 in range(0, N, step):
         rows = min(step, N - n0)

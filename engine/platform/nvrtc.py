@@ -1,0 +1,89 @@
+"""CUDA C++ kernels compiled at run time by NVRTC (torch.cuda._compile_kernel: torch's CUDA wheels
+ship libnvrtc, so no nvcc or host compiler) and launched with little host work.
+
+torch's own launcher opens libcuda, makes a ctypes array type and converts every argument on each
+call: on the H200 machine's host that was about a third of a 7B AWQ prefill's host time
+(BENCHMARKS.md, issue 28), and an eager prefill is bound by its host. A Kernel here fixes its
+argument kinds once, keeps one parameter block and writes the values into it at each launch;
+cuLaunchKernel copies the parameters before it returns, so the block is free again at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+
+import torch
+
+
+@functools.cache
+def _launch():
+    """The driver's cuLaunchKernel with its argument types set (the library torch loaded)."""
+    from torch.cuda._utils import _get_gpu_runtime_library
+
+    f = _get_gpu_runtime_library().cuLaunchKernel
+    f.argtypes = ([ctypes.c_void_p] + [ctypes.c_uint] * 7
+                  + [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p])
+    f.restype = ctypes.c_int
+    return f
+
+
+class Kernel:
+    """One compiled kernel whose parameters are `kinds`, one letter each: "p" a tensor (its
+    device pointer), "i" a 32-bit int. Called as torch's: kernel(grid=, block=, args=)."""
+
+    def __init__(self, compiled, kinds: str, device_index: int = 0):
+        if set(kinds) - {"p", "i"}:
+            raise ValueError(f"parameter kinds are p (tensor) or i (int), not {kinds!r}")
+        self._func = ctypes.c_void_p(compiled.func.value)
+        self._kinds, self._device = kinds, device_index
+        self._slots = [ctypes.c_void_p() if k == "p" else ctypes.c_int() for k in kinds]
+        self._params = (ctypes.c_void_p * len(kinds))(
+            *(ctypes.addressof(s) for s in self._slots))
+        self._lock = threading.Lock()  # one parameter block: one launch at a time
+
+    def __call__(self, grid: tuple[int, int, int], block: tuple[int, int, int],
+                 args: list) -> None:
+        if len(args) != len(self._kinds):
+            raise TypeError(f"the kernel takes {len(self._kinds)} arguments, not {len(args)}")
+        stream = torch._C._cuda_getCurrentRawStream(self._device)  # a graph capture's too
+        # (torch.cuda.current_stream() makes a Stream object: as slow as the launch itself)
+        with self._lock:
+            for slot, kind, a in zip(self._slots, self._kinds, args, strict=True):
+                slot.value = a.data_ptr() if kind == "p" else a
+            err = self._launch(grid, block, stream)
+            if err == INVALID_CONTEXT:  # a thread whose first CUDA call this is
+                _make_context_current(self._device)
+                err = self._launch(grid, block, stream)
+        if err:
+            raise RuntimeError(f"cuLaunchKernel failed: CUDA error {err}")
+
+    def _launch(self, grid, block, stream) -> int:
+        return _launch()(self._func, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0,
+                         stream, self._params, None)
+
+
+INVALID_CONTEXT = 201  # CUDA_ERROR_INVALID_CONTEXT
+
+
+def _make_context_current(device_index: int) -> None:
+    """The device's primary context (torch's) made current in this thread, as torch's runtime
+    calls do on their first use in a thread and the driver's cuLaunchKernel does not."""
+    from torch.cuda._utils import _get_gpu_runtime_library
+
+    lib, dev, ctx = _get_gpu_runtime_library(), ctypes.c_int(), ctypes.c_void_p()
+    steps = (lambda: lib.cuDeviceGet(ctypes.byref(dev), device_index),
+             lambda: lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev),
+             lambda: lib.cuCtxSetCurrent(ctx))
+    for step in steps:  # each after the one before succeeded
+        err = step()
+        if err:
+            raise RuntimeError(f"no CUDA context for device {device_index}: CUDA error {err}")
+
+
+@functools.cache
+def compiled(name: str, source: str, kinds: str, device_index: int) -> Kernel:
+    """`name` in `source` compiled for device `device_index` (once per process)."""
+    with torch.cuda.device(device_index):
+        return Kernel(torch.cuda._compile_kernel(source, name), kinds, device_index)
