@@ -57,6 +57,7 @@ class BenchResult:
     bytes_per_decode_step: int
     roofline_tokens_per_s: float
     roofline_fraction: float
+    effective_bandwidth_bytes_per_s: float  # decode tokens/s x bytes a step (weights and KV)
     throughput_tokens_per_s: float  # the seed's benchmark: total new tokens / elapsed
     avg_latency_s: float
     num_prompts: int
@@ -205,6 +206,7 @@ def _measure(session: Session, prompt_len: int, new_tokens: int, num_prompts: in
         if dev.type == "cuda" else 0,
         load_s=round(load_s, 2), copy_bandwidth_bytes_per_s=bw, bytes_per_decode_step=step_bytes,
         roofline_tokens_per_s=round(roofline, 1), roofline_fraction=round(decode / roofline, 3),
+        effective_bandwidth_bytes_per_s=round(decode * step_bytes),
         throughput_tokens_per_s=round(total_new / elapsed, 2),
         avg_latency_s=round(elapsed / num_prompts, 4), num_prompts=num_prompts,
         tensor_parallel=n, peak_vram_bytes_per_gpu=_per_gpu_vram(session),
@@ -254,6 +256,8 @@ def markdown(r: BenchResult) -> str:
                      f"({r.copy_bandwidth_bytes_per_s / 1e12:.2f} TB/s / "
                      f"{r.bytes_per_decode_step / 1e9:.3f} GB a step); "
                      f"achieved {100 * r.roofline_fraction:.1f}%"),
+        ("effective bandwidth", f"{r.effective_bandwidth_bytes_per_s / 1e12:.2f} TB/s "
+                                "(decode tokens/s x the bytes a step reads)"),
         ("peak VRAM (NVML, process)", f"{r.peak_vram_bytes / 2**30:.2f} GiB"),
         ("throughput / avg latency", f"{r.throughput_tokens_per_s:,.1f} tokens/s / "
                                      f"{r.avg_latency_s:.3f} s over {r.num_prompts} prompts, "

@@ -18,6 +18,9 @@ def test_bench_json_reports_speed_and_references(tiny_model, capsys):
     assert r["hf_generate_decode_tokens_per_s"] > 0 and r["speedup_vs_hf"] > 0
     assert r["throughput_tokens_per_s"] > 0 and r["num_prompts"] == 2
     assert "batch 1" in r["batching"]
+    # issue 28: the bytes a decode step reads at the measured rate
+    assert r["effective_bandwidth_bytes_per_s"] == round(r["decode_tokens_per_s"]
+                                                         * r["bytes_per_decode_step"])
 
 
 def test_bench_random_weights_from_config_alone(tiny_model, tmp_path, capsys):
@@ -27,6 +30,7 @@ def test_bench_random_weights_from_config_alone(tiny_model, tmp_path, capsys):
     assert rc == 0
     out = capsys.readouterr().out
     assert "| decode (median of 3) |" in out and "roofline" in out
+    assert "| effective bandwidth |" in out
 
 
 def test_bench_refuses_what_it_cannot_do_yet(tiny_model, capsys):
