@@ -64,15 +64,13 @@ def kernel_ok(device: str) -> bool:
     """Whether the mma kernels compile here (NVRTC) and give the dequantized reference's product
     at every row count they take and through the dense path: checked once on a small random
     layer, else choose_kernel passes over them."""
-    from engine.quant.int4_linear import Int4Linear
+    from engine.quant.int4_linear import Int4Linear, random_codes
 
     if not device.startswith("cuda"):
         return False
     g = torch.Generator().manual_seed(0)
     N, K, G = 208, 512, 64  # N not a multiple of a block's rows
-    codes = torch.randint(0, 16, (N, K), generator=g, dtype=torch.uint8)
-    zeros = torch.randint(0, 16, (K // G, N), generator=g).float()
-    scales = torch.rand(K // G, N, generator=g) / 16 + 1e-3
+    codes, zeros, scales = random_codes(N, K, G, g)
     try:
         lin = Int4Linear.from_codes(codes, zeros, scales, None, torch.bfloat16,
                                     torch.device(device), kernel="mma", check=False)

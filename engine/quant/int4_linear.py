@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from engine.config import overrides
 from engine.config.backends import INT4_KERNELS as KERNELS
+from engine.quant import int4_cuda, int4_tile_layout
 
 KERNEL_ENV = overrides.INT4_KERNEL  # force one (benchmarks, tests); unset: choose_kernel's pick
 CUDA_DEFAULT = "mma"  # on the H200 as fast as tinygemm at one row and about twice its aggregate
@@ -57,6 +58,13 @@ def tinygemm_unpack_ok(device: str) -> bool:
         return False
 
 
+def random_codes(N: int, K: int, G: int, g: torch.Generator) -> tuple[torch.Tensor, ...]:
+    """A small random layer for the load checks: codes [N, K], zeros and scales [K/G, N]."""
+    codes = torch.randint(0, 16, (N, K), generator=g, dtype=torch.uint8)
+    zeros = torch.randint(0, 16, (K // G, N), generator=g).float()
+    return codes, zeros, torch.rand(K // G, N, generator=g) / 16 + 1e-3
+
+
 @functools.cache
 def tinygemm_gemm_ok(device: str) -> bool:
     """Whether the Triton GEMM over tinygemm's layout compiles and gives the dequantized
@@ -68,9 +76,7 @@ def tinygemm_gemm_ok(device: str) -> bool:
         return False
     g = torch.Generator().manual_seed(0)
     N, K, G = 256, 512, 128
-    codes = torch.randint(0, 16, (N, K), generator=g, dtype=torch.uint8)
-    zeros = torch.randint(0, 16, (K // G, N), generator=g).float()
-    scales = torch.rand(K // G, N, generator=g) / 16 + 1e-3
+    codes, zeros, scales = random_codes(N, K, G, g)
     x = torch.randn(80, K, generator=g).to(device, torch.bfloat16)
     try:
         lin = Int4Linear.from_codes(codes, zeros, scales, None, torch.bfloat16,
@@ -113,8 +119,6 @@ def kernel_fits(kernel: str, device: torch.device, dtype: torch.dtype, N: int, K
                 and N % 8 == 0 and _tinygemm_tiles(K) is not None
                 and group_size in (32, 64, 128, 256))
     if kernel == "mma":
-        from engine.quant import int4_cuda, int4_tile_layout
-
         return (dtype == torch.bfloat16  # a group within one k-group of 64, or whole ones
                 and (group_size in (16, 32, 64) or group_size % 64 == 0)
                 and int4_tile_layout.fits(N, K) and int4_cuda.kernel_ok(str(device)))
@@ -201,8 +205,6 @@ class Int4Linear(torch.nn.Module):
             packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
                 codes.to(torch.int32).contiguous(), 1)
         elif kernel == "mma":
-            from engine.quant import int4_cuda, int4_tile_layout
-
             packed = int4_tile_layout.pack(codes)
             int4_cuda.reserve(device, N, K)  # the dense path's buffer, before any graph capture
         else:
@@ -237,8 +239,6 @@ class Int4Linear(torch.nn.Module):
             return self._packed_mm(eye, sz.contiguous()).t()
         G = self.group_size
         if self.kernel == "mma":
-            from engine.quant import int4_tile_layout
-
             codes = int4_tile_layout.unpack(self.packed).view(self.out_features, -1, G)
         else:
             codes = unpack_rows(self.packed).view(self.out_features, -1, G)  # [N, K/G, G]
@@ -268,19 +268,11 @@ class Int4Linear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = self.scales_zeros.dtype
-        if self.kernel == "mma" and self.bias is None and x.dtype == dtype:  # fewest host ops:
-            from engine.quant import int4_cuda  # an eager prefill is bound by its host work
-
-            out = int4_cuda.matmul(x.reshape(-1, self.in_features), self.packed,  # [M, K]
-                                   self.scales_zeros, self.group_size)
-            return out.view(*x.shape[:-1], self.out_features)
         x2 = x.reshape(-1, self.in_features).to(dtype)  # [M, K]
-        if self._fused_gemm(x2.shape[0]):
-            out = fused_matmul(x2, self.packed, self.scales_zeros, self.group_size)
-        elif self.kernel == "mma":
-            from engine.quant import int4_cuda
-
+        if self.kernel == "mma":  # first: an eager prefill is bound by its host work
             out = int4_cuda.matmul(x2, self.packed, self.scales_zeros, self.group_size)
+        elif self._fused_gemm(x2.shape[0]):
+            out = fused_matmul(x2, self.packed, self.scales_zeros, self.group_size)
         elif self._dense(x2.shape[0]):
             out = F.linear(x2, self.dequantize())
         elif self.kernel == "triton":
@@ -319,8 +311,6 @@ class Int4Linear(torch.nn.Module):
                 m.bias.data = bias[cols: cols + m.out_features]
             rows, cols = rows + n, cols + m.out_features
         if first.kernel == "mma":  # the fused layer's slices, before any graph capture
-            from engine.quant import int4_cuda
-
             int4_cuda.reserve(packed.device, cols, first.in_features)
         return Int4Linear(first.in_features, cols, first.group_size, first.kernel, packed, sz,
                           bias)

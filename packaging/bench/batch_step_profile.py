@@ -12,16 +12,18 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import threading
+import sys
 import time
-from types import SimpleNamespace
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from engine.service.engine import Engine
-from engine.tools.bench.concurrent import _load, run_round
-from engine.tools.bench.decode import _prompts
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_session import load_random, running  # noqa: E402  (beside this script)
+
+from engine.tools.bench.concurrent import run_round  # noqa: E402
+from engine.tools.bench.decode import _prompts  # noqa: E402
 
 
 def main() -> None:
@@ -32,18 +34,10 @@ def main() -> None:
     p.add_argument("--prompt-len", type=int, default=512)
     p.add_argument("--new-tokens", type=int, default=256)
     a = p.parse_args()
-    args = SimpleNamespace(model=a.model, quant=a.quant, kv_dtype="auto", device="auto",
-                           prompt_len=a.prompt_len, new_tokens=a.new_tokens,
-                           concurrency=[a.rows], memory_limit=None, eager=False, compile=False,
-                           lm_head="16bit", random_weights=True)
-    session = _load(args)
+    session = load_random(a.model, a.quant, a.prompt_len, a.new_tokens, rows=a.rows)
     vocab = session.lm.model.config.vocab_size
-    engine = Engine(max_waiting=a.rows)
-    engine.session = session
     ends: list[tuple[float, bool]] = []  # (clock, every row decoding and no prefill)
-    thread = threading.Thread(target=engine.run, daemon=True)
-    thread.start()
-    try:
+    with running(session, max_waiting=a.rows) as engine:
         run_round(engine, _prompts(a.rows, a.prompt_len, vocab, seed=1), 8)  # graphs, kernels
         batch, step = engine.batch, engine.batch.step
 
@@ -88,9 +82,6 @@ def main() -> None:
                               first_kernel_us=t0)), flush=True)
         print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12,
                                         max_name_column_width=70))
-    finally:
-        engine.stop()
-        thread.join(30)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict
-from types import SimpleNamespace
+from pathlib import Path
 
-from engine.tools.bench.concurrent import _load, measure
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_session import load_random  # noqa: E402  (beside this script)
+
+from engine.tools.bench.concurrent import measure  # noqa: E402
 
 
 def main() -> None:
@@ -23,11 +27,7 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()
-    args = SimpleNamespace(model=a.model, quant=a.quant, kv_dtype="auto", device="auto",
-                           prompt_len=512, new_tokens=256, concurrency=[a.concurrency],
-                           memory_limit=None, eager=False, compile=False, lm_head="16bit",
-                           random_weights=True)
-    session = _load(args)
+    session = load_random(a.model, a.quant, 512, 256, rows=a.concurrency)
     planned = session.prefill_chunk
     for budget in a.budgets:
         session.prefill_chunk = budget

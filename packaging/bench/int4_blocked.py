@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from awq_speed import SHAPES  # noqa: E402  (beside this script)
 from graph_timing import time_us  # noqa: E402
-from sweep_log import SweepLog, cycling  # noqa: E402
+from sweep_log import SweepLog, check_and_time, cycling  # noqa: E402
 
 from engine.kernels import int4_kernel  # noqa: E402
 from engine.kernels.int4_blocked_kernel import blocked_matmul  # noqa: E402
@@ -81,7 +81,6 @@ def main() -> int:
     args = p.parse_args()
     dev, dtype = torch.device("cuda"), torch.bfloat16
     log = SweepLog(args.out)
-    record = log.record
 
     for name, N, K in SHAPES["qwen2.5-7b"]:
         if args.shapes and name not in args.shapes:
@@ -108,18 +107,8 @@ def main() -> int:
             cands = candidates(x, sz, M, N, layouts, tgs, rows_old, wbs, int4_bytes)
             for kernel, cfg, fn, nbytes in cands:
                 row = dict(shape=name, N=N, K=K, M=M, kernel=kernel, config=cfg)
-                try:
-                    err = ((fn().float() - ref).norm() / ref.norm()).item()
-                    if err > TOL:
-                        record(**row, error=f"rel {err:.2e}")
-                        continue
-                    reps = 2 * n_copies if kernel != "bf16" else 6
-                    us = time_us(fn, reps)
-                except Exception as e:  # noqa: BLE001 - a config that does not compile: recorded
-                    record(**row, error=f"{type(e).__name__}: {str(e)[:160]}")
-                    continue
-                record(**row, us=round(us, 2), rel=round(err, 5),
-                       gbs=round(nbytes / us / 1e3, 1))
+                check_and_time(log, row, fn, ref, nbytes, 2 * n_copies if kernel != "bf16" else 6,
+                               time_us, TOL)
         del layouts, tgs, rows_old, wbs
         torch.cuda.empty_cache()
     print(log.table())

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from awq_speed import SHAPES  # noqa: E402  (beside this script)
 from graph_timing import time_us  # noqa: E402
-from sweep_log import SweepLog, cycling  # noqa: E402
+from sweep_log import SweepLog, check_and_time, cycling  # noqa: E402
 
 from engine.kernels import int4_mma_kernel  # noqa: E402
 from engine.quant import awq_format, int4_cuda  # noqa: E402
@@ -116,21 +116,8 @@ def main() -> int:
                 cands += cands_all
             for kernel, cfg, fn, nbytes in cands:
                 row = dict(shape=name, N=N, K=K, M=M, kernel=kernel, config=cfg)
-                try:
-                    if not kernel.startswith("dequant"):
-                        err = ((fn().float() - ref).norm() / ref.norm()).item()
-                        if not err <= TOL:
-                            record(**row, error=f"rel {err:.2e}")
-                            continue
-                    else:
-                        err = 0.0
-                    reps = 2 * n_copies if kernel != "bf16" else 6
-                    us = time_us(fn, reps)
-                except Exception as e:  # noqa: BLE001 - a variant that does not compile: recorded
-                    record(**row, error=f"{type(e).__name__}: {str(e)[:200]}")
-                    continue
-                record(**row, us=round(us, 2), rel=round(err, 5),
-                       gbs=round(nbytes / us / 1e3, 1))
+                check_and_time(log, row, fn, ref, nbytes, 2 * n_copies if kernel != "bf16" else 6,
+                               time_us, TOL, check=not kernel.startswith("dequant"))
         del tgs, layers, wbs, buf
         torch.cuda.empty_cache()
     int4_cuda.CHUNK_BYTES = chunk_bytes  # the dense runs set their own

@@ -9,15 +9,17 @@ the kernels by device time and the host's calls by total time.
 from __future__ import annotations
 
 import argparse
-import threading
-from types import SimpleNamespace
+import sys
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from engine.service.engine import Engine
-from engine.tools.bench.concurrent import _load, run_round
-from engine.tools.bench.decode import _prompts
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_session import load_random, running  # noqa: E402  (beside this script)
+
+from engine.tools.bench.concurrent import run_round  # noqa: E402
+from engine.tools.bench.decode import _prompts  # noqa: E402
 
 
 def main() -> None:
@@ -27,17 +29,9 @@ def main() -> None:
     p.add_argument("--prompt-len", type=int, default=512)
     p.add_argument("--new-tokens", type=int, default=16)
     a = p.parse_args()
-    args = SimpleNamespace(model=a.model, quant=a.quant, kv_dtype="auto", device="auto",
-                           prompt_len=a.prompt_len, new_tokens=a.new_tokens, concurrency=[1],
-                           memory_limit=None, eager=False, compile=False, lm_head="16bit",
-                           random_weights=True)
-    session = _load(args)
+    session = load_random(a.model, a.quant, a.prompt_len, a.new_tokens)
     vocab = session.lm.model.config.vocab_size
-    engine = Engine(max_waiting=4)
-    engine.session = session
-    thread = threading.Thread(target=engine.run, daemon=True)
-    thread.start()
-    try:
+    with running(session) as engine:
         for seed in (1, 2):
             r = run_round(engine, _prompts(1, a.prompt_len, vocab, seed=seed), a.new_tokens)
             print("warm-up round:", r, flush=True)
@@ -49,9 +43,6 @@ def main() -> None:
                                         max_name_column_width=60))
         print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25,
                                         max_name_column_width=60))
-    finally:
-        engine.stop()
-        thread.join(30)
 
 
 if __name__ == "__main__":

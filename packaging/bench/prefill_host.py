@@ -15,31 +15,26 @@ import gc
 import io
 import pstats
 import statistics
-import threading
+import sys
 import time
-from types import SimpleNamespace
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from engine.events import GenerateRequest, SamplingParams, Token
-from engine.service.engine import Engine
-from engine.tools.bench.concurrent import _load, run_round
-from engine.tools.bench.decode import _prompts
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_session import load_random, running  # noqa: E402  (beside this script)
+
+from engine.events import GenerateRequest, SamplingParams, Token  # noqa: E402
+from engine.tools.bench.concurrent import run_round  # noqa: E402
+from engine.tools.bench.decode import _prompts  # noqa: E402
 
 
 def _engine_ttft(session, prompt_len: int, vocab: int) -> list[float]:
-    engine = Engine(max_waiting=4)
-    engine.session = session
-    thread = threading.Thread(target=engine.run, daemon=True)
-    thread.start()
-    try:
+    with running(session) as engine:
         run_round(engine, _prompts(1, prompt_len, vocab, seed=1), 4)  # warm-up
         return [run_round(engine, _prompts(1, prompt_len, vocab, seed=s), 8).ttft_ms_p50
                 for s in (2, 3, 4)]
-    finally:
-        engine.stop()
-        thread.join(30)
 
 
 def _forward_times(decoder, ids: torch.Tensor) -> tuple[list[float], list[float]]:
@@ -98,11 +93,7 @@ def main() -> None:
     p.add_argument("--prompt-len", type=int, default=512)
     a = p.parse_args()
     for quant in a.quant:
-        args = SimpleNamespace(model=a.model, quant=quant, kv_dtype="auto", device="auto",
-                               prompt_len=a.prompt_len, new_tokens=16, concurrency=[1],
-                               memory_limit=None, eager=False, compile=False, lm_head="16bit",
-                               random_weights=True)
-        session = _load(args)
+        session = load_random(a.model, quant, a.prompt_len, 16)
         vocab = session.lm.model.config.vocab_size
         print(f"== {quant}: engine round TTFT ms", _engine_ttft(session, a.prompt_len, vocab),
               flush=True)

@@ -1,6 +1,7 @@
 """The kernel sweeps' bookkeeping (int4_blocked.py, int4_mma.py): one JSON line per measurement on
 stderr and in an optional file, the fastest of each (shape, rows, kernel), those as a markdown
-table; and a call that reads another copy of a layer each time (so timings see memory, not L2)."""
+table; a call that reads another copy of a layer each time (so timings see memory, not L2); and
+one candidate checked against the reference, then timed."""
 
 from __future__ import annotations
 
@@ -37,3 +38,18 @@ class SweepLog:
             lines.append(f"| {shape} | {M} | {kernel} | {r['us']} | {r['gbs']} | "
                          f"{r['config'] or ''} |")
         return "\n".join(lines)
+
+
+def check_and_time(log: SweepLog, row: dict, fn, ref, nbytes: int, reps: int, time_us,
+                   tol: float, check: bool = True) -> None:
+    """fn's output against `ref` (unless not `check`), then its microseconds a call and weight
+    GB/s, recorded; a wrong output or an exception (a variant that does not compile) is recorded
+    as the row's error instead."""
+    try:
+        err = ((fn().float() - ref).norm() / ref.norm()).item() if check else 0.0
+        if not err <= tol:  # NaN too
+            return log.record(**row, error=f"rel {err:.2e}")
+        us = time_us(fn, reps)
+    except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
+        return log.record(**row, error=f"{type(e).__name__}: {str(e)[:200]}")
+    log.record(**row, us=round(us, 2), rel=round(err, 5), gbs=round(nbytes / us / 1e3, 1))
