@@ -25,7 +25,7 @@ from engine.config import overrides
 from engine.config.backends import Backends
 from engine.formats import kv_dtypes
 from engine.kernels import attention_backend
-from engine.kernels.health import KernelHealth
+from engine.kernels.attention_backend import KernelHealth
 from engine.plan.memory import KV_BLOCK_SIZE
 
 # tokens a block (plan.KV_BLOCK_SIZE, 16): small enough that a short system prompt fills a

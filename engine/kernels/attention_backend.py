@@ -3,7 +3,9 @@ the PyTorch reference (attention/decode_attention.py holds all three), chosen pe
 dtype from
 the session's setting (config.Backends.decode_attention), what this machine has and the
 session's kernel health; and whether K/V writes are quantized by one Triton launch, which follows
-the same choice so eager steps and captured graphs agree.
+the same choice so eager steps and captured graphs agree. Also a session's KernelHealth: which
+kernels failed their load check (its cache holds it), so a kernel that broke on one session's
+cache kind is read around there, not in every session of the process.
 
 A leaf (torch, kv_quant, the KV dtype registry and the settings only): the cache, the arena, the
 kernels and the attention paths all ask it, and it asks none of them.
@@ -21,7 +23,24 @@ from engine.config import overrides
 from engine.config.backends import DECODE_ATTENTION as SETTINGS
 from engine.formats import kv_dtypes
 from engine.kernels import kv_quant
-from engine.kernels.health import KernelHealth
+
+
+class KernelHealth:
+    """(kernel, device, KV dtype) entries that failed: e.g. ("decode_attention", "cuda:0",
+    "int8")."""
+
+    def __init__(self):
+        self.failed: set[tuple[str, str, str]] = set()
+
+    def mark_failed(self, kernel: str, device, kv_dtype: str) -> None:
+        self.failed.add((kernel, str(device), kv_dtype))
+
+    def is_failed(self, kernel: str, device, kv_dtype: str) -> bool:
+        return (kernel, str(device), kv_dtype) in self.failed
+
+    def as_list(self) -> list[str]:
+        return sorted(f"{k} on {d} for {kv}" for k, d, kv in self.failed)
+
 
 # auto: every cache through the Triton kernel on a GPU where Triton runs: a paged arena cannot be
 # read in place by SDPA, and even a bf16 cache decodes faster through the kernel, by far at long

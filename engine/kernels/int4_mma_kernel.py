@@ -1,7 +1,8 @@
 """A CUDA C++ int4 product on the tensor cores for the "mma" layout (quant/int4_tile_layout.py),
-for 1 to 64 rows of x (decode, verification, a batch), and the layout's dequantizing for the
-dense path of longer inputs; bf16. Compiled by NVRTC once per process and variant, launched through
-platform/nvrtc.py (no nvcc or host compiler needed, unlike Triton).
+for up to 64 rows of x (verification, a batch; a decode step's few rows go through
+kernels/int4_gemv_kernel.py, longer inputs kernels/int4_dequant_kernel.py and cuBLAS); bf16.
+Compiled by NVRTC once per process and variant, launched through platform/nvrtc.py (no nvcc or
+host compiler needed, unlike Triton).
 
 out^T [N, M] = W [N, K] x^T: W is the m16n8k16 product's A operand, dequantized in registers from
 one 32-bit word a lane a tile ((w >> 4i) & 0x000F000F | 0x43004300 is the bf16 pair 128 + q, less
@@ -208,56 +209,10 @@ extern "C" __global__ void int4_mma_sum(const float* __restrict__ partials, u16*
 }
 """
 
-_DEQUANT = r"""
-/* Row tiles [T0, T0 + tiles) to bf16 rows, the reference's two roundings: (q - 8) scale rounded
-   to bf16, then + offset rounded (Int4Linear.dequantize computes in bf16 the same way). A warp
-   takes one (row tile, k-group): its 16 x 64 values go through shared memory (rows 36 words
-   apart: no bank conflicts either way) and out as 16-byte pieces of whole rows. */
-#define DQ_WARPS 8
-extern "C" __global__ void __launch_bounds__(DQ_WARPS * 32)
-int4_mma_dequant(const uint4* __restrict__ w, const u32* __restrict__ sz, uint4* __restrict__ out,
-                 int T0, int tiles, int K, int G, int stride_sz) {
-    __shared__ u32 tile[DQ_WARPS][16 * 36];
-    const int KJ = K >> 6;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int item = blockIdx.x * DQ_WARPS + warp;  /* (row tile, k-group) */
-    if (item >= tiles * KJ) return;
-    const int j = item % KJ, T = T0 + item / KJ;
-    const int g = lane >> 2, t = lane & 3;
-    const uint4 q = __ldg(w + ((size_t)T * KJ + j) * 32 + lane);
-    const u32 words[4] = {q.x, q.y, q.z, q.w};
-    const u32 ZERO2 = 0x80008000u;  /* bf16 (-0, -0): fma(a, b, -0) rounds a b alone */
-    u32* my = tile[warp];
-#pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int k0 = (j << 6) + (c << 4);
-        const u32* p = sz + (size_t)(k0 / G) * stride_sz + (T << 4) + g;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {  /* rows g and g + 8 */
-            const u32 s = __ldg(p + 8 * h);
-            const u32 s2 = (s & 0xFFFFu) | (s << 16), o2 = (s >> 16) | (s & 0xFFFF0000u);
-#pragma unroll
-            for (int kh = 0; kh < 2; kh++) {  /* k0 + 2t and k0 + 2t + 8 */
-                const u32 v = nibble_pair(words[c] >> (4 * (h + 2 * kh)));
-                const u32 prod = bf16x2_fma(bf16x2_fma(v, ONE2, M136), s2, ZERO2);
-                my[(g + 8 * h) * 36 + 8 * c + t + 4 * kh] = bf16x2_fma(prod, ONE2, o2);
-            }
-        }
-    }
-    __syncwarp();
-    const size_t row0 = (size_t)(T - T0) << 4;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {  /* 16 rows x 8 pieces of 16 bytes */
-        const int idx = lane + 32 * i, r = idx >> 3, piece = idx & 7;
-        const u32* src = my + r * 36 + 4 * piece;
-        out[((row0 + r) * K + (j << 6)) / 8 + piece] = make_uint4(src[0], src[1], src[2], src[3]);
-    }
-}
-"""
 
 
 @functools.cache  # keyed by the module's own source strings, whose hashes Python keeps
-def _compiled(name: str, source: str, kinds: str, device_index: int) -> nvrtc.Kernel:
+def compiled(name: str, source: str, kinds: str, device_index: int) -> nvrtc.Kernel:
     return nvrtc.compiled(name, _COMMON + _HELPERS + source, kinds, device_index)
 
 
@@ -300,7 +255,7 @@ def matmul(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int,
         grid=(-(-(N // 16) // v["R"]), splits, 1), block=(32 * v["S"], 1, 1),
         args=[x, packed, sz, out, partials, M, N, K, x.stride(0), sz.stride(0) // 2, N])
     if splits > 1:  # the same code for every variant: compiled once
-        _compiled("int4_mma_sum", _SUM, "ppiiii", index)(
+        compiled("int4_mma_sum", _SUM, "ppiiii", index)(
             grid=(-(-(M * N) // 256), 1, 1), block=(256, 1, 1),
             args=[partials, out, M, N, splits, N])
     return out
@@ -308,7 +263,7 @@ def matmul(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int,
 
 @functools.cache
 def _product(variant: tuple, device_index: int) -> nvrtc.Kernel:
-    return _compiled("int4_mma", source(dict(variant)), "pppppiiiiii", device_index)
+    return compiled("int4_mma", source(dict(variant)), "pppppiiiiii", device_index)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -316,15 +271,3 @@ def _plan(rows: int, G: int, N: int, K: int, device_index: int) -> tuple[dict, n
     """(variant, its compiled product), looked up by eager calls (the host bounds a prefill)."""
     v = variant(rows, G, N, K)
     return v, _product(tuple(sorted(v.items())), device_index)
-
-
-def dequant(packed: torch.Tensor, sz: torch.Tensor, G: int, n0: int, rows: int,
-            out: torch.Tensor) -> torch.Tensor:
-    """Rows [n0, n0 + rows) of W (multiples of 16) into out's first rows * K elements."""
-    K = packed.shape[1] * 64
-    dst = out.view(-1)[: rows * K]
-    items = rows // 16 * (K // 64)  # (row tile, k-group) pairs, one a warp
-    kernel = _compiled("int4_mma_dequant", _DEQUANT, "pppiiiii", packed.device.index or 0)
-    kernel(grid=(-(-items // 8), 1, 1), block=(256, 1, 1),
-           args=[packed, sz, dst, n0 // 16, rows // 16, K, G, sz.stride(0) // 2])
-    return dst.view(rows, K)

@@ -159,6 +159,7 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
         model = awq_loader.load_model(folder, device, compute_dtype, forced=forced)
     else:
         model = AutoModelForCausalLM.from_pretrained(folder.path, **kwargs).eval()
+    _own_nf4(model, quant, device, backends)
     head_notes = _quantize_lm_head(model, req, device, compute_dtype)
     stage("attention", 2, "installing the engine's attention")
     attention.register()
@@ -223,6 +224,7 @@ def random_model(folder: ModelFolder, req: LoadRequest, backends: Backends | Non
             from engine.quant.bnb import quantize_linears
 
             quantize_linears(model, quant, compute_dtype)
+    _own_nf4(model, quant, device, backends)
     head_notes = _quantize_lm_head(model, req, device, compute_dtype)
     attention.register()
     model.set_attn_implementation(attention.ATTN_IMPLEMENTATION)
@@ -252,6 +254,18 @@ def _random_bnb_on_meta(config, quant: str, device: torch.device, dtype: torch.d
     random_quantized_linears(model, device, dtype, g, make_layer)
     tie_and_materialize(model, device, missing=random_fill(config, device, dtype, g))
     return model.eval()
+
+
+def _own_nf4(model, quant: str, device: torch.device, backends: Backends | None) -> None:
+    """bitsandbytes' NF4 layers on a GPU swapped for the engine's (quant/nf4_linear.py: the same
+    codes, run by the int4 kernels' codebook variant; against bitsandbytes' decode on the H200 in
+    BENCHMARKS.md); a session's int4 kernel other than "mma" keeps bitsandbytes' layers."""
+    if quant != "nf4" or device.type != "cuda":
+        return
+    if (overrides.backends() if backends is None else backends).int4_kernel in (None, "", "mma"):
+        from engine.quant import nf4_linear
+
+        nf4_linear.convert(model)
 
 
 def _quantize_lm_head(model, req: LoadRequest, device, dtype) -> list[str]:

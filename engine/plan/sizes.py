@@ -49,8 +49,10 @@ def weight_bytes(shape: ModelShape, quant: str, double_quant: bool | None = None
             b = n + 4 * out
         elif quant == "nf4":  # packed 4-bit + absmax per 64 weights + the 16-entry fp32 code
             blocks = -(-n // NF4_BLOCK)
-            # double quant: uint8 absmax + fp32 absmax per 256 blocks + 256-entry code + offset
+            # double quant: uint8 absmax + fp32 absmax per 256 blocks + 256-entry code + offset;
+            # on a GPU the engine's own layer keeps a bf16 absmax instead (quant/nf4_linear.py)
             absmax = (blocks + 4 * -(-blocks // NF4_DQ_BLOCK) + 4 * 256 + 4) if dq else 4 * blocks
+            absmax = max(absmax, 2 * blocks)
             b = -(-n // 2) + absmax + 64
         else:  # AWQ: qweight [in, out/8] int32, qzeros [in/g, out/8] int32, scales [in/g, out] fp16
             groups, packed = -(-inp // group), 4 * -(-out // 8)

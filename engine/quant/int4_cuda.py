@@ -1,6 +1,7 @@
 """Products of the "mma" int4 layout (quant/int4_linear.py, kernels/int4_mma_kernel.py) on CUDA:
-the tensor-core kernel up to MMA_MAX_ROWS rows, else the layer dequantized a slice of output rows
-at a time into one reused bf16 buffer per device, each slice multiplied by cuBLAS into its
+a decode step's few rows through kernels/int4_gemv_kernel.py, the tensor-core kernel up to
+MMA_MAX_ROWS rows, else the layer dequantized (kernels/int4_dequant_kernel.py) a slice of output
+rows at a time into one reused bf16 buffer per device, each slice multiplied by cuBLAS into its
 columns; and the load check that the kernels compile and compute the reference's product.
 
 Measured on the H200 (BENCHMARKS.md, issue 28): slices small enough to stay in the L2 did
@@ -17,15 +18,20 @@ import functools
 
 import torch
 
+from engine.kernels import int4_gemv_kernel as gemv
 from engine.kernels import int4_mma_kernel as mod
+from engine.kernels.int4_dequant_kernel import dequant
 
 CHUNK_BYTES = 160 << 20  # the most bf16 weights dequantized at once
 _buffers: dict[torch.device, torch.Tensor] = {}
 
 
-def reserve(device: torch.device, N: int, K: int) -> torch.Tensor:
+def reserve(device: torch.device, N: int, K: int) -> torch.Tensor | None:
     """The device's slice buffer, large enough for the slices of an N x K layer: made at load
-    (and grown for a larger layer), so a CUDA graph captured later never allocates it."""
+    (and grown for a larger layer), so a CUDA graph captured later never allocates it. None off
+    CUDA (a layer built on the CPU only to be read back there)."""
+    if device.type != "cuda":
+        return None
     key = device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
     need = max(16 * K, min(N * K, _step(N, K) * K))
     buf = _buffers.get(key)
@@ -39,22 +45,26 @@ def _step(N: int, K: int) -> int:
     return min(N, max(16, (CHUNK_BYTES // 2 // K) // 16 * 16))
 
 
-def matmul(x2: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int) -> torch.Tensor:
-    """x2 [M, K] bf16 @ W^T -> [M, N] bf16; past MMA_MAX_ROWS rows through dequantized slices."""
+def matmul(x2: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int,
+           codebook: bool = False) -> torch.Tensor:
+    """x2 [M, K] bf16 @ W^T -> [M, N] bf16; past MMA_MAX_ROWS rows (NF4's codebook: past the
+    gemv's) through dequantized slices."""
     if x2.shape[0] == 0:  # no launch of an empty grid
         return x2.new_empty(0, sz.shape[1])
-    if x2.shape[0] <= mod.MMA_MAX_ROWS:
+    if x2.shape[0] <= gemv.GEMV_MAX_ROWS:
+        return gemv.matmul(x2, packed, sz, G, codebook=codebook)
+    if x2.shape[0] <= mod.MMA_MAX_ROWS and not codebook:
         return mod.matmul(x2, packed, sz, G)
     M, K = x2.shape
     N = sz.shape[1]
     buf = reserve(x2.device, N, K)
     step = _step(N, K)
     if step >= N:  # one slice: no output to cut (an eager prefill is bound by its host work)
-        return torch.mm(x2, mod.dequant(packed, sz, G, 0, N, buf).t())
+        return torch.mm(x2, dequant(packed, sz, G, 0, N, buf, codebook).t())
     out = torch.empty(M, N, dtype=torch.bfloat16, device=x2.device)
     for n0 in range(0, N, step):
         rows = min(step, N - n0)
-        w = mod.dequant(packed, sz, G, n0, rows, buf)  # [rows, K]
+        w = dequant(packed, sz, G, n0, rows, buf, codebook)  # [rows, K]
         torch.mm(x2, w.t(), out=out[:, n0:n0 + rows])  # cuBLAS writes the columns in place
     return out
 
@@ -75,7 +85,7 @@ def kernel_ok(device: str) -> bool:
         lin = Int4Linear.from_codes(codes, zeros, scales, None, torch.bfloat16,
                                     torch.device(device), kernel="mma", check=False)
         ref_w = lin.dequantize().float()
-        for rows in (1, 2, 9, 17, 64, 65):
+        for rows in (1, 3, 4, 5, 9, 17, 64, 65):
             x = torch.randn(rows, K, generator=g).to(device, torch.bfloat16)
             ref = x.float() @ ref_w.t()
             if not ((lin(x).float() - ref).norm() / ref.norm()).item() < 1e-2:

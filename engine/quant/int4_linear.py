@@ -7,9 +7,10 @@ with g = k // group_size, so AWQ's zero point z becomes offset = (8 - z) * scale
   above TINYGEMM_MAX_ROWS rows (prefill) its layout goes through a Triton GEMM that dequantizes
   tiles in registers (kernels/int4_gemm_kernel.py), else is unpacked (quant/tinygemm_layout.py)
   and multiplied in 16 bits, each where it checks out on the device (HEARTH_INT4_PREFILL);
-- "mma":      kernels/int4_mma_kernel.py (CUDA C++ through NVRTC, bf16): the tensor cores' product
-  with the weights dequantized in registers, up to 64 rows, over quant/int4_tile_layout.py; more
-  rows dequantize the layer into a reused buffer for cuBLAS (quant/int4_cuda.py);
+- "mma":      CUDA C++ through NVRTC, bf16, over quant/int4_tile_layout.py: a decode step's 1-4
+  rows through kernels/int4_gemv_kernel.py, up to 64 through kernels/int4_mma_kernel.py (both
+  the tensor cores' product with the weights dequantized in registers); more rows dequantize the
+  layer into a reused buffer for cuBLAS (quant/int4_cuda.py); quant/nf4_linear.py's NF4 too;
 - "triton":   kernels/int4_kernel.py, a split-K GEMV written for this project (CUDA, fp16 or bf16);
 - "cpu":      torch's `_weight_int4pack_mm_for_cpu`;
 - "reference": dequantize, then a plain matmul: the oracle the others are tested against.
@@ -292,8 +293,9 @@ class Int4Linear(torch.nn.Module):
         rows do not concatenate (the CPU kernel packs 64 rows together)."""
         first = mods[0]
         if first.kernel == "cpu" or any(
-                (m.kernel, m.in_features, m.group_size, m.scales_zeros.dtype)
-                != (first.kernel, first.in_features, first.group_size, first.scales_zeros.dtype)
+                (type(m), m.kernel, m.in_features, m.group_size, m.scales_zeros.dtype)
+                != (type(first), first.kernel, first.in_features, first.group_size,
+                    first.scales_zeros.dtype)
                 for m in mods):
             return None
         if any(m.bias is not None for m in mods) and not all(m.bias is not None for m in mods):
@@ -312,5 +314,5 @@ class Int4Linear(torch.nn.Module):
             rows, cols = rows + n, cols + m.out_features
         if first.kernel == "mma":  # the fused layer's slices, before any graph capture
             int4_cuda.reserve(packed.device, cols, first.in_features)
-        return Int4Linear(first.in_features, cols, first.group_size, first.kernel, packed, sz,
+        return type(first)(first.in_features, cols, first.group_size, first.kernel, packed, sz,
                           bias)

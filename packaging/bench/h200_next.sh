@@ -14,11 +14,13 @@
 #                                                first: mkdir old-7c5b653 && git archive 7c5b653
 #                                                engine pyproject.toml | tar -x -C old-7c5b653,
 #                                                and carry it                             ~5 min
+#   bash packaging/bench/h200_next.sh owed20     session 20's GPU tests not run there: the
+#                                                reproducible mode and the batch on the gemv ~4 min
 # Carry [".whl"] (serve: the server's wheels; awq/peer: bitsandbytes) and for peer [".peers"] too;
 # the 64 MiB carry limit holds the server wheels or bitsandbytes beside the tree, not both.
 set -u
 B=packaging/bench
-part=${1:?serve, tests, batching, awq, gemm, peer, both or batch1}
+part=${1:?serve, tests, batching, awq, gemm, peer, both, batch1 or owed20}
 export OUT=${OUT:-/tmp/out}/$part
 mkdir -p "$OUT"
 case "$part" in
@@ -36,6 +38,10 @@ peer) bash $B/peer_int4.sh ;;
 both)
     bash $B/batching.sh serve
     LIMIT=200 bash $B/batching.sh sweep64 ;;
+owed20)
+    source $B/device_env.sh
+    timeout 300 python3 -m pytest -q -p no:cacheprovider tests/engine/models/test_invariant_gpu.py \
+        tests/engine/generate/test_batch_run_gpu.py 2>&1 | tail -15 | tee "$OUT/tests.txt" ;;
 batch1) ROWS="7b-bf16 7b-awq" bash $B/layers_compare.sh old=old-7c5b653=engine.cli \
     new=.=engine.serve.cli ;;
 *) echo "unknown part $part" >&2; exit 2 ;;

@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from awq_speed import SHAPES  # noqa: E402  (beside this script)
 from graph_timing import time_us  # noqa: E402
-from sweep_log import SweepLog, check_and_time, cycling  # noqa: E402
+from sweep_log import SweepLog, check_and_time, cycling, random_awq_layer  # noqa: E402
 
-from engine.kernels import int4_mma_kernel  # noqa: E402
-from engine.quant import awq_format, int4_cuda  # noqa: E402
+from engine.kernels import int4_dequant_kernel, int4_mma_kernel  # noqa: E402
+from engine.quant import int4_cuda  # noqa: E402
 from engine.quant.int4_linear import Int4Linear  # noqa: E402
 
 G = 128
@@ -64,22 +64,18 @@ def main() -> int:
     for name, N, K in SHAPES[args.model]:
         if args.shapes and name not in args.shapes:
             continue
-        g = torch.Generator().manual_seed(0)
-        codes = torch.randint(0, 16, (N, K), generator=g, dtype=torch.uint8)
-        zeros = torch.randint(0, 16, (K // G, N), generator=g, dtype=torch.uint8)
-        scales = torch.rand(K // G, N, generator=g) * 0.002 + 0.003
-        w = awq_format.dequantize(codes, zeros, scales).to(dev)
-        int4_bytes = N * K // 2 + (K // G) * N * 4
-        n_copies = max(1, min(24, COPIES_BYTES // int4_bytes))
+        codes, zeros, scales, w, int4_bytes, n_copies = random_awq_layer(N, K, G, dev, COPIES_BYTES)
+        g = torch.Generator().manual_seed(1)
         tg = Int4Linear.from_codes(codes, zeros, scales, None, dtype, dev, "tinygemm")
         tg_sz = tg.scales_zeros.contiguous()
         tgs = [tg.packed.clone() for _ in range(n_copies)]
         del tg
         layers = {}
-        for kname, mod in (("mma", int4_mma_kernel),):
+        for kname in ("mma",):
             first = Int4Linear.from_codes(codes, zeros, scales, None, dtype, dev, kname)
-            exact = torch.equal(mod.dequant(first.packed, first.scales_zeros, G, 0, N, torch.empty(
-                N * K, dtype=dtype, device=dev)), first.dequantize())
+            exact = torch.equal(int4_dequant_kernel.dequant(
+                first.packed, first.scales_zeros, G, 0, N,
+                torch.empty(N * K, dtype=dtype, device=dev)), first.dequantize())
             record(shape=name, N=N, K=K, M=0, kernel=f"{kname}_dequant_equals_reference",
                    ok=exact)
             layers[kname] = [first] + [Int4Linear(K, N, G, kname, first.packed.data.clone(),
@@ -89,9 +85,9 @@ def main() -> int:
         wbs = [wb] + [wb.clone() for _ in range(min(3, n_copies) - 1)]
         buf = torch.empty(N * K, dtype=dtype, device=dev)
         cands_all = [(f"{kname}_dequant_whole", {}, cycling(
-            lambda L, mod=mod, n=N, b=buf: mod.dequant(L.packed, L.scales_zeros, G, 0, n, b),
-            layers[kname]), int4_bytes + 2 * N * K)
-            for kname, mod in (("mma", int4_mma_kernel),)]
+            lambda L, n=N, b=buf: int4_dequant_kernel.dequant(L.packed, L.scales_zeros, G, 0, n,
+                                                              b),
+            layers[kname]), int4_bytes + 2 * N * K) for kname in ("mma",)]
         for M in args.rows:
             x = torch.randn(M, K, generator=g).to(dev, dtype)
             ref = x.float() @ w.t()

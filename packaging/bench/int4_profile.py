@@ -39,7 +39,7 @@ def main() -> None:
             r = run_round(engine, _prompts(1, a.prompt_len, vocab, seed=3), a.new_tokens)
             torch.cuda.synchronize()
         print("profiled round:", r, flush=True)
-        print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=15,
+        print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=40,
                                         max_name_column_width=60))
         print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25,
                                         max_name_column_width=60))

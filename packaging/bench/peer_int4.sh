@@ -6,7 +6,7 @@
 # Usage (repo root): copy gpt-fast's model.py and quantize.py into .peers/gpt-fast (git-ignored;
 # `git --git-dir=<a gpt-fast clone>/.git show HEAD:model.py > .peers/gpt-fast/model.py`), carry
 # [".whl", ".peers"] (.whl with the bitsandbytes wheel for NF4), then
-#   bash packaging/bench/peer_int4.sh
+#   bash packaging/bench/peer_int4.sh [steps]   (see the loop below; DEADLINE in seconds)
 set -u
 source packaging/bench/device_env.sh
 B=packaging/bench
@@ -23,9 +23,17 @@ bench() {  # label, then hearth bench arguments
     else echo "FAILED $label" | tee -a "$LOG"; tail -5 "$LOG"; fi
 }
 L=$B/llama-3.1-8b
-peer --int4
-bench 8b-awq-lmhead-int4 --model $L --random-weights --quant awq --lm-head int4 --compile
-peer
-bench 8b-bf16 --model $L --random-weights --quant bf16 --compile
-bench 7b-awq --model $B/qwen2.5-7b --random-weights --quant awq --compile
-bench 7b-nf4 --model $B/qwen2.5-7b --random-weights --quant nf4 --compile
+Q=$B/qwen2.5-7b
+# steps (arguments; default all, in this order), each skipped once DEADLINE seconds have passed
+for step in ${*:-peer-int4 8b-awq peer-bf16 8b-bf16 7b-awq 7b-bf16 7b-nf4}; do
+    if [ "$SECONDS" -gt "${DEADLINE:-480}" ]; then echo "SKIPPED $step (deadline)" | tee -a "$LOG"; continue; fi
+    case "$step" in
+    peer-int4) peer --int4 ;;
+    peer-bf16) peer ;;
+    8b-awq) bench 8b-awq-lmhead-int4 --model $L --random-weights --quant awq --lm-head int4 --compile ;;
+    8b-bf16) bench 8b-bf16 --model $L --random-weights --quant bf16 --compile ;;
+    7b-awq) bench 7b-awq --model $Q --random-weights --quant awq --compile ;;
+    7b-bf16) bench 7b-bf16 --model $Q --random-weights --quant bf16 --compile ;;
+    7b-nf4) bench 7b-nf4 --model $Q --random-weights --quant nf4 --compile ;;
+    esac
+done

@@ -1,13 +1,30 @@
-"""The kernel sweeps' bookkeeping (int4_blocked.py, int4_mma.py): one JSON line per measurement on
+"""The kernel sweeps' bookkeeping (int4_mma.py, int4_gemv.py): one JSON line per measurement on
 stderr and in an optional file, the fastest of each (shape, rows, kernel), those as a markdown
-table; a call that reads another copy of a layer each time (so timings see memory, not L2); and
-one candidate checked against the reference, then timed."""
+table; a random AWQ layer; a call that reads another copy of a layer each time (so timings see
+memory, not L2); and one candidate checked against the reference, then timed."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import sys
+
+
+def random_awq_layer(N: int, K: int, G: int, device, copies_bytes: int):
+    """A random AWQ layer for a sweep: (codes, zeros, scales, its dequantized weight on `device`,
+    the int4 bytes a product reads (codes, bf16 scales and offsets), and how many copies of them
+    make `copies_bytes`, at most 24)."""
+    import torch
+
+    from engine.quant import awq_format
+
+    g = torch.Generator().manual_seed(0)
+    codes = torch.randint(0, 16, (N, K), generator=g, dtype=torch.uint8)
+    zeros = torch.randint(0, 16, (K // G, N), generator=g, dtype=torch.uint8)
+    scales = torch.rand(K // G, N, generator=g) * 0.002 + 0.003
+    w = awq_format.dequantize(codes, zeros, scales).to(device)
+    nbytes = N * K // 2 + (K // G) * N * 4
+    return codes, zeros, scales, w, nbytes, max(1, min(24, copies_bytes // nbytes))
 
 
 def cycling(fn, copies):

@@ -1,10 +1,12 @@
-"""The "mma" int4 kernel (issue 28): kernels/int4_mma_kernel.py on the tensor cores for 1 to 64
-rows, its dense path past that (quant/int4_cuda.py), its layout (quant/int4_tile_layout.py). On
-a GPU: every product against the dequantized reference at the 7B's shapes and groups of 32, 64
-and 128; the dequantizing kernel equal to Int4Linear.dequantize() bit for bit; a row's output the
-same bits alone or among up to 63 others (no atomics, a fixed order); graph replays equal to eager
-calls; a fused layer's members (views of its scales) through the kernels. On the CPU the layouts
-round-trip and a word holds the tensor cores' fragment."""
+"""The "mma" int4 kernels (issue 28): kernels/int4_gemv_kernel.py for a decode step's 1 to 4
+rows, kernels/int4_mma_kernel.py on the tensor cores up to 64, the dense path past that
+(quant/int4_cuda.py), their layout (quant/int4_tile_layout.py). On a GPU: every product against
+the dequantized reference at the 7B's shapes and groups of 32, 64 and 128 (and the gemv at every
+launch shape it may take); the dequantizing kernel equal to Int4Linear.dequantize() bit for bit;
+a row's output the same bits alone or among the others of its kernel's range (no atomics, a
+fixed order); graph replays equal to eager calls; a fused layer's members (views of its scales)
+through the kernels. On the CPU the layouts round-trip, a word holds the tensor cores' fragment,
+and the gemv's launch constants come from the shape alone."""
 
 from __future__ import annotations
 
@@ -54,13 +56,13 @@ def cuda_layer(N, K, G, seed=0):
 def test_the_products_equal_the_dequantized_reference(N, K, G):
     if K % G:
         pytest.skip("the group does not divide K")
-    from engine.kernels import int4_mma_kernel
+    from engine.kernels.int4_dequant_kernel import dequant
 
     lin = cuda_layer(N, K, G)
     w = lin.dequantize()
     buf = torch.full((N * K,), float("nan"), dtype=torch.bfloat16, device="cuda")
-    assert torch.equal(int4_mma_kernel.dequant(lin.packed, lin.scales_zeros, G, 0, N, buf), w)
-    assert torch.equal(int4_mma_kernel.dequant(lin.packed, lin.scales_zeros, G, 16, N - 32, buf),
+    assert torch.equal(dequant(lin.packed, lin.scales_zeros, G, 0, N, buf), w)
+    assert torch.equal(dequant(lin.packed, lin.scales_zeros, G, 16, N - 32, buf),
                        w[16:N - 16])
     g = torch.Generator().manual_seed(K + G)
     for rows in (1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 64, 65, 512):
@@ -72,17 +74,51 @@ def test_the_products_equal_the_dequantized_reference(N, K, G):
 
 
 @CUDA
-@pytest.mark.parametrize("N, K", [(4608, 3584), (3584, 18944)])  # one split of K and four
+@pytest.mark.parametrize("N, K", [(4608, 3584), (3584, 18944), (37888, 3584)])  # 8, 16, 4 warps
 def test_a_row_has_the_same_bits_alone_or_among_others(N, K):
+    """Within each kernel's range of rows: the gemv's 1-4, int4_mma's 5-64."""
+    from engine.kernels.int4_gemv_kernel import GEMV_MAX_ROWS
+
     most = 64
     lin = cuda_layer(N, K, 128, seed=3)
     x = torch.randn(most, K, generator=torch.Generator().manual_seed(4)).to(
         "cuda", torch.bfloat16)
+    few = lin(x[:GEMV_MAX_ROWS])
+    for i in range(GEMV_MAX_ROWS):
+        assert torch.equal(lin(x[i:i + 1]), few[i:i + 1])
+    assert torch.equal(lin(x[1:3]), few[1:3])
     together = lin(x)
-    for i in (0, 1, most - 1):
-        assert torch.equal(lin(x[i:i + 1]), together[i:i + 1])
-    assert torch.equal(lin(x[1:3]), together[1:3])
+    first = GEMV_MAX_ROWS + 1
+    for i in (0, 1, most - first):
+        assert torch.equal(lin(x[i:i + first]), together[i:i + first])
     assert torch.equal(lin(x[: most // 2 + 1]), together[: most // 2 + 1])
+
+
+def test_the_gemv_launch_comes_from_the_shape_alone():
+    from engine.kernels.int4_gemv_kernel import variant
+
+    for N, K, warps in [(4608, 3584, 8), (3584, 3584, 16), (37888, 3584, 4),
+                        (3584, 18944, 16), (152064, 3584, 4), (208, 512, 16)]:
+        v = variant(128, N, K)
+        assert v["S"] * v["SPLITS"] == warps and v["S"] <= 8, (N, K, v)
+        assert variant(32, N, K) == dict(v, G=32)  # the group changes the arithmetic only
+
+
+@CUDA
+@pytest.mark.parametrize("G", [32, 128])
+@pytest.mark.parametrize("S, SPLITS", [(4, 1), (8, 1), (8, 2), (4, 4)])
+@pytest.mark.parametrize("U, PIPE", [(1, 0), (1, 1), (2, 1)])
+def test_every_gemv_launch_gives_the_reference_product(G, S, SPLITS, U, PIPE):
+    from engine.kernels import int4_gemv_kernel
+
+    N, K = 208, 1152  # 18 k-groups: splits and warps with uneven shares, some with none
+    lin = cuda_layer(N, K, G, seed=G + S)
+    w = lin.dequantize().float()
+    launch = dict(S=S, SPLITS=SPLITS, G=G, U=U, PIPE=PIPE)
+    x = torch.randn(8, K, generator=torch.Generator().manual_seed(9)).to("cuda", torch.bfloat16)
+    for rows in (1, 2, 5, 8):
+        out = int4_gemv_kernel.matmul(x[:rows], lin.packed, lin.scales_zeros, G, launch)
+        assert rel(out, x[:rows].float() @ w.t()) < 1e-2, rows
 
 
 @CUDA

@@ -1,0 +1,87 @@
+"""Issue 28: the decode kernel (kernels/int4_gemv_kernel.py) against the "mma" kernel,
+tinygemm and bf16 at the Qwen2.5-7B (or Llama-3.1-8B) shapes, 1 to 8 rows: its default launch
+and, with --splits, other splits of K and loads in flight, each checked against the dequantized
+reference first. Timed as int4_mma.py times (CUDA-graph replays cycling through copies larger
+than the L2). One JSON line a measurement (stderr and --out), the best per shape, rows and kernel
+as a table.
+Usage (repo root, on the GPU): python3 packaging/bench/int4_gemv.py [--rows 1 4 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from awq_speed import SHAPES  # noqa: E402  (beside this script)
+from graph_timing import time_us  # noqa: E402
+from sweep_log import SweepLog, check_and_time, cycling, random_awq_layer  # noqa: E402
+
+from engine.kernels import int4_gemv_kernel, int4_mma_kernel  # noqa: E402
+from engine.quant.int4_linear import Int4Linear  # noqa: E402
+
+G = 128
+TOL = 1e-2
+COPIES_BYTES = 400 << 20
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out")
+    p.add_argument("--model", default="qwen2.5-7b", choices=sorted(SHAPES))
+    p.add_argument("--rows", type=int, nargs="+", default=[1, 4, 8])
+    p.add_argument("--shapes", nargs="+", default=None)
+    p.add_argument("--splits", action="store_true", help="other launch constants too")
+    args = p.parse_args()
+    dev, dtype = torch.device("cuda"), torch.bfloat16
+    log = SweepLog(args.out)
+    for name, N, K in SHAPES[args.model]:
+        if args.shapes and name not in args.shapes:
+            continue
+        codes, zeros, scales, w, nbytes, n_copies = random_awq_layer(N, K, G, dev, COPIES_BYTES)
+        g = torch.Generator().manual_seed(1)
+        first = Int4Linear.from_codes(codes, zeros, scales, None, dtype, dev, "mma")
+        layers = [(first.packed, first.scales_zeros)] + [
+            (first.packed.data.clone(), first.scales_zeros.data.clone())
+            for _ in range(n_copies - 1)]
+        tg = Int4Linear.from_codes(codes, zeros, scales, None, dtype, dev, "tinygemm")
+        tg_sz = tg.scales_zeros.contiguous()
+        tgs = [tg.packed] + [tg.packed.clone() for _ in range(n_copies - 1)]
+        wb = w.to(dtype)
+        wbs = [wb, wb.clone()]
+        for M in args.rows:
+            x = torch.randn(M, K, generator=g).to(dev, dtype)
+            ref = x.float() @ w.t()
+            base = int4_gemv_kernel.variant(G, N, K)
+            cands = [("bf16", {}, cycling(lambda W: F.linear(x, W), wbs), 2 * N * K),  # noqa: B023
+                     ("tinygemm", {}, cycling(lambda P: torch.ops.aten._weight_int4pack_mm(
+                         x, P, G, tg_sz), tgs), nbytes),  # noqa: B023
+                     ("mma", {}, cycling(lambda L: int4_mma_kernel.matmul(
+                         x, L[0], L[1], G), layers), nbytes)]  # noqa: B023
+            splits = [(base["S"], base["SPLITS"])] + ([
+                (s, k) for s, k in itertools.product((4, 8, 16), (1, 2, 4, 8))
+                if s * k <= 32 and (s, k) != (base["S"], base["SPLITS"])] if args.splits else [])
+            loads = [(1, 1)] + ([(1, 0), (2, 0), (2, 1)] if args.splits else [])
+            for (s, k), (u, pipe) in itertools.product(splits, loads):
+                v = dict(base, S=s, SPLITS=k, U=u, PIPE=pipe)
+                cands.append(("gemv" if v == base else "gemv_sweep", v, cycling(
+                    lambda L, v=v: int4_gemv_kernel.matmul(x, L[0], L[1], G, v),  # noqa: B023
+                    layers), nbytes))
+            for kernel, cfg, fn, nb in cands:
+                row = dict(shape=name, N=N, K=K, M=M, kernel=kernel, config=cfg)
+                check_and_time(log, row, fn, ref, nb, 2 * n_copies if kernel != "bf16" else 6,
+                               time_us, TOL)
+        del layers, tgs, wbs, first, tg
+        torch.cuda.empty_cache()
+    print(log.table())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

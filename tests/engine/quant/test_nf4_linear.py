@@ -1,0 +1,144 @@
+"""The engine's NF4 layer (quant/nf4_linear.py, issue 28): bitsandbytes' codes and absmax read
+back exactly into the "mma" layout, the product of the codebook kernels (the decode gemv, the
+dequantizing kernel and cuBLAS) against the layer's dequantized reference, and a model loaded
+NF4 on a GPU running the engine's layers with bitsandbytes' logits. On the CPU: the code is
+bitsandbytes', a quantized layer's codes come back, what does not fit stays bitsandbytes'."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from engine.kernels.int4_dequant_kernel import NF4_CODES, codebook_source, nf4_bf16
+from engine.quant import int4_tile_layout
+from engine.quant.nf4_linear import Nf4Linear
+from tests.engine.helpers import captured
+from tests.engine.quant.test_awq import CUDA, rel
+
+bnbf = pytest.importorskip("bitsandbytes.functional")
+SHAPE_05B = Path(__file__).resolve().parents[3] / "packaging" / "bench" / "qwen2.5-0.5b"
+
+
+def bnb_layer(N: int, K: int, seed: int = 0, quant_type: str = "nf4", blocksize: int = 64,
+              device: str = "cpu"):
+    """A quantized bitsandbytes layer's parts, as Linear4bit holds them."""
+    w = torch.randn(N, K, generator=torch.Generator().manual_seed(seed)).to(device, torch.bfloat16)
+    q, qs = bnbf.quantize_4bit(w, blocksize=blocksize, quant_type=quant_type,
+                               compress_statistics=True)
+    return SimpleNamespace(weight=SimpleNamespace(data=q, quant_state=qs), out_features=N,
+                           in_features=K, bias=None), q, qs
+
+
+def test_the_code_is_bitsandbytes_nf4_and_the_kernels_hold_it_in_bf16():
+    assert torch.equal(torch.tensor(NF4_CODES), bnbf.get_4bit_type("nf4", device="cpu").float())
+    words = codebook_source(True).split("#define NF4_BF16 ")[1].splitlines()[0].split(", ")
+    assert [int(w.rstrip("u"), 16) for w in words] == [
+        int(b) & 0xFFFF for b in nf4_bf16().view(torch.int16)]
+    assert codebook_source(False) == "#define CODEBOOK 0\n"
+
+
+def test_a_bitsandbytes_layer_comes_back_with_its_codes_and_its_weights():
+    N, K = 48, 256
+    module, q, qs = bnb_layer(N, K)
+    lin = Nf4Linear.from_bnb(module)
+    b = q.view(-1)
+    codes = torch.stack((b >> 4, b & 0xF), dim=-1).view(N, K)
+    assert torch.equal(int4_tile_layout.unpack(lin.packed), codes)  # the same codes
+    ours, theirs = lin.dequantize().float(), bnbf.dequantize_4bit(q, qs).float()
+    # bitsandbytes rounds code x absmax once; here code and absmax are bf16 first: three
+    # roundings of at most 2^-8 relative each, against its one
+    assert ((ours - theirs).abs() <= theirs.abs() * 2 ** -6).all()
+    assert rel(ours, theirs) < 2 ** -8
+
+
+@pytest.mark.parametrize("case", ["fp4", "block128", "rows40"])
+def test_what_the_layer_cannot_hold_stays_bitsandbytes(case):
+    N, quant_type, blocksize = (40 if case == "rows40" else 48, "fp4" if case == "fp4" else "nf4",
+                                128 if case == "block128" else 64)
+    module, _, _ = bnb_layer(N, 256, quant_type=quant_type, blocksize=blocksize)
+    assert Nf4Linear.from_bnb(module) is None
+
+
+def test_fused_members_are_views_and_keep_their_weights():
+    mods = [Nf4Linear.from_bnb(bnb_layer(n, 256, seed=n)[0]) for n in (64, 32, 32)]
+    alone = [m.dequantize() for m in mods]
+    fused = Nf4Linear.concat(mods)
+    assert type(fused) is Nf4Linear
+    assert torch.equal(fused.dequantize(), torch.cat(alone))
+    for m, a in zip(mods, alone, strict=True):
+        assert m.packed.data_ptr() >= fused.packed.data_ptr()
+        assert torch.equal(m.dequantize(), a)
+
+
+@CUDA
+@pytest.mark.parametrize("N, K", [(4608, 3584), (37888, 3584), (3584, 18944), (208, 512)])
+def test_the_codebook_products_equal_the_dequantized_reference(N, K):
+    from engine.kernels.int4_dequant_kernel import dequant
+
+    lin = Nf4Linear.from_bnb(bnb_layer(N, K, seed=N, device="cuda")[0])
+    w = lin.dequantize()
+    buf = torch.full((N * K,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    assert torch.equal(dequant(lin.packed, lin.scales_zeros, 64, 0, N, buf, True), w)
+    assert torch.equal(dequant(lin.packed, lin.scales_zeros, 64, 16, N - 32, buf, True),
+                       w[16:N - 16])
+    g = torch.Generator().manual_seed(K)
+    x = torch.randn(512, K, generator=g).to("cuda", torch.bfloat16)
+    for rows in (1, 2, 3, 4, 5, 16, 65, 512):
+        out = lin(x[:rows])
+        assert out.shape == (rows, N) and rel(out, x[:rows].float() @ w.float().t()) < 1e-2
+    few = lin(x[:4])
+    for i in range(4):  # the gemv's rows: the same bits alone
+        assert torch.equal(lin(x[i:i + 1]), few[i:i + 1])
+
+
+@CUDA
+def test_codebook_graph_replays_equal_eager_calls():
+    lin = Nf4Linear.from_bnb(bnb_layer(3584, 3584, seed=5, device="cuda")[0])
+    x = torch.randn(1, 3584, generator=torch.Generator().manual_seed(6)).to(
+        "cuda", torch.bfloat16)
+    eager = lin(x)
+    graph, out = captured(lambda: lin(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+
+
+@CUDA
+def test_a_model_loaded_nf4_runs_the_engines_layers_as_close_as_bitsandbytes_ones():
+    """The yardstick: both models against the same NF4 weights dequantized exactly (fp32)."""
+    import copy
+
+    import bitsandbytes as bnb
+
+    from engine.config.backends import Backends
+    from engine.events import LoadRequest
+    from engine.files.model_folder import config_only_folder
+    from engine.load import loader
+
+    folder = config_only_folder(str(SHAPE_05B))
+    req = LoadRequest(model=str(SHAPE_05B), device="cuda", quant="nf4", context=256)
+    ours = loader.random_model(folder, req).model
+    theirs = loader.random_model(folder, req, Backends(int4_kernel="reference")).model
+    kinds = lambda m: {type(x).__name__ for x in m.modules()}  # noqa: E731
+    assert "Nf4Linear" in kinds(ours) and "Linear4bit" not in kinds(ours)
+    assert not any(isinstance(x, Nf4Linear) for x in theirs.modules())
+    exact = copy.deepcopy(theirs)
+    for parent in list(exact.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, bnb.nn.Linear4bit):
+                w = bnbf.dequantize_4bit(child.weight.data, child.weight.quant_state).float()
+                plain = torch.nn.Linear(child.in_features, child.out_features, bias=False)
+                plain.weight = torch.nn.Parameter(w, requires_grad=False)
+                if child.bias is not None:
+                    plain.bias = torch.nn.Parameter(child.bias.data.float(), requires_grad=False)
+                setattr(parent, name, plain)
+    exact = exact.float()
+    ids = torch.randint(0, 1000, (1, 24), generator=torch.Generator().manual_seed(0)).cuda()
+    for m in (ours, theirs, exact):  # transformers' own attention: no engine cache around it
+        m.set_attn_implementation("sdpa")
+    with torch.no_grad():
+        a, b, ref = (m(ids).logits.float() for m in (ours, theirs, exact))
+    assert 0 < rel(b, ref) and rel(a, ref) <= 1.5 * rel(b, ref), (rel(a, ref), rel(b, ref))
