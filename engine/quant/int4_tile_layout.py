@@ -21,8 +21,20 @@ def fits(N: int, K: int) -> bool:
     return N % 16 == 0 and K % 64 == 0
 
 
+PACK_BYTES = 64 << 20  # int64 codes arranged at once: a 7B's down_proj whole would take 1.6 GB
+
+
 def pack(codes: torch.Tensor) -> torch.Tensor:
-    """codes [N, K] (0..15) -> packed [N/16, K/64, 32, 4] int32."""
+    """codes [N, K] (0..15) -> packed [N/16, K/64, 32, 4] int32, a slice of row tiles at a time
+    (loads convert layers on the card that will hold them, which may have little room left)."""
+    N, K = codes.shape
+    step = max(16, PACK_BYTES // (8 * K) // 16 * 16)
+    if N > step:
+        return torch.cat([_pack(codes[n:n + step]) for n in range(0, N, step)])
+    return _pack(codes)
+
+
+def _pack(codes: torch.Tensor) -> torch.Tensor:
     N, K = codes.shape
     # row = 16 T + 8 h + g; k = 64 j + 16 c + 8 kh + 2 t + e
     c = codes.to(torch.int64).view(N // 16, 2, 8, K // 64, 4, 2, 4, 2)

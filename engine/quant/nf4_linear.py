@@ -21,7 +21,6 @@ from engine.quant import int4_cuda, int4_tile_layout
 from engine.quant.int4_linear import Int4Linear
 
 BLOCK = 64  # bitsandbytes' NF4 blocksize, the one the layout's k-groups hold whole
-PACK_ROWS = 4096  # rows packed at once: the packing's int64 temporaries stay small
 
 
 class Nf4Linear(Int4Linear):
@@ -47,8 +46,7 @@ class Nf4Linear(Int4Linear):
                           bias: torch.Tensor | None) -> Nf4Linear:
         """codes [N, K] (0..15) and absmax [N, K/64] (fp32), on the layer's CUDA device."""
         N, K = codes.shape
-        packed = torch.cat([int4_tile_layout.pack(codes[n:n + PACK_ROWS])
-                            for n in range(0, N, PACK_ROWS)])
+        packed = int4_tile_layout.pack(codes)
         int4_cuda.reserve(codes.device, N, K)  # the dense path's buffer, before graph capture
         sz = absmax.t().to(torch.bfloat16).contiguous()  # [K/64, N]
         return cls(K, N, BLOCK, "mma", packed, sz,

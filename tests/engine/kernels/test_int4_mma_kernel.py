@@ -44,6 +44,15 @@ def test_the_tile_layout_round_trips_and_puts_each_fragment_in_its_nibbles():
         assert (word >> 4 * (i + 4)) & 0xF == codes[rows[i], ks[i] + 1]
 
 
+def test_the_tile_layout_packs_a_slice_of_row_tiles_at_a_time_with_the_same_words(monkeypatch):
+    codes = torch.randint(0, 16, (208, 256), generator=torch.Generator().manual_seed(3),
+                          dtype=torch.uint8)
+    whole = int4_tile_layout.pack(codes)
+    monkeypatch.setattr(int4_tile_layout, "PACK_BYTES", 8 * 256 * 48)  # 48 rows a slice
+    assert torch.equal(int4_tile_layout.pack(codes), whole)
+    assert torch.equal(int4_tile_layout.unpack(whole), codes)
+
+
 def cuda_layer(N, K, G, seed=0):
     codes, zeros, scales = random_layer(N, K, G=G, seed=seed)
     return Int4Linear.from_codes(codes, zeros, scales, None, torch.bfloat16,
