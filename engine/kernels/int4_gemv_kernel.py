@@ -19,7 +19,8 @@ from engine.kernels import int4_mma_kernel as mma
 from engine.kernels.int4_dequant_kernel import codebook_source
 from engine.platform import nvrtc
 
-GEMV_MAX_ROWS = 4  # past 4 rows int4_mma was as fast or faster on the H200 (BENCHMARKS.md)
+GEMV_MAX_ROWS = 4  # at 8 rows int4_mma was as fast or faster on three of a 7B's four
+# products on the H200, at 1-4 the gemv on all four (BENCHMARKS.md; 5-7 not measured)
 
 _GEMV = r"""
 /* Grid: one block a row tile (16 output rows); SPLITS x S warps a block. Warp (s, w) takes the
@@ -157,8 +158,8 @@ def variant(G: int, N: int, K: int) -> dict:
     """Launch constants from the layer's shape alone: W = S x SPLITS warps a row tile, so that
     the grid holds about 4,096 warps (the small q/k/v, o and down products of a 7B fill the H200's
     132 SMs) but at least 4 and at most 16, S <= 8 of them sharing one split of K. U k-groups a
-    warp at once, PIPE: the next U loaded while these are used. The H200's sweep (BENCHMARKS.md,
-    issue 28) found these best or within 0.3 us of it at every 7B shape."""
+    warp at once, PIPE: the next U loaded while these are used. The H200's sweeps (BENCHMARKS.md,
+    issue 28) found these best or within 0.7 us of the best at every 7B shape."""
     want = max(4, 4096 // max(1, N // 16))
     W = min(16, 1 << (want.bit_length() - 1))  # a power of two: 4, 8 or 16
     S = min(8, W)
