@@ -142,3 +142,20 @@ def test_a_model_loaded_nf4_runs_the_engines_layers_as_close_as_bitsandbytes_one
     with torch.no_grad():
         a, b, ref = (m(ids).logits.float() for m in (ours, theirs, exact))
     assert 0 < rel(b, ref) and rel(a, ref) <= 1.5 * rel(b, ref), (rel(a, ref), rel(b, ref))
+
+
+@pytest.mark.parametrize("device, kernel, swapped", [
+    ("cuda", None, True), ("cuda", "mma", True), ("cuda", "reference", False),
+    ("cuda", "tinygemm", False), ("cpu", None, False)])
+def test_the_loader_swaps_nf4_layers_on_a_gpu_unless_told_otherwise(monkeypatch, device, kernel,
+                                                                    swapped):
+    from engine.config.backends import Backends
+    from engine.load import loader
+    from engine.quant import nf4_linear
+
+    calls = []
+    monkeypatch.setattr(nf4_linear, "convert", calls.append)
+    model = torch.nn.Linear(4, 4)
+    loader._own_nf4(model, "nf4", torch.device(device), Backends(int4_kernel=kernel))
+    loader._own_nf4(model, "awq", torch.device(device), Backends(int4_kernel=kernel))
+    assert calls == ([model] if swapped else [])
