@@ -70,22 +70,18 @@ __device__ __forceinline__ void use_items(const u16* xr, bool has_row, int j, in
         for (int c = 0; c < 4; c++) {
             const int q = (16 * c) / G < NS ? (16 * c) / G : 0;
             const u32 v = c == 0 ? wq[u].x : c == 1 ? wq[u].y : c == 2 ? wq[u].z : wq[u].w;
-            const u32 l = lo[u][q], h = hi[u][q];
+            u32 a[4];
 #if CODEBOOK  /* code absmax, rounded once (fma with -0) */
-            const u32 sl = l | (l << 16), sh = h | (h << 16), ol = 0x80008000u, oh = ol;
-            const u32 a0 = bf16x2_fma(code_pair(tab, v), sl, ol);
-            const u32 a1 = bf16x2_fma(code_pair(tab, v >> 4), sh, oh);
-            const u32 a2 = bf16x2_fma(code_pair(tab, v >> 8), sl, ol);
-            const u32 a3 = bf16x2_fma(code_pair(tab, v >> 12), sh, oh);
+            const u32 l = lo[u][q], h = hi[u][q];
+            const u32 sl = l | (l << 16), sh = h | (h << 16), z = 0x80008000u;
+            a[0] = bf16x2_fma(code_pair(tab, v), sl, z);
+            a[1] = bf16x2_fma(code_pair(tab, v >> 4), sh, z);
+            a[2] = bf16x2_fma(code_pair(tab, v >> 8), sl, z);
+            a[3] = bf16x2_fma(code_pair(tab, v >> 12), sh, z);
 #else
-            const u32 sl = (l & 0xFFFFu) | (l << 16), ol = (l >> 16) | (l & 0xFFFF0000u);
-            const u32 sh = (h & 0xFFFFu) | (h << 16), oh = (h >> 16) | (h & 0xFFFF0000u);
-            const u32 a0 = bf16x2_fma(bf16x2_fma(nibble_pair(v), ONE2, M136), sl, ol);
-            const u32 a1 = bf16x2_fma(bf16x2_fma(nibble_pair(v >> 4), ONE2, M136), sh, oh);
-            const u32 a2 = bf16x2_fma(bf16x2_fma(nibble_pair(v >> 8), ONE2, M136), sl, ol);
-            const u32 a3 = bf16x2_fma(bf16x2_fma(nibble_pair(v >> 12), ONE2, M136), sh, oh);
+            affine_a(v, lo[u][q], hi[u][q], a);
 #endif
-            mma16816(acc, a0, a1, a2, a3, b[c][0], b[c][1]);
+            mma16816(acc, a[0], a[1], a[2], a[3], b[c][0], b[c][1]);
         }
     }
 }
@@ -199,8 +195,9 @@ def matmul(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int,
         v, product = dict(launch, CODEBOOK=int(codebook)), None
     scale_ok = sz.stride(1) == 1 if codebook else (sz.stride(1) == 2 and sz.stride(2) == 1)
     if M > (8 if launch else GEMV_MAX_ROWS) or K % 64 or (64 % G and G % 64) or not scale_ok:
-        raise ValueError(f"the int4 gemv kernel takes up to {GEMV_MAX_ROWS} rows of "
-                         f"K % 64 == 0, not {M}x{K}")
+        raise ValueError(f"the int4 gemv kernel takes up to {GEMV_MAX_ROWS} rows of K % 64 == 0 "
+                         f"and scales of unit stride over n, not {M}x{K} with scale strides "
+                         f"{tuple(sz.stride())}")
     if x.stride(1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16:
         x = x.contiguous()
     out = torch.empty(M, N, dtype=torch.bfloat16, device=x.device)

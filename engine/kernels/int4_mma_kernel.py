@@ -61,6 +61,17 @@ __device__ __forceinline__ void mma16816(float* c, u32 a0, u32 a1, u32 a2, u32 a
 
 #define ONE2 0x3F803F80u    /* bf16 (1, 1) */
 #define M136 0xC308C308u    /* bf16 (-136, -136) */
+
+/* One word's A fragment, (q - 8) scale + offset rounded once: lo and hi the bf16 (scale, offset)
+   pairs of rows g and g + 8 (a0 and a2 are row g's registers, a1 and a3 row g + 8's) */
+__device__ __forceinline__ void affine_a(u32 v, u32 lo, u32 hi, u32 (&a)[4]) {
+    const u32 sl = (lo & 0xFFFFu) | (lo << 16), ol = (lo >> 16) | (lo & 0xFFFF0000u);
+    const u32 sh = (hi & 0xFFFFu) | (hi << 16), oh = (hi >> 16) | (hi & 0xFFFF0000u);
+    a[0] = bf16x2_fma(bf16x2_fma(nibble_pair(v), ONE2, M136), sl, ol);
+    a[1] = bf16x2_fma(bf16x2_fma(nibble_pair(v >> 4), ONE2, M136), sh, oh);
+    a[2] = bf16x2_fma(bf16x2_fma(nibble_pair(v >> 8), ONE2, M136), sl, ol);
+    a[3] = bf16x2_fma(bf16x2_fma(nibble_pair(v >> 12), ONE2, M136), sh, oh);
+}
 """
 
 _MMA = r"""
@@ -135,19 +146,11 @@ int4_mma(const u16* __restrict__ x, const uint4* __restrict__ w, const u32* __re
                 for (int r = 0; r < R; r++) {
                     const uint4 wv = wq[u][r];
                     const u32 v = c == 0 ? wv.x : c == 1 ? wv.y : c == 2 ? wv.z : wv.w;
-                    const u32 lo = s_lo[u][r][q], hi = s_hi[u][r][q];
-                    const u32 sl = (lo & 0xFFFFu) | (lo << 16);  /* (scale, scale) */
-                    const u32 ol = (lo >> 16) | (lo & 0xFFFF0000u);  /* (offset, offset) */
-                    const u32 sh = (hi & 0xFFFFu) | (hi << 16);
-                    const u32 oh = (hi >> 16) | (hi & 0xFFFF0000u);
-                    const u32 a0 = bf16x2_fma(bf16x2_fma(nibble_pair(v), ONE2, M136), sl, ol);
-                    const u32 a1 = bf16x2_fma(bf16x2_fma(nibble_pair(v >> 4), ONE2, M136), sh, oh);
-                    const u32 a2 = bf16x2_fma(bf16x2_fma(nibble_pair(v >> 8), ONE2, M136), sl, ol);
-                    const u32 a3 = bf16x2_fma(bf16x2_fma(nibble_pair(v >> 12), ONE2, M136),
-                                              sh, oh);
+                    u32 a[4];
+                    affine_a(v, s_lo[u][r][q], s_hi[u][r][q], a);
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++)
-                        mma16816(acc[r][mt], a0, a1, a2, a3, b[c][mt][0], b[c][mt][1]);
+                        mma16816(acc[r][mt], a[0], a[1], a[2], a[3], b[c][mt][0], b[c][mt][1]);
                 }
             }
         }

@@ -55,17 +55,20 @@ class Nf4Linear(Int4Linear):
     @classmethod
     def from_bnb(cls, module) -> Nf4Linear | None:
         """A bitsandbytes Linear4bit's NF4 layer in this form, or None where it does not fit
-        (another quant type, code or blocksize; shapes the layout cannot tile; not bf16)."""
+        (another quant type, code or blocksize; shapes the layout cannot tile; not bf16; tensors
+        whose sizes disagree with the layer's, as a malformed checkpoint's may)."""
         import bitsandbytes.functional as bnbf
 
         qs = getattr(module.weight, "quant_state", None)
         N, K = module.out_features, module.in_features
+        b = module.weight.data.reshape(-1)  # [N K / 2] uint8, element 2i in the high nibble
         if (qs is None or qs.quant_type != "nf4" or qs.blocksize != BLOCK
                 or not int4_tile_layout.fits(N, K) or qs.dtype != torch.bfloat16
+                or b.dtype != torch.uint8 or 2 * b.numel() != N * K
+                or qs.absmax.numel() != N * K // BLOCK or qs.code.numel() != len(NF4_CODES)
                 or not torch.allclose(qs.code.float().cpu(), torch.tensor(NF4_CODES), rtol=0,
                                       atol=1e-7)):
             return None
-        b = module.weight.data.view(-1)  # [N K / 2] uint8, element 2i in the high nibble
         codes = torch.stack((b >> 4, b & 0xF), dim=-1).view(N, K)
         absmax = qs.absmax
         if qs.nested:  # double quantization: 8-bit absmax, its own blocks' scales and offset

@@ -54,11 +54,15 @@ def test_a_bitsandbytes_layer_comes_back_with_its_codes_and_its_weights():
     assert rel(ours, theirs) < 2 ** -8
 
 
-@pytest.mark.parametrize("case", ["fp4", "block128", "rows40"])
+@pytest.mark.parametrize("case", ["fp4", "block128", "rows40", "short_codes", "short_absmax"])
 def test_what_the_layer_cannot_hold_stays_bitsandbytes(case):
     N, quant_type, blocksize = (40 if case == "rows40" else 48, "fp4" if case == "fp4" else "nf4",
                                 128 if case == "block128" else 64)
-    module, _, _ = bnb_layer(N, 256, quant_type=quant_type, blocksize=blocksize)
+    module, q, qs = bnb_layer(N, 256, quant_type=quant_type, blocksize=blocksize)
+    if case == "short_codes":  # a malformed checkpoint: fewer codes than the layer's shape
+        module.weight.data = q[:-16]
+    if case == "short_absmax":
+        qs.absmax = qs.absmax[:-1]
     assert Nf4Linear.from_bnb(module) is None
 
 
