@@ -28,28 +28,41 @@ def nf4_bf16() -> torch.Tensor:
     return torch.tensor(NF4_CODES, dtype=torch.float32).to(torch.bfloat16)
 
 
+def code_tables() -> list[int]:
+    """The code's bf16 low bytes, then high bytes, four codes a word (code 4i in the low byte of
+    word i): the eight words code_word permutes bytes out of."""
+    halves = [int(b) & 0xFFFF for b in nf4_bf16().view(torch.int16)]
+    return [sum(((halves[4 * i + k] >> shift) & 0xFF) << 8 * k for k in range(4))
+            for shift in (0, 8) for i in range(4)]
+
+
 def codebook_source(codebook: bool) -> str:
-    """The CODEBOOK switch and, when on, its table and pair lookup (CUDA, before a kernel)."""
+    """The CODEBOOK switch and, when on, its tables and lookup (CUDA, before a kernel)."""
     if not codebook:
         return "#define CODEBOOK 0\n"
-    words = ", ".join(f"0x{int(b) & 0xFFFF:04X}u" for b in nf4_bf16().view(torch.int16))
-    return "#define CODEBOOK 1\n#define NF4_BF16 " + words + "\n" + _CODEBOOK
+    words = code_tables()
+    return ("#define CODEBOOK 1\n" + "".join(
+        f"#define {'LH'[i // 4]}{i % 4} 0x{w:08X}u\n" for i, w in enumerate(words)) + _CODEBOOK)
 
 
 _CODEBOOK = r"""
-/* the 16 codes as bf16, one in each word's low half, copied to shared memory at a block's start
-   (lanes index them at random: 16 words in 16 banks, no conflicts) */
-__device__ __forceinline__ void load_codes(u32* tab) {
-    const u32 codes[16] = {NF4_BF16};
-    if (threadIdx.x < 16) tab[threadIdx.x] = codes[threadIdx.x];
-    __syncthreads();
-}
+/* Four codes' bytes of one kind (T0..T3: L or H) for the selector nibbles of s (bit 3 cleared)
+   and m (4 where the code's bit 3 is set): prmt picks among 8 bytes, so codes 0-7 and 8-15 are
+   looked up apart and m takes one or the other */
+#define CODE_BYTES(T0, T1, T2, T3, s, m) \
+    __byte_perm(__byte_perm(T0, T1, s), __byte_perm(T2, T3, s), m)
 
-/* the bf16 pair (code[v & 15], code[(v >> 16) & 15]): the codebook's nibble_pair */
-__device__ __forceinline__ u32 code_pair(const u32* tab, u32 v) {
-    u32 d;
-    asm("prmt.b32 %0, %1, %2, 0x5410;" : "=r"(d) : "r"(tab[v & 15u]), "r"(tab[(v >> 16) & 15u]));
-    return d;
+/* A word's four A registers in the codebook order (quant/int4_tile_layout.py): register i is the
+   bf16 pair (code of nibble 2i, code of nibble 2i + 1); no shared memory, no table in memory */
+__device__ __forceinline__ void code_word(u32 v, u32 (&a)[4]) {
+    const u32 s = v & 0x77777777u, m = ((v >> 1) & 0x44444444u) | 0x32103210u;
+    const u32 sh = s >> 16, mh = m >> 16;
+    const u32 l = CODE_BYTES(L0, L1, L2, L3, s, m), h = CODE_BYTES(H0, H1, H2, H3, s, m);
+    const u32 lh = CODE_BYTES(L0, L1, L2, L3, sh, mh), hh = CODE_BYTES(H0, H1, H2, H3, sh, mh);
+    a[0] = __byte_perm(l, h, 0x5140);
+    a[1] = __byte_perm(l, h, 0x7362);
+    a[2] = __byte_perm(lh, hh, 0x5140);
+    a[3] = __byte_perm(lh, hh, 0x7362);
 }
 """
 
@@ -57,17 +70,13 @@ _DEQUANT = r"""
 /* Row tiles [T0, T0 + tiles) to bf16 rows. AWQ: the reference's two roundings, (q - 8) scale
    rounded to bf16, then + offset rounded (Int4Linear.dequantize computes in bf16 the same way),
    sz [K/G, N, 2]; CODEBOOK: code[q] absmax rounded once, sz the absmax [K/64, N] (u16). A warp
-   takes one (row tile, k-group): its 16 x 64 values go through shared memory (rows 36 words
-   apart: no bank conflicts either way) and out as 16-byte pieces of whole rows. */
+   takes one (row tile, k-group): a lane's words hold 16 bytes of each of its rows g and g + 8 in
+   each half of the 64 k (the layout's k order), stored as they are (a row's 64 bytes a warp
+   store: whole sectors). */
 #define DQ_WARPS 8
 extern "C" __global__ void __launch_bounds__(DQ_WARPS * 32)
 int4_mma_dequant(const uint4* __restrict__ w, const u32* __restrict__ sz, uint4* __restrict__ out,
                  int T0, int tiles, int K, int G, int stride_sz) {
-    __shared__ u32 tile[DQ_WARPS][16 * 36];
-#if CODEBOOK
-    __shared__ u32 tab[16];
-    load_codes(tab);
-#endif
     const int KJ = K >> 6;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int item = blockIdx.x * DQ_WARPS + warp;  /* (row tile, k-group) */
@@ -77,44 +86,39 @@ int4_mma_dequant(const uint4* __restrict__ w, const u32* __restrict__ sz, uint4*
     const uint4 q = __ldg(w + ((size_t)T * KJ + j) * 32 + lane);
     const u32 words[4] = {q.x, q.y, q.z, q.w};
     const u32 ZERO2 = 0x80008000u;  /* bf16 (-0, -0): fma(a, b, -0) rounds a b alone */
-    u32* my = tile[warp];
 #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int k0 = (j << 6) + (c << 4);
+    for (int h = 0; h < 2; h++) {  /* rows g and g + 8 */
+#pragma unroll
+        for (int c1 = 0; c1 < 2; c1++) {  /* k 64 j + 32 c1 + 8 t, + 8: words 2 c1 and 2 c1 + 1 */
+            u32 o[4];
+#pragma unroll
+            for (int c0 = 0; c0 < 2; c0++) {
+                const int c = 2 * c1 + c0, grp = ((j << 6) + (c << 4)) / G;
 #if CODEBOOK
-        const u16* p = reinterpret_cast<const u16*>(sz) + (size_t)(k0 / G) * stride_sz + (T << 4)
-                       + g;
+                const u32 s = __ldg(reinterpret_cast<const u16*>(sz) + (size_t)grp * stride_sz
+                                    + (T << 4) + g + 8 * h);
+                const u32 s2 = s | (s << 16);
 #else
-        const u32* p = sz + (size_t)(k0 / G) * stride_sz + (T << 4) + g;
+                const u32 s = __ldg(sz + (size_t)grp * stride_sz + (T << 4) + g + 8 * h);
+                const u32 s2 = (s & 0xFFFFu) | (s << 16), o2 = (s >> 16) | (s & 0xFFFF0000u);
 #endif
 #pragma unroll
-        for (int h = 0; h < 2; h++) {  /* rows g and g + 8 */
-            const u32 s = __ldg(p + 8 * h);
+                for (int kh = 0; kh < 2; kh++) {  /* the pairs at 4 c0 + 2 kh of the 8 */
 #if CODEBOOK
-            const u32 s2 = s | (s << 16);
+                    u32 a[4];
+                    code_word(words[c], a);
+                    o[2 * c0 + kh] = bf16x2_fma(a[h + 2 * kh], s2, ZERO2);
 #else
-            const u32 s2 = (s & 0xFFFFu) | (s << 16), o2 = (s >> 16) | (s & 0xFFFF0000u);
+                    const u32 v = words[c] >> (4 * (h + 2 * kh));
+                    const u32 prod = bf16x2_fma(bf16x2_fma(nibble_pair(v), ONE2, M136), s2,
+                                                ZERO2);
+                    o[2 * c0 + kh] = bf16x2_fma(prod, ONE2, o2);
 #endif
-#pragma unroll
-            for (int kh = 0; kh < 2; kh++) {  /* k0 + 2t and k0 + 2t + 8 */
-                const u32 v = words[c] >> (4 * (h + 2 * kh));
-#if CODEBOOK
-                my[(g + 8 * h) * 36 + 8 * c + t + 4 * kh] = bf16x2_fma(code_pair(tab, v), s2,
-                                                                        ZERO2);
-#else
-                const u32 prod = bf16x2_fma(bf16x2_fma(nibble_pair(v), ONE2, M136), s2, ZERO2);
-                my[(g + 8 * h) * 36 + 8 * c + t + 4 * kh] = bf16x2_fma(prod, ONE2, o2);
-#endif
+                }
             }
+            const size_t row = ((size_t)(T - T0) << 4) + g + 8 * h;
+            out[(row * K + (j << 6) + 32 * c1 + 8 * t) / 8] = make_uint4(o[0], o[1], o[2], o[3]);
         }
-    }
-    __syncwarp();
-    const size_t row0 = (size_t)(T - T0) << 4;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {  /* 16 rows x 8 pieces of 16 bytes */
-        const int idx = lane + 32 * i, r = idx >> 3, piece = idx & 7;
-        const u32* src = my + r * 36 + 4 * piece;
-        out[((row0 + r) * K + (j << 6)) / 8 + piece] = make_uint4(src[0], src[1], src[2], src[3]);
     }
 }
 """

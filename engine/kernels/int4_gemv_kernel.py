@@ -2,8 +2,12 @@
 (quant/int4_tile_layout.py), with int4_mma's arithmetic (kernels/int4_mma_kernel.py: weights
 dequantized in registers, the tensor cores' m16n8k16 product, fp32 sums) but a decode step's
 grid: one block a row tile of 16 outputs, all of the tile's split of K in that block and summed
-there (no second launch), the next k-groups loaded while these are used, and as many warps a
-tile as make the small layers fill the GPU. Compiled by NVRTC, launched by platform/nvrtc.py.
+there (no second launch), the next k-group loaded while this one is used, and as many warps a
+tile as make the small layers fill the GPU. x's share of a k-group is two 16-byte loads (the
+layout's k order). NF4 (CODEBOOK) looks its codes up without memory reads for half of a
+k-group's words (byte permutes, kernels/int4_dequant_kernel.py code_word) and in a shared table
+of code pairs for the other half, so that neither the ALU nor the shared-memory pipe is alone in
+the way. Compiled by NVRTC, launched by platform/nvrtc.py.
 
 A row's bits do not depend on the rows beside it (the split comes from the layer's shape alone),
 but they are not int4_mma's: a batch that grows past GEMV_MAX_ROWS rows changes a row's last bits.
@@ -24,65 +28,82 @@ GEMV_MAX_ROWS = 4  # at 8 rows int4_mma was as fast or faster on three of a 7B's
 
 _GEMV = r"""
 /* Grid: one block a row tile (16 output rows); SPLITS x S warps a block. Warp (s, w) takes the
-   k-groups j_lo(s) + w + S i < j_hi(s) of split s; the block sums ((w0 + w1) + ...) per split,
-   then 0 + split 0 + split 1 + ... PIPE: the next U k-groups' weights and scales are loaded
-   before these U are used. */
+   k-groups j_lo(s) + w + S i < j_hi(s) of split s, the next one's weights, scales (and with XPRE
+   x's fragments) loaded while this one is used (two register sets in turn: no copies); the block
+   sums ((w0 + w1) + ...) per split, then 0 + split 0 + split 1 + ... */
 #if CODEBOOK
 typedef u16 scale_t;  /* the NF4 absmax [K/64, N] */
 #else
 typedef u32 scale_t;  /* AWQ's (scale, offset) [K/G, N, 2] */
 #endif
 
-__device__ __forceinline__ void load_items(const uint4* wt, const scale_t* st, int stride_sz, int j,
-                                           int j_hi, uint4 (&wq)[U], u32 (&lo)[U][NS],
-                                           u32 (&hi)[U][NS]) {
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int ju = j + u * S;
-        if (ju < j_hi) {
-            wq[u] = __ldg(wt + (size_t)ju * 32);
-#pragma unroll
-            for (int q = 0; q < NS; q++) {
-                const scale_t* p = st + (size_t)((ju * 64 + q * G) / G) * stride_sz;
-                lo[u][q] = __ldg(p);
-                hi[u][q] = __ldg(p + 8);
-            }
-        }
+/* One k-group of a lane: its 16 bytes of codes, its rows' scales, and x's B fragments in the
+   layout's k order: row g's 16 bytes at 64 j + 8 t (words 0, 1) and at 64 j + 32 + 8 t (words 2,
+   3), zeros past M (never loaded: both sets start at zero) */
+struct Item {
+    uint4 w, x0, x1;
+    u32 lo[NS], hi[NS];
+};
+
+__device__ __forceinline__ void load_x(const uint4* xp, bool has_row, Item& it) {
+    if (has_row) {
+        it.x0 = __ldg(xp);
+        it.x1 = __ldg(xp + 4);
     }
 }
 
-__device__ __forceinline__ void use_items(const u16* xr, bool has_row, int j, int j_hi,
-                                          const uint4 (&wq)[U], const u32 (&lo)[U][NS],
-                                          const u32 (&hi)[U][NS], float (&acc)[4],
-                                          const u32* tab) {
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int ju = j + u * S;
-        if (ju >= j_hi) break;  /* the same for the whole warp */
-        u32 b[4][2];  /* x's B fragments for the 64 k: row g of x, zeros past M */
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const u16* p = xr + (ju << 6) + (c << 4);
-            b[c][0] = has_row ? __ldg(reinterpret_cast<const u32*>(p)) : 0u;
-            b[c][1] = has_row ? __ldg(reinterpret_cast<const u32*>(p + 8)) : 0u;
-        }
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int q = (16 * c) / G < NS ? (16 * c) / G : 0;
-            const u32 v = c == 0 ? wq[u].x : c == 1 ? wq[u].y : c == 2 ? wq[u].z : wq[u].w;
-            u32 a[4];
-#if CODEBOOK  /* code absmax, rounded once (fma with -0) */
-            const u32 l = lo[u][q], h = hi[u][q];
-            const u32 sl = l | (l << 16), sh = h | (h << 16), z = 0x80008000u;
-            a[0] = bf16x2_fma(code_pair(tab, v), sl, z);
-            a[1] = bf16x2_fma(code_pair(tab, v >> 4), sh, z);
-            a[2] = bf16x2_fma(code_pair(tab, v >> 8), sl, z);
-            a[3] = bf16x2_fma(code_pair(tab, v >> 12), sh, z);
-#else
-            affine_a(v, lo[u][q], hi[u][q], a);
+__device__ __forceinline__ void load_item(const uint4* wp, const scale_t* sp, int stride_sz,
+                                          const uint4* xp, bool has_row, bool live, Item& it) {
+#if XPRE
+    load_x(xp, live && has_row, it);
 #endif
-            mma16816(acc, a[0], a[1], a[2], a[3], b[c][0], b[c][1]);
+    if (!live) return;
+    it.w = __ldg(wp);
+#pragma unroll
+    for (int q = 0; q < NS; q++) {  /* groups of 32: two in a k-group */
+        it.lo[q] = __ldg(sp + q * stride_sz);
+        it.hi[q] = __ldg(sp + q * stride_sz + 8);
+    }
+}
+
+/* the shared table's entry at byte offset off: pairs is 1 KB aligned, so its address or'ed with
+   the offset (one lop3 with the mask) is the entry's */
+__device__ __forceinline__ u32 pair_at(u32 pairs, u32 off) {
+    u32 d;
+    asm("ld.shared.u32 %0, [%1];" : "=r"(d) : "r"(off | pairs));
+    return d;
+}
+
+__device__ __forceinline__ void use_item(const uint4* xp, bool has_row, Item& it,
+                                         float (&acc)[4], u32 pairs) {
+#if !XPRE
+    load_x(xp, has_row, it);
+#endif
+    const u32 b[4][2] = {{it.x0.x, it.x0.y}, {it.x0.z, it.x0.w}, {it.x1.x, it.x1.y},
+                         {it.x1.z, it.x1.w}};
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        const int q = (16 * c) / G < NS ? (16 * c) / G : 0;
+        const u32 v = c == 0 ? it.w.x : c == 1 ? it.w.y : c == 2 ? it.w.z : it.w.w;
+        u32 a[4];
+#if CODEBOOK  /* code absmax, rounded once (fma with -0) */
+        const u32 l = it.lo[q], h = it.hi[q];
+        const u32 sl = l | (l << 16), sh = h | (h << 16), z = 0x80008000u;
+        if (c < LUT) {  /* a register's pair of codes is byte i of the word: one shared load */
+            a[0] = pair_at(pairs, (v << 2) & 0x3FCu);
+#pragma unroll
+            for (int i = 1; i < 4; i++) a[i] = pair_at(pairs, (v >> (8 * i - 2)) & 0x3FCu);
+        } else {
+            code_word(v, a);
         }
+        a[0] = bf16x2_fma(a[0], sl, z);
+        a[1] = bf16x2_fma(a[1], sh, z);
+        a[2] = bf16x2_fma(a[2], sl, z);
+        a[3] = bf16x2_fma(a[3], sh, z);
+#else
+        affine_a(v, it.lo[q], it.hi[q], a);
+#endif
+        mma16816(acc, a[0], a[1], a[2], a[3], b[c][0], b[c][1]);
     }
 }
 
@@ -91,43 +112,47 @@ int4_gemv(const u16* __restrict__ x, const uint4* __restrict__ w, const u32* __r
           u16* __restrict__ out, int M, int N, int K, int stride_x, int stride_sz,
           int stride_out) {
     __shared__ float part[SPLITS * S][4][32];
-#if CODEBOOK
-    __shared__ u32 tab[16];
-    load_codes(tab);
-#else
-    const u32* tab = nullptr;
-#endif
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int split = warp / S, ws = warp % S;
     const int T = blockIdx.x, KJ = K >> 6;
     const int j_lo = (int)((long long)split * KJ / SPLITS);
     const int j_hi = (int)((long long)(split + 1) * KJ / SPLITS);
-    const uint4* wt = w + (size_t)T * KJ * 32 + lane;
-    const scale_t* st = reinterpret_cast<const scale_t*>(sz) + (T << 4) + g;
     const bool has_row = g < M;
-    const u16* xr = x + (size_t)(has_row ? g : 0) * stride_x + 2 * t;
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    uint4 wq[U];
-    u32 lo[U][NS], hi[U][NS];
     int j = j_lo + ws;
-    load_items(wt, st, stride_sz, j, j_hi, wq, lo, hi);
-    for (; j < j_hi; j += S * U) {
-#if PIPE
-        uint4 nq[U];
-        u32 nlo[U][NS], nhi[U][NS];
-        load_items(wt, st, stride_sz, j + S * U, j_hi, nq, nlo, nhi);
-        use_items(xr, has_row, j, j_hi, wq, lo, hi, acc, tab);
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            wq[u] = nq[u];
-#pragma unroll
-            for (int q = 0; q < NS; q++) { lo[u][q] = nlo[u][q]; hi[u][q] = nhi[u][q]; }
-        }
+    /* k-group j's words, scales and x; a step of S k-groups is S * 64 / G groups (host-checked) */
+    const uint4* wp = w + ((size_t)T * KJ + j) * 32 + lane;
+    const scale_t* sp = reinterpret_cast<const scale_t*>(sz) + (size_t)(j * 64 / G) * stride_sz
+                        + (T << 4) + g;
+    const uint4* xp = reinterpret_cast<const uint4*>(x + (size_t)(has_row ? g : 0) * stride_x)
+                      + j * 8 + t;
+    const size_t s_step = (size_t)(S * 64 / G) * stride_sz;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#if CODEBOOK && LUT
+    /* the 256 pairs of codes a byte of the codebook order holds (shared loads at random lanes
+       conflict, byte permutes fill the ALU: LUT of the 4 words a k-group go through the table) */
+    __shared__ __align__(1024) u32 table[256];
+    for (int b = threadIdx.x; b < 256; b += SPLITS * S * 32) {
+        u32 a[4];
+        code_word((u32)b, a);
+        table[b] = a[0];
+    }
+    __syncthreads();
+    const u32 pairs = (u32)__cvta_generic_to_shared(table);
 #else
-        use_items(xr, has_row, j, j_hi, wq, lo, hi, acc, tab);
-        load_items(wt, st, stride_sz, j + S * U, j_hi, wq, lo, hi);
+    const u32 pairs = 0u;
 #endif
+    Item cur, nxt;
+    cur.x0 = cur.x1 = nxt.x0 = nxt.x1 = make_uint4(0u, 0u, 0u, 0u);
+    load_item(wp, sp, stride_sz, xp, has_row, j < j_hi, cur);
+    while (j < j_hi) {
+        load_item(wp + S * 32, sp + s_step, stride_sz, xp + S * 8, has_row, j + S < j_hi, nxt);
+        use_item(xp, has_row, cur, acc, pairs);
+        j += S, wp += S * 32, sp += s_step, xp += S * 8;
+        if (j >= j_hi) break;
+        load_item(wp + S * 32, sp + s_step, stride_sz, xp + S * 8, has_row, j + S < j_hi, cur);
+        use_item(xp, has_row, nxt, acc, pairs);
+        j += S, wp += S * 32, sp += s_step, xp += S * 8;
     }
 #pragma unroll
     for (int i = 0; i < 4; i++) part[warp][i][lane] = acc[i];
@@ -150,20 +175,22 @@ int4_gemv(const u16* __restrict__ x, const uint4* __restrict__ w, const u32* __r
 """
 
 
-def variant(G: int, N: int, K: int) -> dict:
+def variant(G: int, N: int, K: int, codebook: bool = False) -> dict:
     """Launch constants from the layer's shape alone: W = S x SPLITS warps a row tile, so that
     the grid holds about 4,096 warps (the small q/k/v, o and down products of a 7B fill the H200's
-    132 SMs) but at least 4 and at most 16, S <= 8 of them sharing one split of K. U k-groups a
-    warp at once, PIPE: the next U loaded while these are used. The H200's sweeps (BENCHMARKS.md,
-    issue 28) found these best or within 0.7 us of the best at every 7B shape."""
+    132 SMs) but at least 4 and at most 16, S <= 8 of them sharing one split of K. XPRE: x's
+    fragments loaded a k-group ahead with the weights; LUT: the k-group's words (of 4) whose
+    codes come from the shared table. The H200's sweeps (BENCHMARKS.md, issue 28, session 21)
+    found these best or within 1 us at every 7B layer: XPRE slowed AWQ's products by 15-20% and
+    sped NF4's q/k/v, o and down by 9-13%; of LUT 0-4, 2 was best or within 0.9 us for NF4."""
     want = max(4, 4096 // max(1, N // 16))
     W = min(16, 1 << (want.bit_length() - 1))  # a power of two: 4, 8 or 16
     S = min(8, W)
-    return dict(S=S, SPLITS=W // S, G=G, U=1, PIPE=1)
+    return dict(S=S, SPLITS=W // S, G=G, XPRE=int(codebook), LUT=2 * int(codebook))
 
 
 def source(v: dict) -> str:
-    return ("".join(f"#define {k} {int(v[k])}\n" for k in ("S", "SPLITS", "G", "U", "PIPE"))
+    return ("".join(f"#define {k} {int(v[k])}\n" for k in ("S", "SPLITS", "G", "XPRE", "LUT"))
             + f"#define NS {max(1, 64 // v['G'])}\n"
             + codebook_source(bool(v.get("CODEBOOK"))) + _GEMV)
 
@@ -177,7 +204,7 @@ def _product(v: tuple, device_index: int) -> nvrtc.Kernel:
 def _plan(G: int, N: int, K: int, codebook: bool, device_index: int
           ) -> tuple[dict, nvrtc.Kernel]:
     """(variant, its compiled product), looked up once per shape (eager calls are host-bound)."""
-    v = dict(variant(G, N, K), CODEBOOK=int(codebook))
+    v = dict(variant(G, N, K, codebook), CODEBOOK=int(codebook))
     return v, _product(tuple(sorted(v.items())), device_index)
 
 
@@ -194,7 +221,8 @@ def matmul(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int,
     else:
         v, product = dict(launch, CODEBOOK=int(codebook)), None
     scale_ok = sz.stride(1) == 1 if codebook else (sz.stride(1) == 2 and sz.stride(2) == 1)
-    if M > (8 if launch else GEMV_MAX_ROWS) or K % 64 or (64 % G and G % 64) or not scale_ok:
+    if (M > (8 if launch else GEMV_MAX_ROWS) or K % 64 or (64 % G and G % 64) or not scale_ok
+            or v["S"] * 64 % G):  # a warp's step of S k-groups: whole groups
         raise ValueError(f"the int4 gemv kernel takes up to {GEMV_MAX_ROWS} rows of K % 64 == 0 "
                          f"and scales of unit stride over n, not {M}x{K} with scale strides "
                          f"{tuple(sz.stride())}")

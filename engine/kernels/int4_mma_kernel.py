@@ -128,16 +128,23 @@ int4_mma(const u16* __restrict__ x, const uint4* __restrict__ w, const u32* __re
             u32 b[4][MT][2];
 #pragma unroll
             for (int c = 0; c < 4; c++) {
-                /* x's fragments: a few rows' for all 64 k at once (one latency), else per 16 k */
+                /* x's fragments, in the layout's order of k: row m's k of words 2h and 2h + 1 are
+                   the 16 bytes at 64 j + 32 h + 8 t; a few rows' for all 64 k at once (one
+                   latency), else per 32 k */
 #pragma unroll
-                for (int cc = 0; cc < 4; cc++) {
-                    if (MT <= 2 ? c == 0 : cc == c) {
+                for (int h = 0; h < 2; h++) {
+                    if (MT <= 2 ? c == 0 : c == 2 * h) {
 #pragma unroll
                         for (int mt = 0; mt < MT; mt++) {
                             const int m = mt * 8 + g;
-                            const u16* p = x + (size_t)m * stride_x + (j << 6) + (cc << 4) + 2 * t;
-                            b[cc][mt][0] = m < M ? __ldg(reinterpret_cast<const u32*>(p)) : 0u;
-                            b[cc][mt][1] = m < M ? __ldg(reinterpret_cast<const u32*>(p + 8)) : 0u;
+                            uint4 xv = make_uint4(0u, 0u, 0u, 0u);
+                            if (m < M)
+                                xv = __ldg(reinterpret_cast<const uint4*>(
+                                    x + (size_t)m * stride_x + (j << 6) + 32 * h + 8 * t));
+                            b[2 * h][mt][0] = xv.x;
+                            b[2 * h][mt][1] = xv.y;
+                            b[2 * h + 1][mt][0] = xv.z;
+                            b[2 * h + 1][mt][1] = xv.w;
                         }
                     }
                 }

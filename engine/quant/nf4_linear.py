@@ -29,7 +29,7 @@ class Nf4Linear(Int4Linear):
     def dequantize(self) -> torch.Tensor:
         """W [N, K] bf16, the kernels' bits."""
         N, K = self.out_features, self.in_features
-        codes = int4_tile_layout.unpack(self.packed).view(N, K // BLOCK, BLOCK)
+        codes = int4_tile_layout.unpack(self.packed, codebook=True).view(N, K // BLOCK, BLOCK)
         table = nf4_bf16().to(self.packed.device)
         s = self.scales_zeros.t()[..., None]  # [N, K/64, 1]
         return (table[codes.long()] * s).view(N, K)
@@ -46,7 +46,7 @@ class Nf4Linear(Int4Linear):
                           bias: torch.Tensor | None) -> Nf4Linear:
         """codes [N, K] (0..15) and absmax [N, K/64] (fp32), on the layer's CUDA device."""
         N, K = codes.shape
-        packed = int4_tile_layout.pack(codes)
+        packed = int4_tile_layout.pack(codes, codebook=True)
         int4_cuda.reserve(codes.device, N, K)  # the dense path's buffer, before graph capture
         sz = absmax.t().to(torch.bfloat16).contiguous()  # [K/64, N]
         return cls(K, N, BLOCK, "mma", packed, sz,

@@ -16,11 +16,18 @@
 #                                                and carry it                             ~5 min
 #   bash packaging/bench/h200_next.sh owed20     session 20's GPU tests not run there: the
 #                                                reproducible mode and the batch on the gemv ~4 min
+#   bash packaging/bench/h200_next.sh gemv21     session 21's gemv (x in two 16-byte loads a
+#                                                k-group ahead, NF4's code from registers): the
+#                                                int4 and NF4 GPU tests, the sweep at 1 and 4 rows
+#                                                (7B AWQ, NF4; 8B AWQ), then peer_int4.sh's
+#                                                gpt-fast int4 and 8B/7B AWQ, 7B NF4      ~9 min
+#   bash packaging/bench/h200_next.sh check21     the int4 and NF4 GPU tests, owed20's, and NF4's
+#                                                shared-table share swept (--lut)          ~7 min
 # Carry [".whl"] (serve: the server's wheels; awq/peer: bitsandbytes) and for peer [".peers"] too;
 # the 64 MiB carry limit holds the server wheels or bitsandbytes beside the tree, not both.
 set -u
 B=packaging/bench
-part=${1:?serve, tests, batching, awq, gemm, peer, both, batch1 or owed20}
+part=${1:?serve, tests, batching, awq, gemm, peer, both, batch1, owed20, gemv21 or check21}
 export OUT=${OUT:-/tmp/out}/$part
 mkdir -p "$OUT"
 case "$part" in
@@ -42,6 +49,26 @@ owed20)
     source $B/device_env.sh
     timeout 300 python3 -m pytest -q -p no:cacheprovider tests/engine/models/test_invariant_gpu.py \
         tests/engine/generate/test_batch_run_gpu.py 2>&1 | tail -15 | tee "$OUT/tests.txt" ;;
+gemv21)
+    source $B/device_env.sh
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/engine/kernels/test_int4_mma_kernel.py \
+        tests/engine/quant/test_nf4_linear.py tests/engine/quant/test_awq.py \
+        tests/engine/quant/test_int4_rows.py 2>&1 | tail -15 | tee "$OUT/tests.txt"
+    for args in "" "--nf4" "--model llama-3.1-8b"; do
+        echo "== int4_gemv.py --rows 1 4 --xpre $args" | tee -a "$OUT/gemv_table.md"
+        timeout 100 python3 $B/int4_gemv.py --rows 1 4 --xpre $args --out "$OUT/gemv.jsonl" \
+            2>>"$OUT/sweep_err.txt" | grep -v tinygemm | tee -a "$OUT/gemv_table.md"
+    done
+    DEADLINE=${DEADLINE:-500} bash $B/peer_int4.sh peer-int4 8b-awq 7b-awq 7b-nf4 ;;
+check21)
+    source $B/device_env.sh
+    timeout 130 python3 -m pytest -q -p no:cacheprovider tests/engine/kernels/test_int4_mma_kernel.py \
+        tests/engine/quant/test_nf4_linear.py tests/engine/quant/test_awq.py \
+        tests/engine/quant/test_int4_rows.py 2>&1 | tail -15 | tee "$OUT/tests.txt"
+    timeout 60 python3 $B/int4_gemv.py --rows 1 4 --lut --nf4 --out "$OUT/gemv.jsonl" \
+        2>>"$OUT/sweep_err.txt" | tee -a "$OUT/gemv_table.md"
+    timeout 220 python3 -m pytest -q -p no:cacheprovider tests/engine/models/test_invariant_gpu.py \
+        tests/engine/generate/test_batch_run_gpu.py 2>&1 | tail -15 | tee "$OUT/owed20.txt" ;;
 batch1) ROWS="7b-bf16 7b-awq" bash $B/layers_compare.sh old=old-7c5b653=engine.cli \
     new=.=engine.serve.cli ;;
 *) echo "unknown part $part" >&2; exit 2 ;;

@@ -35,13 +35,25 @@ def test_the_tile_layout_round_trips_and_puts_each_fragment_in_its_nibbles():
     assert packed.shape == (N // 16, K // 64, 32, 4) and packed.dtype == torch.int32
     assert torch.equal(int4_tile_layout.unpack(packed), codes)
     T, j, lane, c = 2, 1, 13, 3  # one word, read as the mma's A fragment (g = 3, t = 1)
-    g, t, k0 = lane // 4, lane % 4, 64 * j + 16 * c
+    g, t = lane // 4, lane % 4
+    k0 = 64 * j + 32 * (c // 2) + 8 * t + 4 * (c % 2)  # the product's k-tile c, this lane
     word = int(packed[T, j, lane, c]) & 0xFFFFFFFF
     rows = [16 * T + g, 16 * T + g + 8, 16 * T + g, 16 * T + g + 8]
-    ks = [k0 + 2 * t, k0 + 2 * t, k0 + 2 * t + 8, k0 + 2 * t + 8]
+    ks = [k0, k0, k0 + 2, k0 + 2]
     for i in range(4):  # register a_i: nibbles i (low half) and i + 4 (high half)
         assert (word >> 4 * i) & 0xF == codes[rows[i], ks[i]]
         assert (word >> 4 * (i + 4)) & 0xF == codes[rows[i], ks[i] + 1]
+
+
+def test_the_codebook_order_puts_a_registers_pair_in_adjacent_nibbles():
+    codes = torch.randint(0, 16, (32, 128), generator=torch.Generator().manual_seed(4),
+                          dtype=torch.uint8)
+    plain, nf4 = int4_tile_layout.pack(codes), int4_tile_layout.pack(codes, codebook=True)
+    assert torch.equal(int4_tile_layout.unpack(nf4, codebook=True), codes)
+    a, b = plain.to(torch.int64) & 0xFFFFFFFF, nf4.to(torch.int64) & 0xFFFFFFFF
+    for i in range(4):  # register i: nibbles i and i + 4 in the plain order, 2i and 2i + 1 here
+        assert torch.equal((a >> 4 * i) & 0xF, (b >> 8 * i) & 0xF)
+        assert torch.equal((a >> 4 * (i + 4)) & 0xF, (b >> (8 * i + 4)) & 0xF)
 
 
 def test_the_tile_layout_packs_a_slice_of_row_tiles_at_a_time_with_the_same_words(monkeypatch):
@@ -116,14 +128,14 @@ def test_the_gemv_launch_comes_from_the_shape_alone():
 @CUDA
 @pytest.mark.parametrize("G", [32, 128])
 @pytest.mark.parametrize("S, SPLITS", [(4, 1), (8, 1), (8, 2), (4, 4)])
-@pytest.mark.parametrize("U, PIPE", [(1, 0), (1, 1), (2, 1)])
-def test_every_gemv_launch_gives_the_reference_product(G, S, SPLITS, U, PIPE):
+@pytest.mark.parametrize("XPRE", [0, 1])
+def test_every_gemv_launch_gives_the_reference_product(G, S, SPLITS, XPRE):
     from engine.kernels import int4_gemv_kernel
 
     N, K = 208, 1152  # 18 k-groups: splits and warps with uneven shares, some with none
     lin = cuda_layer(N, K, G, seed=G + S)
     w = lin.dequantize().float()
-    launch = dict(S=S, SPLITS=SPLITS, G=G, U=U, PIPE=PIPE)
+    launch = dict(S=S, SPLITS=SPLITS, G=G, XPRE=XPRE, LUT=0)
     x = torch.randn(8, K, generator=torch.Generator().manual_seed(9)).to("cuda", torch.bfloat16)
     for rows in (1, 2, 5, 8):
         out = int4_gemv_kernel.matmul(x[:rows], lin.packed, lin.scales_zeros, G, launch)

@@ -32,11 +32,40 @@ def bnb_layer(N: int, K: int, seed: int = 0, quant_type: str = "nf4", blocksize:
                            in_features=K, bias=None), q, qs
 
 
-def test_the_code_is_bitsandbytes_nf4_and_the_kernels_hold_it_in_bf16():
+def byte_perm(x: int, y: int, s: int) -> int:
+    """CUDA's __byte_perm (prmt) for selectors of 0-7: byte n of the result is byte s_n of y:x."""
+    both = x | y << 32
+    return sum(((both >> 8 * ((s >> 4 * n) & 7)) & 0xFF) << 8 * n for n in range(4))
+
+
+def code_word(v: int, tab: dict) -> list[int]:
+    """code_word of kernels/int4_dequant_kernel.py step for step, with its source's tables."""
+    def code_bytes(kind: str, s: int, m: int) -> int:
+        t = [tab[f"{kind}{i}"] for i in range(4)]
+        return byte_perm(byte_perm(t[0], t[1], s), byte_perm(t[2], t[3], s), m)
+
+    s, m = v & 0x77777777, ((v >> 1) & 0x44444444) | 0x32103210
+    lo, hi = code_bytes("L", s, m), code_bytes("H", s, m)
+    lo2, hi2 = code_bytes("L", s >> 16, m >> 16), code_bytes("H", s >> 16, m >> 16)
+    return [byte_perm(lo, hi, 0x5140), byte_perm(lo, hi, 0x7362),
+            byte_perm(lo2, hi2, 0x5140), byte_perm(lo2, hi2, 0x7362)]
+
+
+def test_the_code_is_bitsandbytes_nf4_and_the_kernels_look_it_up_in_bf16():
     assert torch.equal(torch.tensor(NF4_CODES), bnbf.get_4bit_type("nf4", device="cpu").float())
-    words = codebook_source(True).split("#define NF4_BF16 ")[1].splitlines()[0].split(", ")
-    assert [int(w.rstrip("u"), 16) for w in words] == [
-        int(b) & 0xFFFF for b in nf4_bf16().view(torch.int16)]
+    tab = {line.split()[1]: int(line.split()[2].rstrip("u"), 16)
+           for line in codebook_source(True).splitlines()
+           if line.startswith("#define ") and line.split()[1][0] in "LH" and len(line.split()) == 3}
+    assert sorted(tab) == ["H0", "H1", "H2", "H3", "L0", "L1", "L2", "L3"]
+    want = [int(b) & 0xFFFF for b in nf4_bf16().view(torch.int16)]
+    g = torch.Generator().manual_seed(5)
+    words = [int(w) for w in torch.randint(0, 2**32, (400,), generator=g, dtype=torch.int64)]
+    words += [sum(q << 4 * i for i in range(8)) for q in range(16)]  # every code everywhere
+    for v in words:
+        a = code_word(v, tab)
+        for i in range(4):  # register i: the codes of nibbles 2i (low half) and 2i + 1
+            assert a[i] & 0xFFFF == want[(v >> 8 * i) & 0xF], (hex(v), i)
+            assert a[i] >> 16 == want[(v >> (8 * i + 4)) & 0xF], (hex(v), i)
     assert codebook_source(False) == "#define CODEBOOK 0\n"
 
 
@@ -46,7 +75,7 @@ def test_a_bitsandbytes_layer_comes_back_with_its_codes_and_its_weights():
     lin = Nf4Linear.from_bnb(module)
     b = q.view(-1)
     codes = torch.stack((b >> 4, b & 0xF), dim=-1).view(N, K)
-    assert torch.equal(int4_tile_layout.unpack(lin.packed), codes)  # the same codes
+    assert torch.equal(int4_tile_layout.unpack(lin.packed, codebook=True), codes)  # the same codes
     ours, theirs = lin.dequantize().float(), bnbf.dequantize_4bit(q, qs).float()
     # bitsandbytes rounds code x absmax once; here code and absmax are bf16 first: three
     # roundings of at most 2^-8 relative each, against its one
@@ -96,6 +125,23 @@ def test_the_codebook_products_equal_the_dequantized_reference(N, K):
     few = lin(x[:4])
     for i in range(4):  # the gemv's rows: the same bits alone
         assert torch.equal(lin(x[i:i + 1]), few[i:i + 1])
+
+
+@CUDA
+@pytest.mark.parametrize("LUT", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("S, SPLITS, XPRE", [(4, 1, 1), (8, 2, 0), (4, 4, 1)])
+def test_every_codebook_gemv_launch_gives_the_reference_product(LUT, S, SPLITS, XPRE):
+    """Every share of a k-group's words between the shared table and the byte permutes."""
+    from engine.kernels import int4_gemv_kernel
+
+    N, K = 208, 1152  # 18 k-groups: uneven shares, some warps with none
+    lin = Nf4Linear.from_bnb(bnb_layer(N, K, seed=LUT + S, device="cuda")[0])
+    w = lin.dequantize().float()
+    launch = dict(S=S, SPLITS=SPLITS, G=64, XPRE=XPRE, LUT=LUT)
+    x = torch.randn(8, K, generator=torch.Generator().manual_seed(9)).to("cuda", torch.bfloat16)
+    for rows in (1, 3, 8):
+        out = int4_gemv_kernel.matmul(x[:rows], lin.packed, lin.scales_zeros, 64, launch, True)
+        assert rel(out, x[:rows].float() @ w.t()) < 1e-2, rows
 
 
 @CUDA
