@@ -67,10 +67,11 @@ __device__ __forceinline__ void load_item(const uint4* wp, const scale_t* sp, in
 }
 
 /* the shared table's entry at byte offset off: pairs is 1 KB aligned, so its address or'ed with
-   the offset (one lop3 with the mask) is the entry's */
+   the offset (one lop3 with the mask) is the entry's; volatile, so that the compiler keeps it
+   after the barrier that follows the table's filling (the SASS is the same either way) */
 __device__ __forceinline__ u32 pair_at(u32 pairs, u32 off) {
     u32 d;
-    asm("ld.shared.u32 %0, [%1];" : "=r"(d) : "r"(off | pairs));
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(d) : "r"(off | pairs));
     return d;
 }
 
