@@ -23,11 +23,15 @@
 #                                                gpt-fast int4 and 8B/7B AWQ, 7B NF4      ~9 min
 #   bash packaging/bench/h200_next.sh check21     the int4 and NF4 GPU tests, owed20's, and NF4's
 #                                                shared-table share swept (--lut)          ~7 min
+#   bash packaging/bench/h200_next.sh owed21      what session 21 could not run: the demo model's
+#                                                perplexity through the new kernels (nf4.sh ppl:
+#                                                NF4 and an AWQ copy against bitsandbytes and
+#                                                tinygemm), the int4 and NF4 GPU tests again ~4 min
 # Carry [".whl"] (serve: the server's wheels; awq/peer: bitsandbytes) and for peer [".peers"] too;
 # the 64 MiB carry limit holds the server wheels or bitsandbytes beside the tree, not both.
 set -u
 B=packaging/bench
-part=${1:?serve, tests, batching, awq, gemm, peer, both, batch1, owed20, gemv21 or check21}
+part=${1:?serve, tests, batching, awq, gemm, peer, both, batch1, owed20, gemv21, check21 or owed21}
 export OUT=${OUT:-/tmp/out}/$part
 mkdir -p "$OUT"
 case "$part" in
@@ -69,6 +73,8 @@ check21)
         2>>"$OUT/sweep_err.txt" | tee -a "$OUT/gemv_table.md"
     timeout 220 python3 -m pytest -q -p no:cacheprovider tests/engine/models/test_invariant_gpu.py \
         tests/engine/generate/test_batch_run_gpu.py 2>&1 | tail -15 | tee "$OUT/owed20.txt" ;;
+owed21)
+    OUT=$OUT bash $B/nf4.sh ppl tests ;;
 batch1) ROWS="7b-bf16 7b-awq" bash $B/layers_compare.sh old=old-7c5b653=engine.cli \
     new=.=engine.serve.cli ;;
 *) echo "unknown part $part" >&2; exit 2 ;;
