@@ -220,7 +220,6 @@ extern "C" __global__ void int4_mma_sum(const float* __restrict__ partials, u16*
 """
 
 
-
 @functools.cache  # keyed by the module's own source strings, whose hashes Python keeps
 def compiled(name: str, source: str, kinds: str, device_index: int) -> nvrtc.Kernel:
     return nvrtc.compiled(name, _COMMON + _HELPERS + source, kinds, device_index)

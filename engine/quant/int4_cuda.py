@@ -69,6 +69,19 @@ def matmul(x2: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int,
     return out
 
 
+def matches_reference(lin: torch.nn.Module, row_counts: tuple[int, ...],
+                      g: torch.Generator) -> bool:
+    """Whether a load check's small layer gives its dequantized weights' product (within bf16
+    rounding) at each of `row_counts` rows of random x."""
+    w = lin.dequantize().float()
+    for rows in row_counts:
+        x = torch.randn(rows, lin.in_features, generator=g).to(w.device, torch.bfloat16)
+        ref = x.float() @ w.t()
+        if not ((lin(x).float() - ref).norm() / ref.norm()).item() < 1e-2:
+            return False
+    return True
+
+
 @functools.cache
 def kernel_ok(device: str) -> bool:
     """Whether the mma kernels compile here (NVRTC) and give the dequantized reference's product
@@ -84,12 +97,6 @@ def kernel_ok(device: str) -> bool:
     try:
         lin = Int4Linear.from_codes(codes, zeros, scales, None, torch.bfloat16,
                                     torch.device(device), kernel="mma", check=False)
-        ref_w = lin.dequantize().float()
-        for rows in (1, 3, 4, 5, 9, 17, 64, 65):
-            x = torch.randn(rows, K, generator=g).to(device, torch.bfloat16)
-            ref = x.float() @ ref_w.t()
-            if not ((lin(x).float() - ref).norm() / ref.norm()).item() < 1e-2:
-                return False
-        return True
+        return matches_reference(lin, (1, 3, 4, 5, 9, 17, 64, 65), g)
     except Exception:  # noqa: BLE001 - no NVRTC, a failed compile or launch: other kernels
         return False

@@ -17,10 +17,8 @@ sweep)
         2>>"$OUT/sweep_err.txt" | grep -v "tinygemm" | tee "$OUT/gemv_table.md" ;;
 e2e)
     for q in awq bf16; do
-        echo "== 7b-$q" | tee -a "$LOG"
-        timeout 150 python3 -m engine.serve.cli bench --model $B/qwen2.5-7b --random-weights \
-            --quant $q --prompt-len 512 --new-tokens 256 --repeats 3 --no-peer \
-            --out "$OUT/7b-$q.json" >>"$LOG" 2>&1 && tail -8 "$LOG" || tail -20 "$LOG"
+        LIMIT=150 bench 7b-$q --model $B/qwen2.5-7b --random-weights --quant $q --prompt-len 512 \
+            --new-tokens 256 --repeats 3 --no-peer
     done ;;
 esac
 done

@@ -26,13 +26,6 @@ ppl)
     row --model /tmp/demo-rtn
     HEARTH_INT4_KERNEL=tinygemm row --model /tmp/demo-rtn ;;
 bench)
-    bench() {  # label, then hearth bench arguments
-        local label=$1; shift
-        echo "== $label: hearth bench $*" >>"$LOG"
-        if timeout 120 python3 -m engine.serve.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
-            python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; print(json.dumps(r))" "$label" | tee -a "$OUT/bench.jsonl"
-        else echo "FAILED $label" | tee -a "$LOG"; tail -12 "$LOG"; fi
-    }
     Q=$B/qwen2.5-7b
     bench 7b-nf4 --model $Q --random-weights --quant nf4 --compile
     HEARTH_INT4_KERNEL=reference bench 7b-nf4-bitsandbytes --model $Q --random-weights --quant nf4 --compile

@@ -15,13 +15,6 @@ peer() {
     timeout 240 python3 $B/gptfast_peer.py --gpt-fast .peers/gpt-fast --model llama-3.1-8b "$@" \
         2>>"$LOG" | tee -a "$OUT/peer.jsonl"
 }
-bench() {  # label, then hearth bench arguments
-    local label=$1; shift
-    echo "== $label: hearth bench $*" | tee -a "$LOG"
-    if timeout "${LIMIT:-120}" python3 -m engine.serve.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
-        python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; r['args']=sys.argv[2]; print(json.dumps(r))" "$label" "$*" | tee -a "$OUT/bench.jsonl"
-    else echo "FAILED $label" | tee -a "$LOG"; tail -5 "$LOG"; fi
-}
 L=$B/llama-3.1-8b
 Q=$B/qwen2.5-7b
 # steps (arguments; default all, in this order), each skipped once DEADLINE seconds have passed
