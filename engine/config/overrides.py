@@ -33,10 +33,11 @@ INT4_KERNEL = "HEARTH_INT4_KERNEL"  # mma | tinygemm | triton | cpu | reference
 TP_ALL_REDUCE = "HEARTH_TP_ALL_REDUCE"  # auto | nccl
 INT4_PREFILL = "HEARTH_INT4_PREFILL"  # fused | unpack: how many-row products read tinygemm's layout
 INT4_ROWS = "HEARTH_INT4_ROWS"  # fixed | measure: from how many rows the GEMM takes over
+PREFILL_GRAPHS = "HEARTH_PREFILL_GRAPHS"  # on | off: prefill chunks replayed as CUDA graphs
 DEBUG = "HEARTH_DEBUG"  # 1: third-party notes and full tracebacks
 TP_FOLLOWER_HOOK = "HEARTH_TP_FOLLOWER_HOOK"  # tests: "module:function" a follower calls first
 NAMES = (DECODE_ATTENTION, DECODE_ATTENTION_CONFIG, KERNEL_PREFILL, FUSED_OPS, INT4_KERNEL,
-         TP_ALL_REDUCE, INT4_PREFILL, INT4_ROWS, DEBUG, TP_FOLLOWER_HOOK)
+         TP_ALL_REDUCE, INT4_PREFILL, INT4_ROWS, PREFILL_GRAPHS, DEBUG, TP_FOLLOWER_HOOK)
 
 
 def backends(environ: Mapping[str, str] | None = None) -> Backends:
@@ -64,6 +65,13 @@ def int4_rows(environ: Mapping[str, str] | None = None) -> str:
     as timed at load: quant/int4_rows.py) or "fixed" (above 64 rows only, as before)."""
     env = os.environ if environ is None else environ
     return _choice(env, INT4_ROWS, ("fixed", "measure"), "measure")
+
+
+def prefill_graphs(environ: Mapping[str, str] | None = None) -> str:
+    """"on" (prefill chunks up to step/prefill_graphs.MAX_TOKENS replay as CUDA graphs, where
+    the decode step is captured) or "off" (they run eagerly)."""
+    env = os.environ if environ is None else environ
+    return _choice(env, PREFILL_GRAPHS, ("on", "off"), "on")
 
 
 def debug(environ: Mapping[str, str] | None = None) -> bool:

@@ -52,19 +52,21 @@ def compile_pieces(step) -> None:
 
 
 def prepare(step, device: torch.device, compile_layers: bool) -> str | None:
-    """The step's small pieces at load, for a Decoder and a tensor-parallel rank alike:
-    torch.compile's fusion when asked, else the Triton pieces where wanted -> the load event's
-    note on them (None where neither runs)."""
+    """The step's small pieces at load, for a Decoder and a tensor-parallel rank alike: the
+    Triton pieces where wanted, then torch.compile's fusion of the step's when asked (prefill
+    chunks keep the Triton ones: a compiled piece would compile again for each new length)
+    -> the load event's note on them (None where neither runs)."""
+    note = enable(step) or NOTE if wanted(device, step.cache.backends.fused_ops) else None
     if compile_layers:
+        step.fns = dict(step.eager_fns)
         compile_pieces(step)
-        return None
-    if wanted(device, step.cache.backends.fused_ops):
-        return enable(step) or NOTE
-    return None
+        return None if note == NOTE else note
+    return note
 
 
 def enable(step) -> str | None:
-    """Swap a FamilyStep's rms, add_rms, silu_mul and qkv_rope for the Triton ones
+    """Swap a FamilyStep's rms, add_rms, silu_mul and qkv_rope (its step's and its prefill
+    chunks') for the Triton ones
     after comparing the two over one token and five: rows of its hidden size with its first
     layer's norm weight, an MLP input of its width, and its q/k/v written into probe caches.
     -> a note for the load event when they stay as they were, else None."""
@@ -102,6 +104,7 @@ def enable(step) -> str | None:
                     silu_mul=K.silu_mul,
                     qkv_rope=functools.partial(K.qkv_rope, num_heads=step.num_heads,
                                                num_kv_heads=step.num_kv_heads, eps=eps))
+    step.chunk_fns = dict(step.fns)
     return None
 
 

@@ -22,6 +22,7 @@ from engine.cache.kv_cache import KVCache, LayerKV
 from engine.events import MAX_SPECULATIVE_TOKENS
 from engine.models import batch_attention, invariant
 from engine.models.step_weights import WHOLE, Shard, StepWeights, weights_of
+from engine.quant import int4_ahead
 
 # attention(layer index, q [1, H, T, D], that layer's cache) -> [1, T, H D]
 Attention = Callable[[int, torch.Tensor, LayerKV], torch.Tensor]
@@ -65,6 +66,7 @@ class FamilyStep:
         self.invariant: invariant.RowTiles | None = None  # the reproducible mode's tiles
         self.rope_table: invariant.RopeTable | None = None
         self._bucket: Callable[[int], int] | None = None
+        self._ahead: int4_ahead.DequantAhead | None = None  # a captured prefill's 4-bit products
         self._init_pieces()
 
     @classmethod
@@ -74,11 +76,11 @@ class FamilyStep:
 
     def _init_pieces(self) -> None:
         """The pieces between linear layers; fused_ops.compile_pieces and .enable swap in
-        fused ones.
-        `prefill` keeps the PyTorch ones: each new chunk length would compile again."""
+        fused ones. Prefill chunks (chunk_fns) take the Triton ones at most, never compiled
+        ones: each new chunk length would compile again; `prefill` keeps the PyTorch ones."""
         self.eager_fns = dict(rms=self.rms, qkv_rope=self.qkv_rope, add_rms=self.add_rms,
                               silu_mul=self.silu_mul)
-        self.fns = dict(self.eager_fns)
+        self.fns, self.chunk_fns = dict(self.eager_fns), dict(self.eager_fns)
         self.compiled = False
 
     def make_reproducible(self, tiles: invariant.RowTiles, bucket: Callable[[int], int]) -> None:
@@ -91,6 +93,8 @@ class FamilyStep:
 
     def _lin(self, kind: str, x: torch.Tensor, w, bias=None) -> torch.Tensor:
         if self.invariant is None:
+            if self._ahead is not None and kind != "lm_head":
+                return self._ahead.linear(x, w)
             return apply_linear(x, w, bias)
         return invariant.tiled(x, invariant.paired(lambda t: apply_linear(t, w, bias)),
                                self.invariant.rows[kind])
@@ -183,9 +187,11 @@ class FamilyStep:
         return self._logits(token, pos, self._bucket_attention(pos, kv_len, 1), self.fns)[0, 0]
 
     def block(self, tokens: torch.Tensor, pos: torch.Tensor, kv_len: int,
-              last_only: bool = False, first: int | None = None) -> torch.Tensor:
+              last_only: bool = False, first: int | None = None,
+              keep: torch.Tensor | None = None, chunk: bool = False) -> torch.Tensor:
         """tokens: [T] at positions pos: [T] (consecutive) -> logits of every position [T, V]
-        (of the last one only, [1, V], with last_only: a short prefill chunk).
+        (of the last one only, [1, V], with last_only; of the K indices `keep` [K], [K, V]);
+        `chunk`: a prefill chunk, through chunk_fns.
 
         Speculative verification: T tokens in one pass, each attending causally to the cache
         and to the block's earlier tokens (their K/V are written before attention reads).
@@ -197,7 +203,8 @@ class FamilyStep:
             attention = self._row_attention(first, T)
         else:
             attention = self._bucket_attention(pos, kv_len, T)
-        return self._logits(tokens, pos, attention, self.fns, last_only)[0]
+        fns = self.chunk_fns if chunk else self.fns
+        return self._logits(tokens, pos, attention, fns, last_only, keep=keep)[0]
 
     def batch(self, tokens: torch.Tensor, pos: torch.Tensor,
               rows: decode_attention.BatchRows) -> torch.Tensor:
@@ -211,7 +218,7 @@ class FamilyStep:
                       attention: Attention, keep: torch.Tensor) -> torch.Tensor:
         """Prefill chunks of several sequences in one pass (models/prefill_batch.py builds the
         attention and the per-token tables) -> logits of the tokens at `keep` [K, V]."""
-        return self._logits(tokens, pos, attention, self.fns, table=table, keep=keep)[0]
+        return self._logits(tokens, pos, attention, self.chunk_fns, table=table, keep=keep)[0]
 
     def _row_attention(self, first: int, T: int) -> Attention:
         """The reproducible mode's attention for rows first..first+T-1, as their decode steps
@@ -301,6 +308,7 @@ class FamilyStep:
         through (None: the cache's live sequence; [>= T, max_blocks]: token t's in row t)."""
         f = fns
         x = F.embedding(token, self.embed)[None]  # [1, T, hidden]
+        self._ahead = None if self.reduce else int4_ahead.plan(self.layers, token.shape[0])
         cos, sin = (self.cos_sin if self.rope_table is None else self.rope_table)(pos, x.dtype)
         h = f["rms"](x, self.layers[0].ln_in)
         for i, p in enumerate(self.layers):

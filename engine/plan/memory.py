@@ -22,6 +22,7 @@ from engine.plan.sizes import (  # noqa: F401 (MiB, QUANTIZED_KV, seed_kv_cache_
     GRAPH_POOL_BASE_BYTES,
     KV_BLOCK_SIZE,
     PREFILL_CHUNK,
+    PREFILL_GRAPH_TOKENS,
     QUANTIZED_KV,
     GiB,
     MiB,
@@ -91,7 +92,8 @@ def _core(shape: ModelShape, quant: str, kv_dtype: str, context: int, vram: int 
         # + each KV arena's scratch block (cache/kv_cache.py), a decode-side buffer like the graphs'
         scratch = (per_tok + d_tok) * KV_BLOCK_SIZE * n
         graph = (GRAPH_POOL_BASE_BYTES + workspace_bytes(shape, "bf16", "bf16", rows, rows, 0)
-                 + scratch)
+                 + scratch + workspace_bytes(shape, "bf16", "bf16",
+                                             min(chunk, PREFILL_GRAPH_TOKENS), 1, 0))
         d_kv = d_tok * kv_arena_tokens(min(ctx, draft.context_limit)) * n if draft else 0
         return w, per_tok * kv_arena_tokens(t) * n, act, cuda_ctx, graph, d_w + d_kv, margin
 

@@ -18,6 +18,8 @@ CUDA_CONTEXT_BYTES = 768 * MiB  # outside torch's allocator: the bare context pl
 # NVML)
 CUBLAS_WORKSPACE_BYTES = 32 * MiB  # torch's default cuBLAS workspace on Hopper (:4096:8)
 GRAPH_POOL_BASE_BYTES = 64 * MiB  # private pool of the captured decode graphs (+ decode tensors)
+PREFILL_GRAPH_TOKENS = 1024  # the longest prefill chunk replayed as a CUDA graph: its pool keeps
+# a pass of this many tokens' activations while the model is loaded (step/prefill_graphs.py)
 MARGIN_FRACTION, MARGIN_MIN, MARGIN_MAX = 0.05, 256 * MiB, 2 * GiB  # allocator fragmentation
 PREFILL_CHUNK = 512  # the smallest prefill pass the engine uses; larger where memory allows
 KV_BLOCK_SIZE = 16  # tokens a block of the paged KV arena (cache/kv_cache.py says why)
@@ -98,10 +100,11 @@ def workspace_bytes(shape: ModelShape, quant: str, kv_dtype: str, tokens: int, r
     (4 x hidden), q/k/v and the attention output, gate/up/act(gate)*up (3 x intermediate).
     Assumes flash / memory-efficient attention (no chunk x context score matrix) and logits for
     the last position of each sequence only (+ the draft tokens being verified), bf16 then fp32
-    for sampling. bitsandbytes NF4 and AWQ (torch backend) dequantize one weight matrix to 16 bits
-    for a prefill matmul; LLM.int8 keeps int8 inputs and int32 outputs; prefill attention reads
-    a contiguous copy of one layer's K/V gathered from the paged arena (SDPA cannot read blocks
-    in place), dequantized to the compute dtype for an int8/fp8 cache.
+    for sampling. bitsandbytes NF4 and AWQ dequantize a weight matrix to 16 bits for a prefill
+    matmul (the engine's kernels: two, the next one ahead); LLM.int8 keeps int8 inputs and int32
+    outputs; prefill attention reads a contiguous copy of one layer's K/V gathered from the
+    paged arena (SDPA cannot read blocks in place), dequantized to the compute dtype for an
+    int8/fp8 cache.
     """
     fmt = weights.get(quant)
     a = 2 if fmt.quantized else fmt.bits // 8  # the compute dtype: quantized formats run in 16
@@ -109,8 +112,8 @@ def workspace_bytes(shape: ModelShape, quant: str, kv_dtype: str, tokens: int, r
     act = tokens * a * (4 * s.hidden_size + 3 * s.intermediate_size
                         + 2 * (s.num_heads + s.num_kv_heads) * s.head_dim)
     scratch = 0
-    if quant in ("nf4", "awq"):
-        scratch = 2 * max((o * i for o, i, _ in s.linears), default=0)
+    if quant in ("nf4", "awq"):  # two buffers: a captured prefill dequantizes the next ahead
+        scratch = 2 * 2 * max((o * i for o, i, _ in s.linears), default=0)
     elif quant == "int8":
         scratch = tokens * max((4 * o + i for o, i, _ in s.linears), default=0)
     kv = kv_dtypes.get(kv_dtype)

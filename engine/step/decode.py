@@ -27,6 +27,7 @@ from engine.models import fused_ops, invariant
 from engine.models.layers import FamilyStep, apply_linear
 from engine.models.step_weights import supports
 from engine.quant import int4_rows
+from engine.step.prefill_graphs import PrefillGraphs
 
 MIN_BUCKET = 256
 SHORT_PREFILL = 64  # tokens: a prefill chunk this short runs the family step (forward)
@@ -106,6 +107,7 @@ class Decoder:
         self.block_graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor,
                                                        torch.Tensor]] = {}
         self.block_start = torch.zeros(1, dtype=torch.long, device=device)
+        self.prefill_graphs: PrefillGraphs | None = None  # prefill chunks as graphs (mode graph)
         self.reproducible = False  # make_reproducible: every pass through the family step
         self.fixed_threads = False  # the mode holds under this thread count only
 
@@ -146,6 +148,8 @@ class Decoder:
             self.capture()
             self.notes.append(f"decode step captured as {len(self.graphs)} CUDA graphs in "
                               f"{time.perf_counter() - t0:.2f} s")
+            if overrides.prefill_graphs() == "on":
+                self.prefill_graphs = PrefillGraphs(self.family, self.cache, self.device)
         except Exception as e:  # capture is an optimization: eager still computes the same
             self.graphs.clear()
             self.notes.append(f"CUDA graph capture failed ({type(e).__name__}: {e}); "
@@ -235,10 +239,9 @@ class Decoder:
         A short chunk (a chat's next message after its cached history) or one that ends within
         kernel_prefill() tokens (a prompt, a draft's catch-up on it) runs the family step,
         whose attention is the decode kernel reading the blocks in place, where that kernel
-        runs: one pass of the engine's own layer instead of transformers' modules (whose host
-        work costs tens of milliseconds a pass, whatever its length) over a gathered copy of the
-        whole history. Not when compiled: each new length would compile again. A rank of
-        tensor parallelism (no transformers modules) prefills through its step's flash path."""
+        runs: one pass of the engine's own layer instead of transformers' modules over a copy
+        of the whole history; up to prefill_graphs.MAX_TOKENS it replays as a CUDA graph. A rank
+        of tensor parallelism (no transformers modules) prefills through its step's flash path."""
         if self.model is None:
             return self.family.prefill(ids, start)
         T = ids.numel()
@@ -250,14 +253,17 @@ class Decoder:
         if self.family_prefills(start, T):
             kv_len = bucket(self.buckets, start + T)
             self.cache.reserve(start + T)
+            replayed = self.prefill_graphs and self.prefill_graphs.run(ids, start, kv_len)
+            if replayed is not None:
+                return replayed
             positions = torch.arange(start, start + T, device=self.device)
-            return self.family.block(ids, positions, kv_len, last_only=True)[-1]
+            return self.family.block(ids, positions, kv_len, last_only=True, chunk=True)[-1]
         return self._model(ids, start, keep=1)[-1]
 
     def family_prefills(self, start: int, T: int) -> bool:
         """Whether a prefill chunk of T tokens at start.. runs the family step (forward's fast
         path; a batch's chunks of several sequences run together only where each would)."""
-        return (self.family is not None and not self.family.compiled
+        return (self.family is not None
                 and (T <= SHORT_PREFILL or start + T <= kernel_prefill(self.cache.backends))
                 and decode_attention.backend(self.cache) == "triton")
 
