@@ -16,7 +16,7 @@ import triton
 
 from engine.events import MAX_SPECULATIVE_TOKENS
 from engine.kernels.decode_attention_programs import combine_splits, partial_softmax
-from engine.kernels.decode_splits import MAX_SPLITS, num_splits
+from engine.kernels.decode_splits import MAX_SPLITS, MIN_SPLIT_TOKENS, num_splits
 
 if TYPE_CHECKING:  # the cache sits above the kernels; its view is only a parameter type here
     from engine.cache.kv_cache import LayerKV
@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # the cache sits above the kernels; its view is only a parame
 # Both: "consistent" steps and verify blocks (see decode_attention), splits placed by granules
 # of 1,024 keys.
 _SHARED = dict(consistent=True, granule=1024, block_m=16, chunk=64, waves=2, num_warps=4,
-               num_stages=3)
+               num_stages=3, min_split=MIN_SPLIT_TOKENS)
 CONFIGS = {False: dict(block_n=64, **_SHARED),
            True: dict(block_n=128, fp16_dots=True, asm=True, **_SHARED)}
 
@@ -67,7 +67,7 @@ def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: in
     cfg = {**CONFIGS[kv.k_scale is not None], **(config or {})}
     qg = _query(q, kv).reshape(Hkv, rows, D).contiguous()
     sms = _num_sms(q.device.index or 0) if q.device.type == "cuda" else INTERPRETER_SMS
-    S = num_splits(kv_len, Hkv, sms, cfg["waves"])
+    S = num_splits(kv_len, Hkv, sms, cfg["waves"], cfg["min_split"])
     # "consistent": a query row's arithmetic the same whatever else shares its pass (a one-token
     # step or a verify block: one row tile size, split points from the end rounded up to a
     # granule). Without it, verify blocks move the logits of single steps and flip argmaxes,
@@ -107,7 +107,7 @@ def batched_decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor,
     # [1, H, N, D] -> [H_kv, N, G, D]: each sequence's G query heads of a KV head, together
     qg = _query(q, kv).view(Hkv, G, N, D).transpose(1, 2).contiguous()
     sms = _num_sms(q.device.index or 0) if q.device.type == "cuda" else INTERPRETER_SMS
-    S = num_splits(kv_len, Hkv, sms, cfg["waves"])
+    S = num_splits(kv_len, Hkv, sms, cfg["waves"], cfg["min_split"])
     block_m = int(cfg["block_m"])
     out = _launch(qg, kv, pos, lens, splits, kv_len, S, scaling, cfg, block_m, 1, N,
                   triton.cdiv(G, block_m))
@@ -120,7 +120,7 @@ def splits_for(kv_len: int, num_kv_heads: int, device: torch.device, config: dic
     """The split count decode_attention gives a step's bucket of kv_len (T = 1)."""
     cfg = {**CONFIGS[quantized], **(config or {})}
     sms = _num_sms(device.index or 0) if device.type == "cuda" else INTERPRETER_SMS
-    return num_splits(kv_len, num_kv_heads, sms, cfg["waves"])
+    return num_splits(kv_len, num_kv_heads, sms, cfg["waves"], cfg["min_split"])
 
 
 def _query(q: torch.Tensor, kv: LayerKV) -> torch.Tensor:

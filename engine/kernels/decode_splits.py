@@ -7,8 +7,9 @@ MIN_SPLIT_TOKENS = 256  # a split shorter than this costs more in launch and com
 MAX_SPLITS = 64  # the combine kernel holds one split per row of a [splits, D] tile
 
 
-def num_splits(kv_len: int, num_kv_heads: int, num_sms: int, waves: int = 2) -> int:
+def num_splits(kv_len: int, num_kv_heads: int, num_sms: int, waves: int = 2,
+               min_tokens: int = MIN_SPLIT_TOKENS) -> int:
     """Splits per KV head for a bucket: enough (head, split) programs for `waves` programs per
-    SM, none shorter than MIN_SPLIT_TOKENS at the bucket's full length."""
+    SM, none shorter than `min_tokens` at the bucket's full length."""
     want = -(-waves * num_sms // num_kv_heads)
-    return max(1, min(want, MAX_SPLITS, -(-kv_len // MIN_SPLIT_TOKENS)))
+    return max(1, min(want, MAX_SPLITS, -(-kv_len // min_tokens)))

@@ -22,7 +22,6 @@ from engine.cache.kv_cache import KVCache, LayerKV
 from engine.events import MAX_SPECULATIVE_TOKENS
 from engine.models import batch_attention, invariant
 from engine.models.step_weights import WHOLE, Shard, StepWeights, weights_of
-from engine.quant import int4_ahead
 
 # attention(layer index, q [1, H, T, D], that layer's cache) -> [1, T, H D]
 Attention = Callable[[int, torch.Tensor, LayerKV], torch.Tensor]
@@ -66,7 +65,6 @@ class FamilyStep:
         self.invariant: invariant.RowTiles | None = None  # the reproducible mode's tiles
         self.rope_table: invariant.RopeTable | None = None
         self._bucket: Callable[[int], int] | None = None
-        self._ahead: int4_ahead.DequantAhead | None = None  # a captured prefill's 4-bit products
         self._init_pieces()
 
     @classmethod
@@ -93,8 +91,6 @@ class FamilyStep:
 
     def _lin(self, kind: str, x: torch.Tensor, w, bias=None) -> torch.Tensor:
         if self.invariant is None:
-            if self._ahead is not None and kind != "lm_head":
-                return self._ahead.linear(x, w)
             return apply_linear(x, w, bias)
         return invariant.tiled(x, invariant.paired(lambda t: apply_linear(t, w, bias)),
                                self.invariant.rows[kind])
@@ -308,7 +304,6 @@ class FamilyStep:
         through (None: the cache's live sequence; [>= T, max_blocks]: token t's in row t)."""
         f = fns
         x = F.embedding(token, self.embed)[None]  # [1, T, hidden]
-        self._ahead = None if self.reduce else int4_ahead.plan(self.layers, token.shape[0])
         cos, sin = (self.cos_sin if self.rope_table is None else self.rope_table)(pos, x.dtype)
         h = f["rms"](x, self.layers[0].ln_in)
         for i, p in enumerate(self.layers):

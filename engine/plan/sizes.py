@@ -100,11 +100,10 @@ def workspace_bytes(shape: ModelShape, quant: str, kv_dtype: str, tokens: int, r
     (4 x hidden), q/k/v and the attention output, gate/up/act(gate)*up (3 x intermediate).
     Assumes flash / memory-efficient attention (no chunk x context score matrix) and logits for
     the last position of each sequence only (+ the draft tokens being verified), bf16 then fp32
-    for sampling. bitsandbytes NF4 and AWQ dequantize a weight matrix to 16 bits for a prefill
-    matmul (the engine's kernels: two, the next one ahead); LLM.int8 keeps int8 inputs and int32
-    outputs; prefill attention reads a contiguous copy of one layer's K/V gathered from the
-    paged arena (SDPA cannot read blocks in place), dequantized to the compute dtype for an
-    int8/fp8 cache.
+    for sampling. bitsandbytes NF4 and AWQ (torch backend) dequantize one weight matrix to 16 bits
+    for a prefill matmul; LLM.int8 keeps int8 inputs and int32 outputs; prefill attention reads
+    a contiguous copy of one layer's K/V gathered from the paged arena (SDPA cannot read blocks
+    in place), dequantized to the compute dtype for an int8/fp8 cache.
     """
     fmt = weights.get(quant)
     a = 2 if fmt.quantized else fmt.bits // 8  # the compute dtype: quantized formats run in 16
@@ -112,8 +111,8 @@ def workspace_bytes(shape: ModelShape, quant: str, kv_dtype: str, tokens: int, r
     act = tokens * a * (4 * s.hidden_size + 3 * s.intermediate_size
                         + 2 * (s.num_heads + s.num_kv_heads) * s.head_dim)
     scratch = 0
-    if quant in ("nf4", "awq"):  # two buffers: a captured prefill dequantizes the next ahead
-        scratch = 2 * 2 * max((o * i for o, i, _ in s.linears), default=0)
+    if quant in ("nf4", "awq"):
+        scratch = 2 * max((o * i for o, i, _ in s.linears), default=0)
     elif quant == "int8":
         scratch = tokens * max((4 * o + i for o, i, _ in s.linears), default=0)
     kv = kv_dtypes.get(kv_dtype)

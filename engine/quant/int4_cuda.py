@@ -23,41 +23,21 @@ from engine.kernels import int4_mma_kernel as mod
 from engine.kernels.int4_dequant_kernel import dequant
 
 CHUNK_BYTES = 160 << 20  # the most bf16 weights dequantized at once
-# per device: the slice buffer, and the second one a prefill's products dequantize ahead into
-# (quant/int4_ahead.py)
 _buffers: dict[torch.device, torch.Tensor] = {}
-_seconds: dict[torch.device, torch.Tensor] = {}
 
 
 def reserve(device: torch.device, N: int, K: int) -> torch.Tensor | None:
-    """The device's slice buffers, large enough for the slices of an N x K layer: made at load
-    (and grown for a larger layer), so a CUDA graph captured later never allocates them -> the
-    first. None off CUDA (a layer built on the CPU only to be read back there)."""
+    """The device's slice buffer, large enough for the slices of an N x K layer: made at load
+    (and grown for a larger layer), so a CUDA graph captured later never allocates it. None off
+    CUDA (a layer built on the CPU only to be read back there)."""
     if device.type != "cuda":
         return None
     key = device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
     need = max(16 * K, min(N * K, _step(N, K) * K))
-    for buffers in (_buffers, _seconds):
-        if key not in buffers or buffers[key].numel() < need:
-            buffers[key] = torch.empty(need, dtype=torch.bfloat16, device=device)
-    return _buffers[key]
-
-
-def buffer_pair(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The device's two slice buffers (reserve made them)."""
-    key = device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
-    return _buffers[key], _seconds[key]
-
-
-def dense_rows(rows: int, codebook: bool = False) -> bool:
-    """Whether a product of `rows` rows dequantizes its layer for cuBLAS (matmul's last path)."""
-    return rows > (gemv.GEMV_MAX_ROWS if codebook else mod.MMA_MAX_ROWS)
-
-
-def slices(N: int, K: int) -> list[tuple[int, int]]:
-    """(first row, rows) of each slice an N x K layer is dequantized in."""
-    step = _step(N, K)
-    return [(n0, min(step, N - n0)) for n0 in range(0, N, step)]
+    buf = _buffers.get(key)
+    if buf is None or buf.numel() < need:
+        buf = _buffers[key] = torch.empty(need, dtype=torch.bfloat16, device=device)
+    return buf
 
 
 def _step(N: int, K: int) -> int:
@@ -78,10 +58,12 @@ def matmul(x2: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int,
     M, K = x2.shape
     N = sz.shape[1]
     buf = reserve(x2.device, N, K)
-    if _step(N, K) >= N:  # one slice: no output to cut (an eager prefill is bound by its host)
+    step = _step(N, K)
+    if step >= N:  # one slice: no output to cut (an eager prefill is bound by its host work)
         return torch.mm(x2, dequant(packed, sz, G, 0, N, buf, codebook).t())
     out = torch.empty(M, N, dtype=torch.bfloat16, device=x2.device)
-    for n0, rows in slices(N, K):
+    for n0 in range(0, N, step):
+        rows = min(step, N - n0)
         w = dequant(packed, sz, G, n0, rows, buf, codebook)  # [rows, K]
         torch.mm(x2, w.t(), out=out[:, n0:n0 + rows])  # cuBLAS writes the columns in place
     return out

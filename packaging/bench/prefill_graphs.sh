@@ -14,19 +14,12 @@ case "$part" in
 tests)
     timeout 300 python3 -m pytest -q -p no:cacheprovider tests/engine/step/test_prefill_graphs_gpu.py \
         tests/engine/quant/test_int4_ahead_gpu.py 2>&1 | tail -20 | tee "$OUT/tests.txt" ;;
-ttft)  # graphs on and off, and AWQ's graphs without the dequantizing ahead (quant/int4_ahead.py)
+ttft)  # graphs on and off
     A="--model $Q --random-weights --prompt-len 512 --new-tokens 32 --no-peer"
     for q in bf16 awq; do
         bench 7b-$q-512 $A --quant $q
         HEARTH_PREFILL_GRAPHS=off bench 7b-$q-512-eager $A --quant $q
-    done
-    echo "== 7b-awq-512-one-stream: no dequantizing ahead" | tee -a "$LOG"
-    timeout "$LIMIT" python3 -c "import sys; from engine.quant import int4_ahead
-int4_ahead.plan = lambda *a: None
-from engine.serve import cli; sys.exit(cli.main(sys.argv[1:]))" bench --out /tmp/r1.json $A \
-        --quant awq >>"$LOG" 2>&1 && python3 -c "import json; r=json.load(open('/tmp/r1.json'))
-print(json.dumps(dict(label='7b-awq-512-one-stream', ttft_ms=r['ttft_ms'],
-                      decode=r['decode_tokens_per_s'])))" | tee -a "$OUT/bench.jsonl" ;;
+    done ;;
 compile)
     for q in bf16 awq; do
         bench 7b-$q-512-compile --model $Q --random-weights --quant $q --prompt-len 512 --new-tokens 64 --compile --no-peer
