@@ -130,8 +130,10 @@ def test_reference_split_attention_equals_softmax(kv, T, positions):
 
 
 def test_split_counts():
-    assert decode_attention.num_splits(256, 8, 132) == 1
-    assert decode_attention.num_splits(1024, 8, 132) == 4  # >= 256 keys a split
+    assert decode_attention.num_splits(64, 8, 132) == 1
+    assert decode_attention.num_splits(256, 8, 132) == 4  # >= 64 keys a split
+    assert decode_attention.num_splits(1024, 8, 132) == 16
+    assert decode_attention.num_splits(1024, 8, 132, min_tokens=256) == 4
     assert decode_attention.num_splits(32768, 8, 132) == 33  # two waves of 132 SMs
     assert decode_attention.num_splits(131072, 1, 132) == decode_attention.MAX_SPLITS
 
