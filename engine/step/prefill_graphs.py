@@ -17,8 +17,6 @@ reproducible mode never comes here.
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from engine.cache.kv_cache import KVCache
@@ -47,7 +45,6 @@ class PrefillGraphs:
         # (token bucket, KV bucket) -> (graph, logits [1, V])
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.pool = torch.cuda.graph_pool_handle()
-        self.capture_s = 0.0  # time spent capturing, for the bench's notes
         self.failure: str | None = None  # why capture stopped (then every chunk runs eagerly)
 
     def run(self, ids: torch.Tensor, start: int, kv_len: int) -> torch.Tensor | None:
@@ -80,7 +77,6 @@ class PrefillGraphs:
     def _capture(self, Tb: int, kv_len: int) -> torch.Tensor:
         """Run the chunk eagerly (its real result: the K/V it writes and the logits returned;
         every kernel's first use), then capture it; a failure turns capture off for good."""
-        t0 = time.perf_counter()
         logits = self._body(Tb, kv_len)
         try:
             graph = torch.cuda.CUDAGraph()
@@ -89,5 +85,4 @@ class PrefillGraphs:
             self.graphs[(Tb, kv_len)] = (graph, out)
         except Exception as e:  # an optimization: the eager chunk computes the same
             self.failure = f"{type(e).__name__}: {str(e)[:200]}"
-        self.capture_s += time.perf_counter() - t0
         return logits[0]
