@@ -48,7 +48,6 @@ def compile_pieces(step) -> None:
     dynamo.recompile_limit = max(dynamo.recompile_limit, 32)
     step.fns = {name: torch.compile(fn, fullgraph=True, dynamic=False)
                 for name, fn in step.fns.items()}
-    step.compiled = True
 
 
 def prepare(step, device: torch.device, compile_layers: bool) -> str | None:

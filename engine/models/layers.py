@@ -79,7 +79,6 @@ class FamilyStep:
         self.eager_fns = dict(rms=self.rms, qkv_rope=self.qkv_rope, add_rms=self.add_rms,
                               silu_mul=self.silu_mul)
         self.fns, self.chunk_fns = dict(self.eager_fns), dict(self.eager_fns)
-        self.compiled = False
 
     def make_reproducible(self, tiles: invariant.RowTiles, bucket: Callable[[int], int]) -> None:
         """The reproducible mode (models/invariant.py): products in `tiles`, RoPE from one
