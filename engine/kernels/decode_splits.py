@@ -13,5 +13,7 @@ def num_splits(kv_len: int, num_kv_heads: int, num_sms: int, waves: int = 2,
                min_tokens: int = MIN_SPLIT_TOKENS) -> int:
     """Splits per KV head for a bucket: enough (head, split) programs for `waves` programs per
     SM, none shorter than `min_tokens` at the bucket's full length."""
+    if not isinstance(min_tokens, int) or min_tokens < 1:  # a launch setting from the environment
+        raise ValueError(f"min_split must be a positive number of keys, not {min_tokens!r}")
     want = -(-waves * num_sms // num_kv_heads)
     return max(1, min(want, MAX_SPLITS, -(-kv_len // min_tokens)))

@@ -134,6 +134,9 @@ def test_split_counts():
     assert decode_attention.num_splits(256, 8, 132) == 4  # >= 64 keys a split
     assert decode_attention.num_splits(1024, 8, 132) == 16
     assert decode_attention.num_splits(1024, 8, 132, min_tokens=256) == 4
+    for bad in (0, -64, "64"):
+        with pytest.raises(ValueError, match="min_split"):
+            decode_attention.num_splits(1024, 8, 132, min_tokens=bad)
     assert decode_attention.num_splits(32768, 8, 132) == 33  # two waves of 132 SMs
     assert decode_attention.num_splits(131072, 1, 132) == decode_attention.MAX_SPLITS
 
