@@ -54,7 +54,10 @@ def _silu_mul(GU, OUT, N: tl.constexpr, BLOCK: tl.constexpr):
     ok = cols < N
     g = tl.load(GU + row * 2 * N + cols, mask=ok, other=0.0).to(tl.float32)
     u = tl.load(GU + row * 2 * N + N + cols, mask=ok, other=0.0).to(tl.float32)
-    silu = tl.math.div_rn(g, 1.0 + tl.exp(-g)).to(OUT.dtype.element_ty).to(tl.float32)
+    # e^-g as 2^(-g log2 e): one ex2.approx, which kernels/int4_gemv_kernel.py's fused SiLU *
+    # up repeats for the same bits (tl.exp's lowering is Triton's choice)
+    e = tl.math.exp2(-g * 1.4426950408889634)
+    silu = tl.math.div_rn(g, 1.0 + e).to(OUT.dtype.element_ty).to(tl.float32)
     tl.store(OUT + row * N + cols, (silu * u).to(OUT.dtype.element_ty), mask=ok)
 
 

@@ -150,6 +150,16 @@ class FamilyStep:
         gate, up = gate_up.chunk(2, dim=-1)
         return F.silu(gate) * up
 
+    def _mlp_in(self, h: torch.Tensor, w, f: dict) -> torch.Tensor:
+        """SiLU(gate) * up of h's gate/up product: in the product's own launch where its layer
+        has one (int4's decode rows: Int4Linear.silu_glu, checked at load to give the piece's
+        bits) and fused pieces are not off, else the product, then the piece (always in the
+        reproducible mode's tiles)."""
+        glu = getattr(w, "silu_glu", None)
+        fused = self.invariant is None and self.cache.backends.fused_ops != "off"
+        out = glu(h) if glu is not None and fused else None
+        return out if out is not None else f["silu_mul"](self._lin("gate_up", h, w))
+
     def attend(self, q, kv, mask, kv_len: int, read: tuple | None = None):
         """Grouped-query attention without expanding KV heads: the G query heads that share a
         KV head become G queries of it. q: [1, H, T, D] -> [1, T, H * D]; mask: [1, 1, G T, kv]
@@ -313,8 +323,7 @@ class FamilyStep:
                               sin, pos, *kv)
             attn = attention(i, q, kv)
             x, h = f["add_rms"](x, self.row_parallel(attn, p.o, p.o_bias), p.ln_post)
-            mlp = self.row_parallel(f["silu_mul"](self._lin("gate_up", h, p.gate_up)), p.down,
-                                    kind="down")
+            mlp = self.row_parallel(self._mlp_in(h, p.gate_up, f), p.down, kind="down")
             next_norm = self.layers[i + 1].ln_in if i + 1 < len(self.layers) else self.norm
             x, h = f["add_rms"](x, mlp, next_norm)
         h = h[:, -1:] if last_only else h if keep is None else h[:, keep]

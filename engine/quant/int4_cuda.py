@@ -69,6 +69,55 @@ def matmul(x2: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int,
     return out
 
 
+def silu_glu(x2: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int,
+             codebook: bool = False) -> torch.Tensor | None:
+    """SiLU(gate) * up of a fused [gate; up] layer's product with x2 [M, K] in one launch of the
+    gemv (kernels/int4_gemv_kernel.py, glu) -> [M, N / 2] bf16; None where it does not take
+    these rows or this shape (the caller multiplies, then applies silu_mul)."""
+    N = sz.shape[1]
+    if not 0 < x2.shape[0] <= gemv.GEMV_MAX_ROWS or N % 32 or not _glu.get(str(x2.device)):
+        return None
+    return gemv.matmul(x2, packed, sz, G, codebook=codebook, glu=True)
+
+
+_glu: dict[str, bool] = {}  # glu_ok's answers: asked at load (a fused layer's concat), never
+# first inside a CUDA graph's capture, where its probe's copies to the device cannot run
+
+
+def glu_ok(device: str) -> bool:
+    """Whether the gemv's SiLU * up launch gives silu_mul of the plain launch's product, bit for
+    bit, on a small random fused layer at each row count it takes (AWQ and NF4): once per device,
+    else the step multiplies and applies silu_mul apart."""
+    if device not in _glu:
+        _glu[device] = _glu_check(device)
+    return _glu[device]
+
+
+def _glu_check(device: str) -> bool:
+    from engine.kernels import fused_ops_kernel
+    from engine.quant.int4_linear import Int4Linear, random_codes
+
+    if not device.startswith("cuda"):
+        return False
+    g = torch.Generator().manual_seed(0)
+    N, K, G = 192, 512, 64
+    codes, zeros, scales = random_codes(N, K, G, g)
+    try:
+        lin = Int4Linear.from_codes(codes, zeros, scales, None, torch.bfloat16,
+                                    torch.device(device), kernel="mma", check=False)
+        for codebook in (False, True):
+            sz = lin.scales_zeros if not codebook else lin.scales_zeros[..., 0].contiguous()
+            for rows in range(1, gemv.GEMV_MAX_ROWS + 1):
+                x = torch.randn(rows, K, generator=g).to(device, torch.bfloat16)
+                plain = gemv.matmul(x, lin.packed, sz, G, codebook=codebook)
+                fused = gemv.matmul(x, lin.packed, sz, G, codebook=codebook, glu=True)
+                if not torch.equal(fused, fused_ops_kernel.silu_mul(plain)):
+                    return False
+        return True
+    except Exception:  # noqa: BLE001 - no NVRTC, Triton or a failed launch: the plain pieces
+        return False
+
+
 def matches_reference(lin: torch.nn.Module, row_counts: tuple[int, ...],
                       g: torch.Generator) -> bool:
     """Whether a load check's small layer gives its dequantized weights' product (within bf16

@@ -162,6 +162,7 @@ class Int4Linear(torch.nn.Module):
     """y = x W^T + bias with W as above. packed: the kernel's layout of the codes; scales_zeros:
     [K/G, N, 2] (scale, offset) in the compute dtype; bias: [N] or None."""
 
+    codebook = False  # NF4's codes (quant/nf4_linear.py) index a table instead
     def __init__(self, in_features: int, out_features: int, group_size: int, kernel: str,
                  packed: torch.Tensor, scales_zeros: torch.Tensor,
                  bias: torch.Tensor | None = None):
@@ -286,6 +287,16 @@ class Int4Linear(torch.nn.Module):
             out = out + self.bias
         return out.view(*x.shape[:-1], self.out_features).to(x.dtype)
 
+    def silu_glu(self, x: torch.Tensor) -> torch.Tensor | None:
+        """SiLU(gate) * up of this fused [gate; up] layer's product in one launch where the
+        kernel has one (a decode step's rows on "mma", no bias) -> [..., N / 2], else None."""
+        if self.kernel != "mma" or self.bias is not None or x.device.type != "cuda":
+            return None
+        x2 = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        out = int4_cuda.silu_glu(x2, self.packed, self.scales_zeros, self.group_size,
+                                 codebook=self.codebook)
+        return None if out is None else out.view(*x.shape[:-1], -1).to(x.dtype)
+
     @staticmethod
     def concat(mods: list[Int4Linear]) -> Int4Linear | None:
         """One layer computing [m(x) for m in mods] concatenated (q/k/v, gate/up), sharing their
@@ -312,7 +323,8 @@ class Int4Linear(torch.nn.Module):
             if bias is not None:
                 m.bias.data = bias[cols: cols + m.out_features]
             rows, cols = rows + n, cols + m.out_features
-        if first.kernel == "mma":  # the fused layer's slices, before any graph capture
-            int4_cuda.reserve(packed.device, cols, first.in_features)
+        if first.kernel == "mma":  # its slices and the SiLU * up check, before graph capture
+            int4_cuda.reserve(packed.device, cols, first.in_features), int4_cuda.glu_ok(str(
+                packed.device))
         return type(first)(first.in_features, cols, first.group_size, first.kernel, packed, sz,
                           bias)

@@ -26,6 +26,8 @@ BLOCK = 64  # bitsandbytes' NF4 blocksize, the one the layout's k-groups hold wh
 class Nf4Linear(Int4Linear):
     """y = x W^T + bias; scales_zeros holds the absmax [K/64, N] bf16 (no offsets)."""
 
+    codebook = True
+
     def dequantize(self) -> torch.Tensor:
         """W [N, K] bf16, the kernels' bits."""
         N, K = self.out_features, self.in_features

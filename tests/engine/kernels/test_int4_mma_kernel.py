@@ -170,3 +170,28 @@ def test_a_fused_layers_members_run_on_views_of_its_scales():
     for m, a in zip(mods, alone, strict=True):
         assert not m.scales_zeros.is_contiguous()
         assert torch.equal(m(x), a)
+
+
+@CUDA
+@pytest.mark.parametrize("N, K", [(37888, 3584), (28672, 4096), (192, 512)])
+@pytest.mark.parametrize("G", [32, 64, 128])
+def test_the_gemvs_silu_times_up_has_the_bits_of_the_product_then_the_piece(N, K, G):
+    """A fused [gate; up] layer's SiLU(gate) * up in the gemv's own launch (a decode step's MLP
+    input) against the plain launch followed by the Triton piece, eagerly and replayed."""
+    from engine.kernels.fused_ops_kernel import silu_mul
+    from engine.kernels.int4_gemv_kernel import GEMV_MAX_ROWS
+    from engine.quant import int4_cuda
+
+    assert int4_cuda.glu_ok("cuda:0")
+    lin = cuda_layer(N, K, G, seed=N + G)
+    x = torch.randn(GEMV_MAX_ROWS + 1, K, generator=torch.Generator().manual_seed(G)).to(
+        "cuda", torch.bfloat16) * 4  # gate values past SiLU's bend
+    for rows in range(1, GEMV_MAX_ROWS + 1):
+        fused = lin.silu_glu(x[:rows])
+        assert fused.shape == (rows, N // 2)
+        assert torch.equal(fused, silu_mul(lin(x[:rows]))), rows
+    assert lin.silu_glu(x) is None  # past the gemv's rows: the product, then the piece
+    eager = lin.silu_glu(x[:1])
+    graph, out = captured(lambda: lin.silu_glu(x[:1]))
+    graph.replay()
+    assert torch.equal(out, eager)

@@ -165,3 +165,53 @@ def test_fused_quantizing_stores_match_pytorchs(kv, tiny_model, monkeypatch):
     # measure above allows it); one int8 step of one key moved a position's logits by 6e-4 on the
     # H200 (2026-12-01), everything else agreeing within 1e-5. Where no code differs, 1e-4 holds
     assert err.max() < (1e-3 if flipped else 1e-4), (flipped, err)
+
+
+class _Glu(torch.nn.Module):
+    """A gate/up layer with the int4 layers' one-launch SiLU * up (Int4Linear.silu_glu)."""
+
+    def __init__(self, inner, answer):
+        super().__init__()
+        self.inner, self.answer, self.calls = inner, answer, 0
+
+    def forward(self, x):
+        return torch.nn.functional.linear(x, self.inner) if isinstance(
+            self.inner, torch.Tensor) else self.inner(x)
+
+    def silu_glu(self, x):
+        self.calls += 1
+        return self.answer(self, x)
+
+
+@pytest.mark.parametrize("answer", ["same", "none", "zeros"])
+@torch.no_grad()
+def test_a_gate_up_layers_own_silu_times_up_serves_the_step_outside_the_reproducible_mode(
+        answer):
+    """FamilyStep._mlp_in: the layer's SiLU * up where it gives one (the same logits as the
+    product and the piece), the product then the piece where it gives None, and never in the
+    reproducible mode (whose products are tiled)."""
+    import transformers
+
+    from engine.cache.kv_cache import KVCache
+    from engine.models import invariant
+    from engine.models.layers import FamilyStep
+
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, head_dim=8)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    step = FamilyStep.of(model, KVCache(2, 2, 8, 64, torch.float32, torch.device("cpu")))
+    step.cache.reserve(8)
+    token, pos = torch.tensor([5]), torch.tensor([3])
+    plain = step(token, pos, 64)
+    fns = {"same": lambda m, x: step.silu_mul(m(x)), "none": lambda m, x: None,
+           "zeros": lambda m, x: torch.zeros_like(step.silu_mul(m(x)))}  # seen in the logits
+    for p in step.layers:
+        p.gate_up = _Glu(p.gate_up, fns[answer])
+    assert torch.equal(step(token, pos, 64), plain) == (answer != "zeros")
+    assert [p.gate_up.calls for p in step.layers] == [1, 1]
+    kinds = ("qkv", "o", "gate_up", "down", "lm_head")
+    step.make_reproducible(invariant.RowTiles({k: 4 for k in kinds}), lambda n: 64)
+    torch.testing.assert_close(step(token, pos, 64), plain)  # its own RoPE table's bits
+    assert [p.gate_up.calls for p in step.layers] == [1, 1]  # not asked again

@@ -145,6 +145,17 @@ def test_every_codebook_gemv_launch_gives_the_reference_product(LUT, S, SPLITS, 
 
 
 @CUDA
+def test_the_codebook_gemvs_silu_times_up_has_the_bits_of_the_product_then_the_piece():
+    from engine.kernels.fused_ops_kernel import silu_mul
+
+    lin = Nf4Linear.from_bnb(bnb_layer(37888, 3584, seed=7, device="cuda")[0])
+    x = torch.randn(4, 3584, generator=torch.Generator().manual_seed(8)).to(
+        "cuda", torch.bfloat16) * 4
+    for rows in (1, 2, 3, 4):
+        assert torch.equal(lin.silu_glu(x[:rows]), silu_mul(lin(x[:rows]))), rows
+
+
+@CUDA
 def test_codebook_graph_replays_equal_eager_calls():
     lin = Nf4Linear.from_bnb(bnb_layer(3584, 3584, seed=5, device="cuda")[0])
     x = torch.randn(1, 3584, generator=torch.Generator().manual_seed(6)).to(
