@@ -37,11 +37,9 @@ if TYPE_CHECKING:  # the cache sits above the kernels; its view is only a parame
 # - No loop pipelined by hand (each tile's loads issued while the one before is computed): it is
 #   no faster than Triton's own pipelining over the chunk.
 # Both: "consistent" steps and verify blocks (see decode_attention), splits placed by granules
-# of 1,024 keys; "merge": a step's or verify block's splits merged by the last program of each
-# row tile (partial_softmax's MERGE) instead of a second launch (combine_splits, which prefill
-# chunks keep).
+# of 1,024 keys.
 _SHARED = dict(consistent=True, granule=1024, block_m=16, chunk=64, waves=2, num_warps=4,
-               num_stages=3, min_split=MIN_SPLIT_TOKENS, merge=True)
+               num_stages=3, min_split=MIN_SPLIT_TOKENS)
 CONFIGS = {False: dict(block_n=64, **_SHARED),
            True: dict(block_n=128, fp16_dots=True, asm=True, **_SHARED)}
 
@@ -56,19 +54,6 @@ COMBINE_CHUNK = 8  # partial outputs merged a chunk of splits at a time (combine
 INTERPRETER_SMS = 4  # Triton's CPU interpreter (tests): a few splits, as on a small GPU
 MAX_BLOCK_TOKENS = MAX_SPECULATIVE_TOKENS + 1  # a pass of more query tokens is a prefill chunk,
 # not a step or a verify block, and needs no split to agree with a step's
-_counts: dict[torch.device, torch.Tensor] = {}  # MERGE's counts, per device: zero between
-# launches (each launch's last programs leave them so), which run one at a time on its stream
-
-
-def _merge_counts(device: torch.device, n: int) -> torch.Tensor | None:
-    """At least n int32 zeros on `device` for MERGE's counts; None inside a CUDA graph's
-    capture before any eager launch made them (the launch then merges in a second kernel)."""
-    buf = _counts.get(device)
-    if buf is None or buf.numel() < n:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return None
-        buf = _counts[device] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
-    return buf
 
 
 def decode_attention(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int,
@@ -167,11 +152,8 @@ def _launch(qg: torch.Tensor, kv: LayerKV, pos: torch.Tensor, lens: torch.Tensor
     table_stride = kv.table.stride(0) if batched else 0
     lens = pos if lens is None else lens  # unread when not BATCHED
     splits = pos if splits is None else splits
-    counts = (_merge_counts(qg.device, Hkv * seqs * seq_tiles)
-              if cfg.get("merge") and T <= MAX_BLOCK_TOKENS else None)
     partial_softmax[(Hkv, S, seqs * seq_tiles)](
-        qg, kv.k, kv.v, ks, vs, kv.table, pos, lens, splits, part_m, part_l, part_o, out,
-        pos if counts is None else counts, kv_len, S,
+        qg, kv.k, kv.v, ks, vs, kv.table, pos, lens, splits, part_m, part_l, part_o, kv_len, S,
         float(scaling), kv.k.stride(0), kv.k.stride(1), ks.stride(0), ks.stride(1),
         ROWS=rows, T=T, SEQS=seqs, SEQ_TILES=seq_tiles, TABLE_STRIDE=table_stride, D=D, B=B,
         BLOCK_M=block_m, BLOCK_N=cfg["block_n"], BLOCK_D=block_d,
@@ -180,10 +162,7 @@ def _launch(qg: torch.Tensor, kv: LayerKV, pos: torch.Tensor, lens: torch.Tensor
         F16=bool(quantized and cfg.get("fp16_dots") and qg.dtype != torch.float32),
         INT8=kv.k.dtype == torch.int8,
         ASM=bool(cfg.get("asm")) and qg.device.type == "cuda",  # PTX: not in the interpreter
-        CHUNK=chunk, BATCHED=batched, MERGE=counts is not None, BLOCK_S=COMBINE_SPLITS,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    if counts is not None:
-        return out
+        CHUNK=chunk, BATCHED=batched, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     # one tile size for every split count: a row's sum over its splits is the same reduction
     # whether its pass had few splits (a step alone) or the batch's most
     combine_splits[(Hkv, all_rows)](part_m, part_l, part_o, out, splits, S, ROWS=all_rows,

@@ -85,14 +85,13 @@ def _attend_tile(q, k, v, ks, vs, n, n_ok, pos, m_i, l_i, acc, scaling, QUANTIZE
 # not always a multiple of 16, which Triton would compile a second version for
 @triton.jit(do_not_specialize=["kv_len", "n_splits", "ROWS", "T", "SEQS", "SEQ_TILES",
                                "TABLE_STRIDE"])
-def partial_softmax(Q, K, V, KS, VS, TABLE, POS, LENS, SPLITS, PM, PL, PO, OUT, COUNT, kv_len,
-                    n_splits, scaling, stride_kb, stride_kh, stride_sb, stride_sh, ROWS, T, SEQS,
+def partial_softmax(Q, K, V, KS, VS, TABLE, POS, LENS, SPLITS, PM, PL, PO, kv_len, n_splits,
+                    scaling, stride_kb, stride_kh, stride_sb, stride_sh, ROWS, T, SEQS,
                     SEQ_TILES, TABLE_STRIDE, D: tl.constexpr, B: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                     QUANTIZED: tl.constexpr, IEEE: tl.constexpr, GRANULE: tl.constexpr,
                     F16: tl.constexpr, INT8: tl.constexpr, ASM: tl.constexpr,
-                    CHUNK: tl.constexpr, BATCHED: tl.constexpr, MERGE: tl.constexpr,
-                    BLOCK_S: tl.constexpr):
+                    CHUNK: tl.constexpr, BATCHED: tl.constexpr):
     """Q: [H_kv, SEQS, ROWS, D] (row g T + t of each sequence); K, V: [num_blocks, H_kv, B, D]
     int8/fp8/16-bit; KS, VS: [num_blocks, H_kv, B] fp16 (QUANTIZED); TABLE: [SEQS, TABLE_STRIDE]
     int32, key n of sequence s at block TABLE[s, n // B], slot n % B; POS: [SEQS, T] int64 ->
@@ -104,10 +103,7 @@ def partial_softmax(Q, K, V, KS, VS, TABLE, POS, LENS, SPLITS, PM, PL, PO, OUT, 
     CHUNK > 0: the table entries of CHUNK blocks at a time loaded ahead of the tiles that use them
     and handed to each tile by a gather in registers, so no load's address inside the tile loop
     comes from another load of it, and Triton can pipeline the K, V and scale loads as over a
-    flat cache (CHUNK B a multiple of BLOCK_N: a tile never straddles two chunks).
-    MERGE: the last of a row tile's programs to finish (a count per tile in COUNT, int32 zeros,
-    left at zero again) merges its rows' splits into OUT ([H_kv, SEQS ROWS, D]) as
-    combine_splits does, in one fixed order: no second launch a layer."""
+    flat cache (CHUNK B a multiple of BLOCK_N: a tile never straddles two chunks)."""
     head = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     layout_splits = n_splits
@@ -181,39 +177,6 @@ def partial_softmax(Q, K, V, KS, VS, TABLE, POS, LENS, SPLITS, PM, PL, PO, OUT, 
     tl.store(PM + at, m_i, mask=row_ok)
     tl.store(PL + at, l_i, mask=row_ok)
     tl.store(PO + at[:, None] * D + d[None, :], acc, mask=row_ok[:, None] & d_ok[None, :])
-    if MERGE:
-        tl.debug_barrier()  # every thread's stores before the count that releases them
-        count = COUNT + head * tl.num_programs(2) + tl.program_id(2)
-        if tl.atomic_add(count, 1, sem="acq_rel", scope="gpu") == layout_splits - 1:
-            tl.atomic_xchg(count, 0, sem="relaxed", scope="gpu")  # for the next launch
-            _merge(PM, PL, PO, OUT, head, seq, rows, row_ok, d, d_ok, n_splits, layout_splits,
-                   SEQS * ROWS, ROWS, D, BLOCK_S)
-
-
-@triton.jit
-def _merge(PM, PL, PO, OUT, head, seq, rows, row_ok, d, d_ok, n_row, layout_splits, ALL_ROWS,
-           ROWS, D: tl.constexpr, BLOCK_S: tl.constexpr):
-    """combine_splits' sum for a tile of rows (its n_row splits one after another), read past the
-    L1 (other programs wrote them)."""
-    s = tl.arange(0, BLOCK_S)
-    row = seq * ROWS + rows  # [BLOCK_M]
-    at = (head * layout_splits + s[:, None]) * ALL_ROWS + row[None, :]  # [BLOCK_S, BLOCK_M]
-    ok = (s[:, None] < n_row) & row_ok[None, :]
-    m = tl.load(PM + at, mask=ok, other=float("-inf"), cache_modifier=".cg")
-    total = tl.load(PL + at, mask=ok, other=0.0, cache_modifier=".cg")
-    top = tl.max(m, 0)  # [BLOCK_M]
-    den = tl.sum(total * tl.where(total > 0, tl.exp(m - top[None, :]), 0.0), 0)
-    acc = tl.zeros([row.shape[0], d.shape[0]], dtype=tl.float32)
-    for i in range(0, n_row):
-        at_i = (head * layout_splits + i) * ALL_ROWS + row  # [BLOCK_M]
-        m_i = tl.load(PM + at_i, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
-        l_i = tl.load(PL + at_i, mask=row_ok, other=0.0, cache_modifier=".cg")
-        o = tl.load(PO + at_i[:, None] * D + d[None, :], mask=row_ok[:, None] & d_ok[None, :],
-                    other=0.0, cache_modifier=".cg")
-        acc += o * tl.where(l_i > 0, tl.exp(m_i - top), 0.0)[:, None]
-    out = (acc / den[:, None]).to(OUT.dtype.element_ty)
-    tl.store(OUT + (head * ALL_ROWS + row)[:, None] * D + d[None, :], out,
-             mask=row_ok[:, None] & d_ok[None, :])
 
 
 @triton.jit(do_not_specialize=["ROWS", "SEQ_ROWS"])

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # H200, issue 28's decode: launches folded into others (SiLU * up inside the int4 gate/up gemv;
-# decode attention's splits merged by the last program of each row tile). Parts: tests (the GPU
-# tests of the kernels and the step), bench (`hearth bench --compile` rows, 7B AWQ, NF4 and
-# bf16, 512-token prompts, 256 new tokens; AWQ also with the merge off, through
-# HEARTH_DECODE_ATTENTION_CONFIG, and with the fused pieces off, which keeps the int4 products
-# plain, in the same call), profile (int4_profile.py's kernels of a 7B AWQ step).
+# session 23 also merged decode attention's splits in the last program of each row tile, at
+# 5d281a9, and dropped it). Parts: tests (the GPU tests of the kernels and the step), bench
+# (`hearth bench --compile` rows, 7B AWQ, NF4 and bf16, 512-token prompts, 256 new tokens; AWQ
+# also with the fused pieces off, which keeps the int4 products plain, in the same call),
+# profile (int4_profile.py's kernels of a 7B AWQ step), ppl (nf4.sh's perplexity rows).
 # Default: tests bench. Results under $OUT.
 set -u
 source packaging/bench/device_env.sh
@@ -22,12 +22,13 @@ tests)
         tests/engine/generate/test_batch_run_gpu.py tests/engine/cache/test_quantized_kv.py \
         tests/engine/kernels/test_paged_decode_kernel.py tests/engine/models/test_invariant_gpu.py \
         tests/engine/kernels/test_batched_decode_kernel.py $FAST 2>&1 | tail -25 | tee "$OUT/tests.txt" ;;
-bench)  # the merge of decode attention's splits and SiLU * up on, and each off
+bench)  # SiLU * up in the gemv, and off (the pieces off)
     bench 7b-awq $A --quant awq
-    HEARTH_DECODE_ATTENTION_CONFIG='{"merge": false}' bench 7b-awq-merge-off $A --quant awq
     HEARTH_FUSED_OPS=off bench 7b-awq-pieces-off $A --quant awq
-    bench 7b-nf4 $A --quant nf4
-    bench 7b-bf16 $A --quant bf16 ;;
+    bench 7b-awq-again $A --quant awq
+    bench 7b-nf4 $A --quant nf4 ;;
+ppl)
+    bash $B/nf4.sh ppl ;;
 profile)
     timeout 200 python3 $B/int4_profile.py --model $Q --new-tokens 128 2>&1 | tee "$OUT/profile.txt" | tail -40 ;;
 *) echo "unknown part $part" >&2; exit 2 ;;
