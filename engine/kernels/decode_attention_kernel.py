@@ -139,7 +139,9 @@ def _launch(qg: torch.Tensor, kv: LayerKV, pos: torch.Tensor, lens: torch.Tensor
     quantized = kv.k_scale is not None
     batched = lens is not None
     chunk = int(cfg.get("chunk", 0))  # table entries a gather serves; off where a tile would
-    if chunk and (chunk * B) % cfg["block_n"]:  # straddle two chunks
+    # straddle two chunks, or a split could start inside a block (splits start at multiples of
+    # block_n: a chunk's gather counts blocks from the split's first key)
+    if chunk and ((chunk * B) % cfg["block_n"] or cfg["block_n"] % B):
         chunk = 0
     all_rows = seqs * rows
     part_m = torch.empty((Hkv, S, all_rows), dtype=torch.float32, device=qg.device)

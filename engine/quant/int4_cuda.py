@@ -80,6 +80,54 @@ def silu_glu(x2: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int,
     return gemv.matmul(x2, packed, sz, G, codebook=codebook, glu=True)
 
 
+@functools.lru_cache(maxsize=64)
+def glu_faster(N: int, K: int, G: int, codebook: bool, device: str) -> bool:
+    """Whether the gemv's SiLU * up launch beats the plain launch and silu_mul for one row of a
+    fused gate/up of this shape here, timed at load on random codes (CUDA-graph replays, best of
+    5 each; the same bits either way, so only speed decides). On the H200 it was 3% faster at the
+    Qwen2.5-7B's gate/up and 24% slower at the Llama-3.1-8B's (a grid of half the blocks):
+    BENCHMARKS.md, issue 28, session 23."""
+    if not glu_ok(device):
+        return False
+    try:
+        return _glu_timed(N, K, G, codebook, device)
+    except Exception:  # noqa: BLE001 - a capture or launch that failed: the plain launches
+        return False
+
+
+def _glu_timed(N: int, K: int, G: int, codebook: bool, device: str) -> bool:
+    from engine.kernels import fused_ops_kernel
+
+    g = torch.Generator().manual_seed(0)
+    packed = torch.randint(-2**31, 2**31 - 1, (N // 16, K // 64, 32, 4), generator=g,
+                           dtype=torch.int32).to(device)
+    sz = (torch.rand((K // G, N) if codebook else (K // G, N, 2), generator=g) * 0.01).to(
+        device, torch.bfloat16)
+    x = torch.randn(1, K, generator=g).to(device, torch.bfloat16)
+    best = []
+    for glu in (False, True):
+        def run(glu=glu):
+            for _ in range(8):
+                out = gemv.matmul(x, packed, sz, G, codebook=codebook, glu=glu)
+                if not glu:
+                    out = fused_ops_kernel.silu_mul(out)
+        run()  # compiled and warm before the capture
+        torch.cuda.synchronize(device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run()
+        times = []
+        for _ in range(5):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        best.append(min(times))
+    return best[1] < best[0]
+
+
 _glu: dict[str, bool] = {}  # glu_ok's answers: asked at load (a fused layer's concat), never
 # first inside a CUDA graph's capture, where its probe's copies to the device cannot run
 

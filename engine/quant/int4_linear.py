@@ -37,8 +37,7 @@ QUANTIZE_ROWS = 8192  # rows rounded at once: a 150K-vocabulary lm_head never si
 TRITON_MAX_ROWS = 16  # the Triton GEMV is written for decode; prefill dequantizes instead
 TINYGEMM_MAX_ROWS = 64  # above this, tinygemm's layout goes through the Triton GEMM that
 # dequantizes tiles in registers (kernels/int4_gemm_kernel.py), else unpacked to 16 bits for a
-# dense matmul: tinygemm's time grows with every row. Not yet timed on a GPU against either
-# (packaging/bench/int4_gemm.py is the sweep that should set it)
+# dense matmul (tinygemm's time grows with every row); not timed on a GPU (int4_gemm.py's sweep)
 
 
 @functools.cache
@@ -163,6 +162,7 @@ class Int4Linear(torch.nn.Module):
     [K/G, N, 2] (scale, offset) in the compute dtype; bias: [N] or None."""
 
     codebook = False  # NF4's codes (quant/nf4_linear.py) index a table instead
+    glu = False  # silu_glu's launch: where a fused gate/up measured it faster (concat)
     def __init__(self, in_features: int, out_features: int, group_size: int, kernel: str,
                  packed: torch.Tensor, scales_zeros: torch.Tensor,
                  bias: torch.Tensor | None = None):
@@ -288,20 +288,18 @@ class Int4Linear(torch.nn.Module):
         return out.view(*x.shape[:-1], self.out_features).to(x.dtype)
 
     def silu_glu(self, x: torch.Tensor) -> torch.Tensor | None:
-        """SiLU(gate) * up of this fused [gate; up] layer's product in one launch where the
-        kernel has one (a decode step's rows on "mma", no bias) -> [..., N / 2], else None."""
-        if self.kernel != "mma" or self.bias is not None or x.device.type != "cuda":
+        """A fused [gate; up]'s SiLU(gate) * up in one launch where faster (glu) -> [..., N/2]."""
+        if not self.glu or self.bias is not None or x.device.type != "cuda":
             return None
         x2 = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        out = int4_cuda.silu_glu(x2, self.packed, self.scales_zeros, self.group_size,
-                                 codebook=self.codebook)
+        out = int4_cuda.silu_glu(x2, self.packed, self.scales_zeros, self.group_size, self.codebook)
         return None if out is None else out.view(*x.shape[:-1], -1).to(x.dtype)
 
     @staticmethod
     def concat(mods: list[Int4Linear]) -> Int4Linear | None:
-        """One layer computing [m(x) for m in mods] concatenated (q/k/v, gate/up), sharing their
-        memory: the members' tensors become views of the fused ones. None where the layout's
-        rows do not concatenate (the CPU kernel packs 64 rows together)."""
+        """One layer computing [m(x) for m in mods] concatenated (q/k/v, gate/up: two members),
+        sharing their memory (the members' tensors become views of the fused ones); None where
+        the rows do not concatenate (the CPU kernel packs 64 rows together)."""
         first = mods[0]
         if first.kernel == "cpu" or any(
                 (type(m), m.kernel, m.in_features, m.group_size, m.scales_zeros.dtype)
@@ -323,8 +321,10 @@ class Int4Linear(torch.nn.Module):
             if bias is not None:
                 m.bias.data = bias[cols: cols + m.out_features]
             rows, cols = rows + n, cols + m.out_features
-        if first.kernel == "mma":  # its slices and the SiLU * up check, before graph capture
-            int4_cuda.reserve(packed.device, cols, first.in_features), int4_cuda.glu_ok(str(
-                packed.device))
-        return type(first)(first.in_features, cols, first.group_size, first.kernel, packed, sz,
-                          bias)
+        K, G = first.in_features, first.group_size
+        fused = type(first)(K, cols, G, first.kernel, packed, sz, bias)
+        if first.kernel == "mma" and packed.device.type == "cuda":  # before any graph capture
+            int4_cuda.reserve(packed.device, cols, K)
+            fused.glu = len(mods) == 2 and cols % 32 == 0 and int4_cuda.glu_faster(
+                cols, K, G, first.codebook, str(packed.device))
+        return fused

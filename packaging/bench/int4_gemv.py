@@ -41,6 +41,8 @@ def main() -> int:
     p.add_argument("--xpre", action="store_true", help="x loaded at use too (XPRE=0)")
     p.add_argument("--nf4", action="store_true", help="the NF4 codebook variant instead of AWQ")
     p.add_argument("--lut", action="store_true", help="NF4: 0-4 words a k-group by shared table")
+    p.add_argument("--glu", action="store_true",
+                   help="gate/up only: SiLU * up in the gemv against the gemv, then silu_mul")
     args = p.parse_args()
     dev, dtype = torch.device("cuda"), torch.bfloat16
     log = SweepLog(args.out)
@@ -73,6 +75,9 @@ def main() -> int:
                 cands.append(("gemv" if v == int4_gemv_kernel.variant(G, N, K) else "gemv_sweep",
                               v, cycling(lambda L, v=v: int4_gemv_kernel.matmul(
                                   x, L[0], L[1], G, v), layers), nbytes))  # noqa: B023
+            if args.glu:  # the MLP's input instead of the product
+                cands = glu_candidates(x, layers, nbytes)
+                ref = F.silu(ref[:, :N // 2]) * ref[:, N // 2:]
             for kernel, cfg, fn, nb in cands:
                 row = dict(shape=name, N=N, K=K, M=M, kernel=kernel, config=cfg)
                 check_and_time(log, row, fn, ref, nb, 2 * n_copies if kernel != "bf16" else 6,
@@ -81,6 +86,16 @@ def main() -> int:
         torch.cuda.empty_cache()
     print(log.table())
     return 0
+
+
+def glu_candidates(x, layers, nbytes: int) -> list:
+    """A decode step's gate/up then SiLU * up: two launches, or the gemv's one (glu)."""
+    from engine.kernels.fused_ops_kernel import silu_mul
+
+    return [("gemv+silu_mul", {}, cycling(lambda L: silu_mul(int4_gemv_kernel.matmul(
+                x, L[0], L[1], G)), layers), nbytes),
+            ("gemv_glu", {}, cycling(lambda L: int4_gemv_kernel.matmul(
+                x, L[0], L[1], G, glu=True), layers), nbytes)]
 
 
 def launches(args, base: dict) -> list[dict]:

@@ -167,6 +167,9 @@ def test_a_fused_layers_members_run_on_views_of_its_scales():
     alone = [m(x) for m in mods]
     fused = Int4Linear.concat(mods)
     assert torch.equal(fused(x), torch.cat(alone, dim=1))
+    assert not fused.glu  # three members: no gate/up
+    pair = Int4Linear.concat([cuda_layer(512, 1024, 64, seed=9), cuda_layer(512, 1024, 64)])
+    assert isinstance(pair.glu, bool)  # timed at load; the bits are the same either way
     for m, a in zip(mods, alone, strict=True):
         assert not m.scales_zeros.is_contiguous()
         assert torch.equal(m(x), a)
@@ -184,6 +187,7 @@ def test_the_gemvs_silu_times_up_has_the_bits_of_the_product_then_the_piece(N, K
 
     assert int4_cuda.glu_ok("cuda:0")
     lin = cuda_layer(N, K, G, seed=N + G)
+    lin.glu = True  # as concat sets it where the launch measured faster
     x = torch.randn(GEMV_MAX_ROWS + 1, K, generator=torch.Generator().manual_seed(G)).to(
         "cuda", torch.bfloat16) * 4  # gate values past SiLU's bend
     for rows in range(1, GEMV_MAX_ROWS + 1):
