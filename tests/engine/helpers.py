@@ -49,20 +49,24 @@ def through_the_kernel():
     """Every decode attention chosen as the Triton kernel (after a load: no load check), for
     scripts run by `interpreted`; yields the (path, query tokens) of each attention call."""
     from engine.attention import decode_attention
+    from engine.cache.kv_cache import KVCache
     from engine.kernels import attention_backend
 
     calls: list[tuple[str, int]] = []
     attend, choose = decode_attention.attend, attention_backend.choose
+    chosen = KVCache.decode_attention  # a cache keeps its choice from the load on
 
     def counted(q, kv, pos, kv_len, scaling, how, launch=None):
         calls.append((how, q.shape[2]))
         return attend(q, kv, pos, kv_len, scaling, how, launch)
 
     decode_attention.attend, attention_backend.choose = counted, lambda *args: "triton"
+    KVCache.decode_attention = property(lambda self: "triton")
     try:
         yield calls
     finally:
         decode_attention.attend, attention_backend.choose = attend, choose
+        KVCache.decode_attention = chosen
 
 
 def hf_greedy(path: Path, prompt: str, max_new_tokens: int) -> list[int]:
