@@ -145,6 +145,8 @@ def _params(layer, family: families.Family) -> LayerParams:
     else:
         qkv, bias = _concat(q, k, v), None
     gate_up = _fuse([gate, up]) if _is_plain(gate, up) else _concat(gate, up)
+    if hasattr(gate_up, "choose_glu"):  # the int4 layers' SiLU * up inside the product
+        gate_up.choose_glu()
     plain = lambda mod: mod.weight if _is_plain(mod) else mod
     norm = lambda name: layer.get_submodule(name).weight if family.qk_norm else None
     return LayerParams(qkv, bias, plain(o), gate_up, plain(down),

@@ -80,6 +80,24 @@ def silu_glu(x2: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int,
     return gemv.matmul(x2, packed, sz, G, codebook=codebook, glu=True)
 
 
+def layer_glu(lin: torch.nn.Module, x: torch.Tensor) -> torch.Tensor | None:
+    """Int4Linear.silu_glu: x [..., K] -> SiLU(gate) * up [..., N / 2], or None where the launch
+    does not take it (a bias, more rows than the gemv's, not CUDA)."""
+    if lin.bias is not None or x.device.type != "cuda":
+        return None
+    x2 = x.reshape(-1, lin.in_features).to(torch.bfloat16)
+    out = silu_glu(x2, lin.packed, lin.scales_zeros, lin.group_size, lin.codebook)
+    return None if out is None else out.view(*x.shape[:-1], -1).to(x.dtype)
+
+
+def glu_wanted(lin: torch.nn.Module) -> bool:
+    """Whether a fused [gate; up] int4 layer takes silu_glu's launch: "mma" on CUDA, halves of
+    whole row tiles, and the launch checked and timed faster here (before any graph capture)."""
+    N, K = lin.out_features, lin.in_features
+    return (lin.kernel == "mma" and lin.packed.device.type == "cuda" and N % 32 == 0
+            and glu_faster(N, K, lin.group_size, lin.codebook, str(lin.packed.device)))
+
+
 @functools.lru_cache(maxsize=64)
 def glu_faster(N: int, K: int, G: int, codebook: bool, device: str) -> bool:
     """Whether the gemv's SiLU * up launch beats the plain launch and silu_mul for one row of a

@@ -162,7 +162,7 @@ class Int4Linear(torch.nn.Module):
     [K/G, N, 2] (scale, offset) in the compute dtype; bias: [N] or None."""
 
     codebook = False  # NF4's codes (quant/nf4_linear.py) index a table instead
-    glu = False  # silu_glu's launch: where a fused gate/up measured it faster (concat)
+    glu = False  # silu_glu's launch: where a fused gate/up measured it faster (choose_glu)
     def __init__(self, in_features: int, out_features: int, group_size: int, kernel: str,
                  packed: torch.Tensor, scales_zeros: torch.Tensor,
                  bias: torch.Tensor | None = None):
@@ -289,17 +289,13 @@ class Int4Linear(torch.nn.Module):
 
     def silu_glu(self, x: torch.Tensor) -> torch.Tensor | None:
         """A fused [gate; up]'s SiLU(gate) * up in one launch where faster (glu) -> [..., N/2]."""
-        if not self.glu or self.bias is not None or x.device.type != "cuda":
-            return None
-        x2 = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        out = int4_cuda.silu_glu(x2, self.packed, self.scales_zeros, self.group_size, self.codebook)
-        return None if out is None else out.view(*x.shape[:-1], -1).to(x.dtype)
+        return int4_cuda.layer_glu(self, x) if self.glu else None
 
     @staticmethod
     def concat(mods: list[Int4Linear]) -> Int4Linear | None:
-        """One layer computing [m(x) for m in mods] concatenated (q/k/v, gate/up: two members),
-        sharing their memory (the members' tensors become views of the fused ones); None where
-        the rows do not concatenate (the CPU kernel packs 64 rows together)."""
+        """One layer computing [m(x) for m in mods] concatenated (q/k/v, gate/up), sharing their
+        memory (the members' tensors become views of the fused ones); None where the rows do not
+        concatenate (the CPU kernel packs 64 rows together)."""
         first = mods[0]
         if first.kernel == "cpu" or any(
                 (type(m), m.kernel, m.in_features, m.group_size, m.scales_zeros.dtype)
@@ -321,10 +317,11 @@ class Int4Linear(torch.nn.Module):
             if bias is not None:
                 m.bias.data = bias[cols: cols + m.out_features]
             rows, cols = rows + n, cols + m.out_features
-        K, G = first.in_features, first.group_size
-        fused = type(first)(K, cols, G, first.kernel, packed, sz, bias)
-        if first.kernel == "mma" and packed.device.type == "cuda":  # before any graph capture
-            int4_cuda.reserve(packed.device, cols, K)
-            fused.glu = len(mods) == 2 and cols % 32 == 0 and int4_cuda.glu_faster(
-                cols, K, G, first.codebook, str(packed.device))
-        return fused
+        if first.kernel == "mma":  # the fused layer's slices, before any graph capture
+            int4_cuda.reserve(packed.device, cols, first.in_features)
+        return type(first)(first.in_features, cols, first.group_size, first.kernel, packed, sz,
+                          bias)
+
+    def choose_glu(self) -> None:
+        """As a fused [gate; up], at load: silu_glu's launch where it checks out and is faster."""
+        self.glu = int4_cuda.glu_wanted(self)

@@ -159,17 +159,30 @@ def test_graph_replays_equal_eager_calls(rows):
     assert torch.equal(out, eager)
 
 
+def test_a_cpu_layer_never_takes_the_glu_launch():
+    codes, zeros, scales = random_layer(64, 128, G=64)
+    lin = Int4Linear.from_codes(codes, zeros, scales, None, torch.float32, torch.device("cpu"),
+                                kernel="reference")
+    lin.choose_glu()
+    assert not lin.glu and lin.silu_glu(torch.randn(1, 128)) is None
+
+
 @CUDA
 def test_a_fused_layers_members_run_on_views_of_its_scales():
+    from engine.quant import int4_cuda
+
     mods = [cuda_layer(n, 1024, 64, seed=n) for n in (512, 128, 128)]
     x = torch.randn(2, 1024, generator=torch.Generator().manual_seed(7)).to("cuda",
                                                                              torch.bfloat16)
     alone = [m(x) for m in mods]
     fused = Int4Linear.concat(mods)
     assert torch.equal(fused(x), torch.cat(alone, dim=1))
-    assert not fused.glu  # three members: no gate/up
+    assert not fused.glu  # only a gate/up is asked (step_weights), after its concat
     pair = Int4Linear.concat([cuda_layer(512, 1024, 64, seed=9), cuda_layer(512, 1024, 64)])
-    assert isinstance(pair.glu, bool)  # timed at load; the bits are the same either way
+    pair.choose_glu()  # timed; the bits are the same either way
+    assert pair.glu == int4_cuda.glu_faster(1024, 1024, 64, False, "cuda:0")
+    out = pair.silu_glu(x)
+    assert (out is None) != pair.glu and (out is None or out.shape == (2, 512))
     for m, a in zip(mods, alone, strict=True):
         assert not m.scales_zeros.is_contiguous()
         assert torch.equal(m(x), a)
@@ -187,7 +200,7 @@ def test_the_gemvs_silu_times_up_has_the_bits_of_the_product_then_the_piece(N, K
 
     assert int4_cuda.glu_ok("cuda:0")
     lin = cuda_layer(N, K, G, seed=N + G)
-    lin.glu = True  # as concat sets it where the launch measured faster
+    lin.glu = True  # as choose_glu sets it where the launch measured faster
     x = torch.randn(GEMV_MAX_ROWS + 1, K, generator=torch.Generator().manual_seed(G)).to(
         "cuda", torch.bfloat16) * 4  # gate values past SiLU's bend
     for rows in range(1, GEMV_MAX_ROWS + 1):

@@ -149,7 +149,7 @@ def test_the_codebook_gemvs_silu_times_up_has_the_bits_of_the_product_then_the_p
     from engine.kernels.fused_ops_kernel import silu_mul
 
     lin = Nf4Linear.from_bnb(bnb_layer(37888, 3584, seed=7, device="cuda")[0])
-    lin.glu = True  # as concat sets it where the launch measured faster
+    lin.glu = True  # as choose_glu sets it where the launch measured faster
     x = torch.randn(4, 3584, generator=torch.Generator().manual_seed(8)).to(
         "cuda", torch.bfloat16) * 4
     for rows in (1, 2, 3, 4):
