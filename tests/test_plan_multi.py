@@ -53,6 +53,20 @@ def test_one_card_is_the_single_card_plan():
         ref.fits, ref.max_context, ref.weights_bytes)
 
 
+def test_a_rank_counts_no_prefill_graph_pool():
+    """One GPU's engine replays prefill chunks as CUDA graphs (step/prefill_graphs.py) and the
+    planner counts their pool; a tensor-parallel rank replays decode steps only."""
+    from engine.plan.memory import workspace_bytes
+    from engine.plan.sizes import PREFILL_CHUNK, PREFILL_GRAPH_TOKENS
+
+    s = shape(QWEN7B)
+    r = rank_shape(s, 2)
+    tp = plan_multi(s, 2, "bf16", "bf16", 8192, CARD24)
+    alone = plan(r, "bf16", "bf16", 8192, CARD24)  # the rank's shape, planned as one GPU's
+    pool = workspace_bytes(r, "bf16", "bf16", min(PREFILL_CHUNK, PREFILL_GRAPH_TOKENS), 1, 0)
+    assert pool > 0 and tp.graph_pool_bytes == alone.graph_pool_bytes - pool
+
+
 def test_seven_b_cut_two_ways():
     s, r = shape(QWEN7B), rank_shape(shape(QWEN7B), 2)
     layers = sum(o * i * n for o, i, n in s.linears)

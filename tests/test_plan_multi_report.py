@@ -43,7 +43,7 @@ def test_a_card_too_small_shows_the_split(folders, capsys):
     assert plan_report.run_plan(folders["14b"], vram_gib=24, context=8192) == 0  # nf4 fits
     out = capsys.readouterr().out
     split = [line for line in out.splitlines() if line.startswith("Split")]
-    assert split == ["Split     needs 2 GPUs: tensor parallel 2, 17.8 GiB per GPU (bf16 weights, "
+    assert split == ["Split     needs 2 GPUs: tensor parallel 2, 17.7 GiB per GPU (bf16 weights, "
                      "bf16 KV cache, 8,192 tokens); cards of 24.00 GiB, as planned"]
     assert "`hearth run --tensor-parallel 2`" in out
 

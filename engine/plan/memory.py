@@ -71,7 +71,8 @@ class Plan:
 
 
 def _core(shape: ModelShape, quant: str, kv_dtype: str, context: int, vram: int | None,
-          draft: ModelShape | None, chunk: int, seqs: int, spec: int, cuda_ctx: int) -> Plan:
+          draft: ModelShape | None, chunk: int, seqs: int, spec: int, cuda_ctx: int,
+          prefill_graphs: bool = True) -> Plan:
     if context < 1 or chunk < 1 or seqs < 1:
         raise PlanError("context, prefill chunk and concurrency must be positive")
     if context > shape.max_position_embeddings:
@@ -92,8 +93,8 @@ def _core(shape: ModelShape, quant: str, kv_dtype: str, context: int, vram: int 
         # + each KV arena's scratch block (cache/kv_cache.py), a decode-side buffer like the graphs'
         scratch = (per_tok + d_tok) * KV_BLOCK_SIZE * n
         graph = (GRAPH_POOL_BASE_BYTES + workspace_bytes(shape, "bf16", "bf16", rows, rows, 0)
-                 + scratch + workspace_bytes(shape, "bf16", "bf16",
-                                             min(chunk, PREFILL_GRAPH_TOKENS), 1, 0))
+                 + scratch + (workspace_bytes(shape, "bf16", "bf16", min(
+                     chunk, PREFILL_GRAPH_TOKENS), 1, 0) if prefill_graphs else 0))
         d_kv = d_tok * kv_arena_tokens(min(ctx, draft.context_limit)) * n if draft else 0
         return w, per_tok * kv_arena_tokens(t) * n, act, cuda_ctx, graph, d_w + d_kv, margin
 
@@ -144,8 +145,8 @@ class Recommendation:
 def recommend(shape: ModelShape, vram_bytes: int | None, compute_capability=None,
               context: int | None = None, *, quant: str = "auto", kv_dtype: str = "auto",
               concurrency: int = 1, draft: ModelShape | None = None, prefer_quality: bool = False,
-              prefill_chunk: int = PREFILL_CHUNK,
-              cuda_context_bytes: int = CUDA_CONTEXT_BYTES) -> Recommendation:
+              prefill_chunk: int = PREFILL_CHUNK, cuda_context_bytes: int = CUDA_CONTEXT_BYTES,
+              prefill_graphs: bool = True) -> Recommendation:
     """The seed's recommend_config made general; the format is chosen for one sequence.
 
     GPU: bf16 (fp16 below cc 8.0) with a 16-bit KV cache at the wanted context; else the KV cache
@@ -157,7 +158,7 @@ def recommend(shape: ModelShape, vram_bytes: int | None, compute_capability=None
 
     def core(q: str, k: str, ctx: int, n: int = 1, d: ModelShape | None = draft) -> Plan:
         return _core(shape, q, k, ctx, vram_bytes, d, prefill_chunk, n, NUM_SPECULATIVE_TOKENS,
-                     cuda_context_bytes)
+                     cuda_context_bytes, prefill_graphs)
 
     def need(p: Plan) -> int:
         return vram_needed(p.total_bytes - p.margin_bytes)
@@ -237,10 +238,12 @@ def recommend(shape: ModelShape, vram_bytes: int | None, compute_capability=None
 def plan(shape: ModelShape, quant: str, kv_dtype: str, context: int | None,
          vram_bytes: int | None = None, draft: ModelShape | None = None,
          prefill_chunk: int = PREFILL_CHUNK, *, compute_capability=None, concurrency: int = 1,
-         cuda_context_bytes: int = CUDA_CONTEXT_BYTES) -> Plan:
-    """Bytes for these settings; "auto" / None settings are the recommendation's."""
+         cuda_context_bytes: int = CUDA_CONTEXT_BYTES, prefill_graphs: bool = True) -> Plan:
+    """Bytes for these settings; "auto" / None settings are the recommendation's.
+    `prefill_graphs`: count the pool of prefill chunks replayed as CUDA graphs (one GPU's
+    engine; a tensor-parallel rank replays decode steps only)."""
     kw = dict(concurrency=concurrency, draft=draft, prefill_chunk=prefill_chunk,
-              cuda_context_bytes=cuda_context_bytes)
+              cuda_context_bytes=cuda_context_bytes, prefill_graphs=prefill_graphs)
     best = recommend(shape, vram_bytes, compute_capability, context, **kw)
     q, k, ctx = quant or "auto", kv_dtype or "auto", context
     if "auto" in (q, k) or ctx is None:
@@ -248,7 +251,7 @@ def plan(shape: ModelShape, quant: str, kv_dtype: str, context: int | None,
             shape, vram_bytes, compute_capability, context, quant=q, kv_dtype=k, **kw)
         q, k, ctx = r.quant, r.kv_dtype, ctx or r.context
     p = _core(shape, q, k, ctx, vram_bytes, draft, prefill_chunk, concurrency,
-              NUM_SPECULATIVE_TOKENS, cuda_context_bytes)
+              NUM_SPECULATIVE_TOKENS, cuda_context_bytes, prefill_graphs)
     return replace(p, recommended=best.to_dict())
 
 

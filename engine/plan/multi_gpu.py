@@ -138,7 +138,8 @@ def plan_multi(shape: ModelShape, num_devices: int, quant: str, kv_dtype: str, c
     comm = allreduce_bytes(num_devices)
     # NCCL's buffers ride with the CUDA context: fixed bytes on every card, whatever the context
     p = plan(rank_shape(shape, num_devices), quant, kv_dtype, context, vram_bytes, None,
-             prefill_chunk, cuda_context_bytes=cuda_context_bytes + comm)
+             prefill_chunk, cuda_context_bytes=cuda_context_bytes + comm,
+             prefill_graphs=num_devices == 1)  # ranks replay decode steps only
     return MultiPlan(num_devices, p.quant, p.kv_dtype, p.context, p.weights_bytes,
                      p.kv_bytes_per_token, p.kv_bytes, p.activation_bytes, cuda_context_bytes,
                      p.graph_pool_bytes, comm, p.margin_bytes, p.total_bytes, vram_bytes, p.fits,
