@@ -149,7 +149,7 @@ class Decoder:
             self.notes.append(f"decode step captured as {len(self.graphs)} CUDA graphs in "
                               f"{time.perf_counter() - t0:.2f} s")
             if overrides.prefill_graphs() == "on":
-                self.prefill_graphs = PrefillGraphs(self.family, self.cache, self.device)
+                self.prefill_graphs = PrefillGraphs.of(self)
         except Exception as e:  # capture is an optimization: eager still computes the same
             self.graphs.clear()
             self.notes.append(f"CUDA graph capture failed ({type(e).__name__}: {e}); "

@@ -37,8 +37,11 @@ class PrefillGraphs:
     """The captured chunks of one Decoder's family step (its mode "graph"): `run` replays one,
     or captures it first."""
 
-    def __init__(self, family, cache: KVCache, device: torch.device):
+    def __init__(self, family, cache: KVCache, device: torch.device,
+                 notes: list[str] | None = None):
         self.family, self.cache, self.device = family, cache, device
+        self.notes = notes  # where a failed capture says so (the Decoder's load notes, which
+        # `hearth bench` and later load events read)
         self.start = torch.zeros(1, dtype=torch.long, device=device)  # the chunk's first position
         self.last = torch.zeros(1, dtype=torch.long, device=device)  # its last real row
         self.inputs: dict[int, torch.Tensor] = {}  # token bucket -> its tokens [bucket]
@@ -46,6 +49,11 @@ class PrefillGraphs:
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.pool = torch.cuda.graph_pool_handle()
         self.failure: str | None = None  # why capture stopped (then every chunk runs eagerly)
+
+    @classmethod
+    def of(cls, decoder) -> PrefillGraphs:
+        """A Decoder's (step/decode.py): its family step, cache, device and notes."""
+        return cls(decoder.family, decoder.cache, decoder.device, decoder.notes)
 
     def run(self, ids: torch.Tensor, start: int, kv_len: int) -> torch.Tensor | None:
         """ids [T] at start.. (their blocks reserved) -> the last one's logits [V] (a graph's
@@ -85,4 +93,7 @@ class PrefillGraphs:
             self.graphs[(Tb, kv_len)] = (graph, out)
         except Exception as e:  # an optimization: the eager chunk computes the same
             self.failure = f"{type(e).__name__}: {str(e)[:200]}"
+            if self.notes is not None:
+                self.notes.append(f"prefill chunk capture failed ({self.failure}); prompts "
+                                  "run eagerly from now on")
         return logits[0]

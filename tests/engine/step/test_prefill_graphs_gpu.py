@@ -3,7 +3,8 @@ these): a replay gives the bits of the same padded chunk run eagerly, in bf16 wi
 model and in AWQ with the Qwen2.5-7B shape (its int4 products through the tensor-core kernel up
 to 64 rows and the dequantized buffer past them); padding moves an fp32 chunk's logits no more
 than its own rounding; answers over several turns are the eager prefill's token for token; past
-the graph budget chunks run eagerly. The token buckets are checked on any machine."""
+the graph budget chunks run eagerly. The token buckets, and what a failed capture leaves, are
+checked on any machine."""
 
 from __future__ import annotations
 
@@ -28,6 +29,29 @@ CHUNKS = [(0, 5), (0, 100), (0, 300), (200, 40), (333, 64), (0, 1000)]  # (start
 def test_token_buckets():
     assert [token_bucket(T) for T in (1, 15, 16, 17, 64, 65, 1000, 1024)] == \
         [16, 16, 16, 32, 64, 128, 1024, 1024]
+
+
+def test_a_failed_capture_says_so_and_turns_capture_off(monkeypatch):
+    """Any machine: the capture raises (as CPU torch's does); the eager chunk's logits still come
+    back, the Decoder's notes say why, and later chunks are left to the caller (None)."""
+    class Family:
+        def block(self, tokens, pos, kv_len, keep, chunk):
+            return torch.arange(8.0)[None] + pos[keep]  # [1, V]
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("no capture here")
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", refuse)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
+    notes: list[str] = []
+    g = prefill_graphs.PrefillGraphs(Family(), type("Cache", (), {"max_len": 64})(),
+                                     torch.device("cpu"), notes)
+    logits = g.run(torch.arange(5), 3, 32)
+    assert torch.equal(logits, torch.arange(8.0) + 7)  # the last real row: position 3 + 4
+    assert g.failure == "RuntimeError: no capture here" and not g.graphs
+    assert notes == ["prefill chunk capture failed (RuntimeError: no capture here); prompts run "
+                     "eagerly from now on"]
+    assert g.run(torch.arange(5), 3, 32) is None
 
 
 def _ids(n: int, seed: int, vocab: int = 2000) -> torch.Tensor:
