@@ -1,12 +1,14 @@
 """The "mma" int4 kernels (issue 28): kernels/int4_gemv_kernel.py for a decode step's 1 to 4
 rows, kernels/int4_mma_kernel.py on the tensor cores up to 64, the dense path past that
 (quant/int4_cuda.py), their layout (quant/int4_tile_layout.py). On a GPU: every product against
-the dequantized reference at the 7B's shapes and groups of 32, 64 and 128 (and the gemv at every
-launch shape it may take); the dequantizing kernel equal to Int4Linear.dequantize() bit for bit;
-a row's output the same bits alone or among the others of its kernel's range (no atomics, a
-fixed order); graph replays equal to eager calls; a fused layer's members (views of its scales)
-through the kernels. On the CPU the layouts round-trip, a word holds the tensor cores' fragment,
-and the gemv's launch constants come from the shape alone."""
+the dequantized reference at the benchmark shapes (Qwen2.5-7B's and Llama-3.1-8B's layers and
+int4 lm_heads) and groups of 32, 64 and 128 (and the gemv at every launch shape it may take);
+the dequantizing kernel equal to Int4Linear.dequantize() bit for bit; a row's output the same
+bits alone or among the others of its kernel's range (no atomics, a fixed order); graph replays
+equal to eager calls; a fused layer's members (views of its scales) through the kernels; a
+gate/up's SiLU * up in the gemv's launch with the bits of the product, then the piece. On the
+CPU the layouts round-trip, a word holds the tensor cores' fragment, and the gemv's launch
+constants come from the shape alone."""
 
 from __future__ import annotations
 
@@ -18,7 +20,10 @@ from engine.quant.int4_linear import Int4Linear, pack_rows, unpack_rows
 from tests.engine.helpers import captured
 from tests.engine.quant.test_awq import CUDA, random_layer, rel
 
-SHAPES = [(4608, 3584), (3584, 3584), (37888, 3584), (3584, 18944), (208, 512), (80, 576)]
+SHAPES = [(4608, 3584), (3584, 3584), (37888, 3584), (3584, 18944),  # Qwen2.5-7B's q/k/v, o,
+          (6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336),  # gate/up, down; Llama-3.1-
+          (152064, 3584), (128256, 4096),  # 8B's; both int4 lm_heads (the benchmark shapes)
+          (208, 512), (80, 576)]
 
 
 def test_the_row_layout_round_trips():
