@@ -27,11 +27,17 @@
 #                                                perplexity through the new kernels (nf4.sh ppl:
 #                                                NF4 and an AWQ copy against bitsandbytes and
 #                                                tinygemm), the int4 and NF4 GPU tests again ~4 min
+#   bash packaging/bench/h200_next.sh owed23      what session 23 changed after its last GPU
+#                                                tests: the int4 products at the 8B's and the
+#                                                int4 lm_heads' shapes, the GLU choice through
+#                                                Int4Linear.choose_glu, PrefillGraphs.of, the
+#                                                fused pieces and the batch (decode_fusion.sh
+#                                                tests), then its bench rows           ~9 min
 # Carry [".whl"] (serve: the server's wheels; awq/peer: bitsandbytes) and for peer [".peers"] too;
 # the 64 MiB carry limit holds the server wheels or bitsandbytes beside the tree, not both.
 set -u
 B=packaging/bench
-part=${1:?serve, tests, batching, awq, gemm, peer, both, batch1, owed20, gemv21, check21 or owed21}
+part=${1:?serve, tests, batching, awq, gemm, peer, both, batch1, owed20, gemv21, check21, owed21 or owed23}
 export OUT=${OUT:-/tmp/out}/$part
 mkdir -p "$OUT"
 case "$part" in
@@ -75,6 +81,8 @@ check21)
         tests/engine/generate/test_batch_run_gpu.py 2>&1 | tail -15 | tee "$OUT/owed20.txt" ;;
 owed21)
     OUT=$OUT bash $B/nf4.sh ppl tests ;;
+owed23)
+    OUT=$OUT TESTS_LIMIT=330 bash $B/decode_fusion.sh tests bench ;;
 batch1) ROWS="7b-bf16 7b-awq" bash $B/layers_compare.sh old=old-7c5b653=engine.cli \
     new=.=engine.serve.cli ;;
 *) echo "unknown part $part" >&2; exit 2 ;;
