@@ -21,6 +21,7 @@ import torch
 from engine.kernels import int4_gemv_kernel as gemv
 from engine.kernels import int4_mma_kernel as mod
 from engine.kernels.int4_dequant_kernel import dequant
+from engine.platform.device_timing import event_times_ms
 
 CHUNK_BYTES = 160 << 20  # the most bf16 weights dequantized at once
 _buffers: dict[torch.device, torch.Tensor] = {}
@@ -69,32 +70,25 @@ def matmul(x2: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int,
     return out
 
 
-def silu_glu(x2: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, G: int,
-             codebook: bool = False) -> torch.Tensor | None:
-    """SiLU(gate) * up of a fused [gate; up] layer's product with x2 [M, K] in one launch of the
-    gemv (kernels/int4_gemv_kernel.py, glu) -> [M, N / 2] bf16; None where it does not take
-    these rows or this shape (the caller multiplies, then applies silu_mul)."""
-    N = sz.shape[1]
-    if not 0 < x2.shape[0] <= gemv.GEMV_MAX_ROWS or N % 32 or not _glu.get(str(x2.device)):
-        return None
-    return gemv.matmul(x2, packed, sz, G, codebook=codebook, glu=True)
-
-
 def layer_glu(lin: torch.nn.Module, x: torch.Tensor) -> torch.Tensor | None:
-    """Int4Linear.silu_glu: x [..., K] -> SiLU(gate) * up [..., N / 2], or None where the launch
-    does not take it (a bias, more rows than the gemv's, not CUDA)."""
-    if lin.bias is not None or x.device.type != "cuda":
-        return None
+    """Int4Linear.silu_glu of a layer that took the launch (glu_wanted): x [..., K] -> SiLU(gate)
+    * up [..., N / 2] in one launch of the gemv (kernels/int4_gemv_kernel.py, glu), or None past
+    the gemv's rows (the caller multiplies, then applies silu_mul)."""
     x2 = x.reshape(-1, lin.in_features).to(torch.bfloat16)
-    out = silu_glu(x2, lin.packed, lin.scales_zeros, lin.group_size, lin.codebook)
-    return None if out is None else out.view(*x.shape[:-1], -1).to(x.dtype)
+    if not 0 < x2.shape[0] <= gemv.GEMV_MAX_ROWS:
+        return None
+    out = gemv.matmul(x2, lin.packed, lin.scales_zeros, lin.group_size, codebook=lin.codebook,
+                      glu=True)
+    return out.view(*x.shape[:-1], -1).to(x.dtype)
 
 
 def glu_wanted(lin: torch.nn.Module) -> bool:
-    """Whether a fused [gate; up] int4 layer takes silu_glu's launch: "mma" on CUDA, halves of
-    whole row tiles, and the launch checked and timed faster here (before any graph capture)."""
+    """Whether a fused [gate; up] int4 layer takes silu_glu's launch: "mma" on CUDA, no bias,
+    halves of whole row tiles, and the launch checked and timed faster here (at load, before
+    any graph capture)."""
     N, K = lin.out_features, lin.in_features
-    return (lin.kernel == "mma" and lin.packed.device.type == "cuda" and N % 32 == 0
+    return (lin.kernel == "mma" and lin.packed.device.type == "cuda" and lin.bias is None
+            and N % 32 == 0
             and glu_faster(N, K, lin.group_size, lin.codebook, str(lin.packed.device)))
 
 
@@ -103,7 +97,7 @@ def glu_faster(N: int, K: int, G: int, codebook: bool, device: str) -> bool:
     """Whether the gemv's SiLU * up launch beats the plain launch and silu_mul for one row of a
     fused gate/up of this shape here, timed at load on random codes (CUDA-graph replays, best of
     5 each; the same bits either way, so only speed decides). On the H200 it was 3% faster at the
-    Qwen2.5-7B's gate/up and 24% slower at the Llama-3.1-8B's (a grid of half the blocks):
+    Qwen2.5-7B's gate/up and 24% slower at the Llama-3.1-8B's (more registers, fewer blocks):
     BENCHMARKS.md, issue 28, session 23."""
     if not glu_ok(device):
         return False
@@ -129,37 +123,15 @@ def _glu_timed(N: int, K: int, G: int, codebook: bool, device: str) -> bool:
                 out = gemv.matmul(x, packed, sz, G, codebook=codebook, glu=glu)
                 if not glu:
                     out = fused_ops_kernel.silu_mul(out)
-        run()  # compiled and warm before the capture
-        torch.cuda.synchronize(device)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            run()
-        times = []
-        for _ in range(5):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        best.append(min(times))
+        best.append(min(event_times_ms(run, 5, graphed=True)))
     return best[1] < best[0]
 
 
-_glu: dict[str, bool] = {}  # glu_ok's answers: asked at load (a fused layer's concat), never
-# first inside a CUDA graph's capture, where its probe's copies to the device cannot run
-
-
+@functools.cache
 def glu_ok(device: str) -> bool:
     """Whether the gemv's SiLU * up launch gives silu_mul of the plain launch's product, bit for
     bit, on a small random fused layer at each row count it takes (AWQ and NF4): once per device,
     else the step multiplies and applies silu_mul apart."""
-    if device not in _glu:
-        _glu[device] = _glu_check(device)
-    return _glu[device]
-
-
-def _glu_check(device: str) -> bool:
     from engine.kernels import fused_ops_kernel
     from engine.quant.int4_linear import Int4Linear, random_codes
 

@@ -163,6 +163,7 @@ class Int4Linear(torch.nn.Module):
 
     codebook = False  # NF4's codes (quant/nf4_linear.py) index a table instead
     glu = False  # silu_glu's launch: where a fused gate/up measured it faster (choose_glu)
+
     def __init__(self, in_features: int, out_features: int, group_size: int, kernel: str,
                  packed: torch.Tensor, scales_zeros: torch.Tensor,
                  bias: torch.Tensor | None = None):

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from engine.platform.device_timing import event_times_ms
 from engine.quant.int4_linear import Int4Linear, fused_matmul, tinygemm_gemm_ok
 
 ROWS = (16, 32, 64)  # the batched step's captured sizes where either kernel can win
@@ -26,16 +27,7 @@ REPS = 10
 
 def _cuda_us(fn: Callable[[], object]) -> float:
     """Median microseconds of one call (after a warm-up that compiles)."""
-    fn()
-    times = []
-    for _ in range(REPS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000)
-    return statistics.median(times)
+    return statistics.median(event_times_ms(fn, REPS)) * 1000
 
 
 def gemm_from(times: dict[int, tuple[float, float]], default: int) -> int:

@@ -5,9 +5,13 @@ calls timed on the host."""
 from __future__ import annotations
 
 import statistics
+import sys
 import time
+from pathlib import Path
 
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from engine.platform.device_timing import event_times_ms  # noqa: E402
 
 
 def time_us(fn, reps: int, graphed: bool = True) -> float:
@@ -20,24 +24,8 @@ def time_us(fn, reps: int, graphed: bool = True) -> float:
                 fn()
             t.append((time.perf_counter() - t0) / reps * 1e6)
         return statistics.median(t)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm-up (autotuning, first launches) off the capture
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+
+    def calls():
         for _ in range(reps):
             fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / reps)
-    return statistics.median(times)
+    return statistics.median(event_times_ms(calls, 5, graphed=True)) * 1000 / reps

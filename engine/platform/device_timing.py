@@ -1,0 +1,36 @@
+"""Timing GPU work where the engine picks between kernels by measurement at load
+(quant/int4_rows.py, quant/int4_cuda.py) and in the benchmark scripts: CUDA events around each
+run, after a warm-up that compiles; optionally the work captured once as a CUDA graph and
+replayed, for launches of a few microseconds whose host work would otherwise be what is timed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+def event_times_ms(fn: Callable[[], object], reps: int, graphed: bool = False
+                   ) -> list[float]:
+    """Milliseconds of device time of each of `reps` runs of fn (graphed: replays of one
+    capture of it, warmed up on a side stream first, as CUDA graphs want)."""
+    if graphed:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        fn = graph.replay
+    fn()  # the warm-up (graphed: the first replay)
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return times
