@@ -10,20 +10,26 @@ from collections.abc import Callable
 import torch
 
 
+def captured(fn: Callable[[], object]) -> tuple[torch.cuda.CUDAGraph, object]:
+    """fn() warmed up on a side stream (as CUDA graphs want), then captured: (graph, fn's
+    output, which each replay rewrites)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
+
+
 def event_times_ms(fn: Callable[[], object], reps: int, graphed: bool = False
                    ) -> list[float]:
     """Milliseconds of device time of each of `reps` runs of fn (graphed: replays of one
-    capture of it, warmed up on a side stream first, as CUDA graphs want)."""
+    capture of it)."""
     if graphed:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        fn = graph.replay
+        fn = captured(fn)[0].replay
     fn()  # the warm-up (graphed: the first replay)
     times = []
     for _ in range(reps):

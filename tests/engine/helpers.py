@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from engine.events import Finished, GenerateRequest, SamplingParams, Token, event_from_json
+from engine.platform.device_timing import captured  # noqa: F401 - the GPU tests' name for it
 
 PROMPT = "The quick brown fox explains the zipfile module"
 REPO = Path(__file__).resolve().parents[2]
@@ -183,17 +184,3 @@ def hearth_serve(*args: str) -> tuple[subprocess.Popen, str]:
         proc.kill()
         raise AssertionError("".join(lines))
     return proc, lines[-1].split()[-1]
-
-
-def captured(fn):
-    """fn() warmed up on a side stream, then captured in a CUDA graph: (graph, fn's output,
-    which each replay rewrites)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn()
-    return graph, out
