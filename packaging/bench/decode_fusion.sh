@@ -21,7 +21,8 @@ tests)
         tests/engine/models/test_fused_ops.py tests/engine/step/test_prefill_graphs_gpu.py \
         tests/engine/generate/test_batch_run_gpu.py tests/engine/cache/test_quantized_kv.py \
         tests/engine/kernels/test_paged_decode_kernel.py tests/engine/models/test_invariant_gpu.py \
-        tests/engine/kernels/test_batched_decode_kernel.py $FAST 2>&1 | tail -25 | tee "$OUT/tests.txt" ;;
+        tests/engine/kernels/test_batched_decode_kernel.py tests/engine/quant/test_int4_rows.py \
+        $FAST 2>&1 | tail -25 | tee "$OUT/tests.txt" ;;
 bench)  # SiLU * up in the gemv, and off (the pieces off)
     bench 7b-awq $A --quant awq
     HEARTH_FUSED_OPS=off bench 7b-awq-pieces-off $A --quant awq
