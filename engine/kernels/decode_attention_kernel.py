@@ -17,6 +17,7 @@ import triton
 from engine.events import MAX_SPECULATIVE_TOKENS
 from engine.kernels.decode_attention_programs import combine_splits, partial_softmax
 from engine.kernels.decode_splits import MAX_SPLITS, MIN_SPLIT_TOKENS, num_splits
+from engine.kernels.fused_ops_kernel import pdl_options
 
 if TYPE_CHECKING:  # the cache sits above the kernels; its view is only a parameter type here
     from engine.cache.kv_cache import LayerKV
@@ -154,6 +155,7 @@ def _launch(qg: torch.Tensor, kv: LayerKV, pos: torch.Tensor, lens: torch.Tensor
     table_stride = kv.table.stride(0) if batched else 0
     lens = pos if lens is None else lens  # unread when not BATCHED
     splits = pos if splits is None else splits
+    pdl = pdl_options(qg.device)
     partial_softmax[(Hkv, S, seqs * seq_tiles)](
         qg, kv.k, kv.v, ks, vs, kv.table, pos, lens, splits, part_m, part_l, part_o, kv_len, S,
         float(scaling), kv.k.stride(0), kv.k.stride(1), ks.stride(0), ks.stride(1),
@@ -164,10 +166,11 @@ def _launch(qg: torch.Tensor, kv: LayerKV, pos: torch.Tensor, lens: torch.Tensor
         F16=bool(quantized and cfg.get("fp16_dots") and qg.dtype != torch.float32),
         INT8=kv.k.dtype == torch.int8,
         ASM=bool(cfg.get("asm")) and qg.device.type == "cuda",  # PTX: not in the interpreter
-        CHUNK=chunk, BATCHED=batched, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        CHUNK=chunk, BATCHED=batched, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        **pdl)
     # one tile size for every split count: a row's sum over its splits is the same reduction
     # whether its pass had few splits (a step alone) or the batch's most
     combine_splits[(Hkv, all_rows)](part_m, part_l, part_o, out, splits, S, ROWS=all_rows,
                               SEQ_ROWS=rows, D=D, BLOCK_S=COMBINE_SPLITS, BLOCK_D=block_d,
-                              BATCHED=batched, CHUNK_S=COMBINE_CHUNK, num_warps=4)
+                              BATCHED=batched, CHUNK_S=COMBINE_CHUNK, num_warps=4, **pdl)
     return out

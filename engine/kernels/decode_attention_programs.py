@@ -9,6 +9,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from engine.kernels.fused_ops_kernel import gdc_launch_dependents, gdc_wait
+
 
 @triton.jit
 def _widen(x, dtype, F16: tl.constexpr, INT8: tl.constexpr, ASM: tl.constexpr):
@@ -91,7 +93,7 @@ def partial_softmax(Q, K, V, KS, VS, TABLE, POS, LENS, SPLITS, PM, PL, PO, kv_le
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                     QUANTIZED: tl.constexpr, IEEE: tl.constexpr, GRANULE: tl.constexpr,
                     F16: tl.constexpr, INT8: tl.constexpr, ASM: tl.constexpr,
-                    CHUNK: tl.constexpr, BATCHED: tl.constexpr):
+                    CHUNK: tl.constexpr, BATCHED: tl.constexpr, PDL: tl.constexpr):
     """Q: [H_kv, SEQS, ROWS, D] (row g T + t of each sequence); K, V: [num_blocks, H_kv, B, D]
     int8/fp8/16-bit; KS, VS: [num_blocks, H_kv, B] fp16 (QUANTIZED); TABLE: [SEQS, TABLE_STRIDE]
     int32, key n of sequence s at block TABLE[s, n // B], slot n % B; POS: [SEQS, T] int64 ->
@@ -103,7 +105,11 @@ def partial_softmax(Q, K, V, KS, VS, TABLE, POS, LENS, SPLITS, PM, PL, PO, kv_le
     CHUNK > 0: the table entries of CHUNK blocks at a time loaded ahead of the tiles that use them
     and handed to each tile by a gather in registers, so no load's address inside the tile loop
     comes from another load of it, and Triton can pipeline the K, V and scale loads as over a
-    flat cache (CHUNK B a multiple of BLOCK_N: a tile never straddles two chunks)."""
+    flat cache (CHUNK B a multiple of BLOCK_N: a tile never straddles two chunks).
+    PDL: fused_ops_kernel.pdl_options."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     head = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     layout_splits = n_splits
@@ -182,14 +188,17 @@ def partial_softmax(Q, K, V, KS, VS, TABLE, POS, LENS, SPLITS, PM, PL, PO, kv_le
 @triton.jit(do_not_specialize=["ROWS", "SEQ_ROWS"])
 def combine_splits(PM, PL, PO, OUT, SPLITS, n_splits, ROWS, SEQ_ROWS, D: tl.constexpr,
                    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, BATCHED: tl.constexpr,
-                   CHUNK_S: tl.constexpr):
+                   CHUNK_S: tl.constexpr, PDL: tl.constexpr):
     """Merge one row's splits: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s, M = max m_s.
     OUT: [H_kv, ROWS, D]; a split past the row's position has l = 0 and weighs nothing.
     BATCHED: row r belongs to sequence r // SEQ_ROWS, which wrote its first SPLITS[seq] splits
     of the n_splits the layout holds. The partial outputs are read CHUNK_S splits at a time, as
     many as the row has: a [BLOCK_S, D] tile where a row has 4 splits of 64 held 64 registers a
     thread and took 20 us a 7B layer at 64 rows on the H200. The row's own split count alone
-    sets the loop, so its bits are those of its step alone."""
+    sets the loop, so its bits are those of its step alone. PDL: fused_ops_kernel.pdl_options."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     head = tl.program_id(0).to(tl.int64)
     row = tl.program_id(1)
     if BATCHED:

@@ -18,19 +18,68 @@ tile (up to 16K columns). Imported only where Triton runs (CUDA, or TRITON_INTER
 
 from __future__ import annotations
 
+import functools
+import os
+
 import torch
 import triton
 import triton.language as tl
 
+from engine.platform.nvrtc import pdl_mode, pdl_wanted
+
+try:  # Triton 3.4 on: grid dependency control (Hopper's programmatic dependent launch)
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:
+    @triton.jit
+    def gdc_wait():
+        pass
+
+    @triton.jit
+    def gdc_launch_dependents():
+        pass
+
 from engine.kernels import kv_write_kernel
 
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 MAX_COLUMNS = 16384  # one row in one tile: Llama-3-70B's 8,192 and some headroom
+
+
+@functools.cache
+def _triton_pdl() -> bool:
+    from triton.backends.nvidia.compiler import CUDAOptions
+
+    return "launch_pdl" in CUDAOptions.__dataclass_fields__
+
+
+def pdl_options(device: torch.device) -> dict:
+    """A Triton piece's launch options around the int4 decode products (platform/nvrtc.py):
+    PDL, whether it lets the next kernel start at once (gdc_launch_dependents: a product then
+    reads its first weights while this piece runs) and waits for its inputs (gdc_wait, a no-op
+    unless it was itself launched as a dependent); launch_pdl, whether it is (HEARTH_PDL=auto,
+    and a Triton that has the option). Off the GPU or in the interpreter, neither."""
+    if device.type != "cuda" or INTERPRETED:
+        return _OFF
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _pdl_options(index, pdl_mode())
+
+
+_OFF = dict(PDL=False)
+
+
+@functools.cache
+def _pdl_options(index: int, mode: str) -> dict:
+    if not pdl_wanted(index):
+        return _OFF
+    return dict(PDL=True, launch_pdl=True) if mode == "auto" and _triton_pdl() else dict(PDL=True)
 
 
 @triton.jit
 def _add_rms(X, DELTA, W, SUM, OUT, eps, N: tl.constexpr, BLOCK: tl.constexpr,
-             HAS_DELTA: tl.constexpr):
+             HAS_DELTA: tl.constexpr, PDL: tl.constexpr):
     """Row r of X [R, N] (+ DELTA [R, N] -> SUM): OUT = W * (x * rsqrt(mean(x^2) + eps))."""
+    if PDL:  # (pdl_options)
+        gdc_wait()
+        gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     ok = cols < N
@@ -74,7 +123,8 @@ def _launch_rms(x: torch.Tensor, delta: torch.Tensor | None, w: torch.Tensor,
     dr = _rows(delta.contiguous()) if delta is not None else xr
     block = triton.next_power_of_2(N)
     _add_rms[(xr.shape[0],)](xr, dr, w, total, out, float(eps), N=N, BLOCK=block,
-                             HAS_DELTA=delta is not None, num_warps=8 if block >= 4096 else 4)
+                             HAS_DELTA=delta is not None, num_warps=8 if block >= 4096 else 4,
+                             **pdl_options(x.device))
     return total.view(x.shape), out.view(x.shape)
 
 
@@ -102,13 +152,17 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 @triton.jit
 def _qkv_rope(QKV, COS, SIN, QN, KN, Q, K, V, TABLE, POS, eps, stride_kb, stride_kh, T,
               table_stride, H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, B: tl.constexpr,
-              BLOCK_D: tl.constexpr, HAS_NORM: tl.constexpr, TO_CACHE: tl.constexpr):
+              BLOCK_D: tl.constexpr, HAS_NORM: tl.constexpr, TO_CACHE: tl.constexpr,
+              PDL: tl.constexpr):
     """Program (t, j): head j of token t in QKV [T, (H + 2 HKV) D]: j < H a query head, then the
     key heads, then the value heads. q and k: RMSNorm over the head (HAS_NORM, Qwen3), then
     x cos + rotate_half(x) sin (COS, SIN: [T, D]), each product rounded as PyTorch rounds it;
     q to Q [1, H, T, D]; k and v to the arena K, V [blocks, HKV, B, D] at block TABLE[p // B]
     (TABLE[t, p // B] with table_stride > 0: token t of sequence t, a batched step), slot p % B
     (TO_CACHE), else to K, V [T, HKV, D] for the quantizing store."""
+    if PDL:  # (pdl_options)
+        gdc_wait()
+        gdc_launch_dependents()
     t = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1)
     d = tl.arange(0, BLOCK_D)
@@ -177,7 +231,7 @@ def qkv_rope(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: torch.Tenso
         k_cache.stride(0), k_cache.stride(1), T, table.stride(0) if table.dim() == 2 else 0,
         H=H, HKV=Hkv, D=D, B=k_cache.shape[2],
         BLOCK_D=triton.next_power_of_2(D), HAS_NORM=q_norm is not None, TO_CACHE=to_cache,
-        num_warps=1 if D <= 128 else 2)
+        num_warps=1 if D <= 128 else 2, **pdl_options(qkv.device))
     if not to_cache:
         kv_write_kernel.quantize_store(k_cache, k_scale, table, pos, k_out)
         kv_write_kernel.quantize_store(v_cache, v_scale, table, pos, v_out)

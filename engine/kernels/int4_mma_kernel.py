@@ -220,9 +220,15 @@ extern "C" __global__ void int4_mma_sum(const float* __restrict__ partials, u16*
 """
 
 
+def compiled(name: str, source: str, kinds: str, device_index: int, pdl: bool = False
+             ) -> nvrtc.Kernel:
+    """`pdl`: a programmatic dependent where nvrtc.pdl_wanted (HEARTH_PDL, read each call)."""
+    return _compiled(name, source, kinds, device_index, pdl and nvrtc.pdl_wanted(device_index))
+
+
 @functools.cache  # keyed by the module's own source strings, whose hashes Python keeps
-def compiled(name: str, source: str, kinds: str, device_index: int) -> nvrtc.Kernel:
-    return nvrtc.compiled(name, _COMMON + _HELPERS + source, kinds, device_index)
+def _compiled(name: str, source: str, kinds: str, device_index: int, pdl: bool) -> nvrtc.Kernel:
+    return nvrtc.compiled(name, _COMMON + _HELPERS + source, kinds, device_index, pdl)
 
 
 def variant(rows: int, G: int, N: int, K: int) -> dict:

@@ -18,6 +18,7 @@ from engine.cache import kv_arena
 from engine.cache.kv_cache import KVCache
 from engine.config import overrides
 from engine.kernels import attention_backend
+from engine.platform import nvrtc
 
 ENV = overrides.FUSED_OPS  # auto (default) | off
 NOTE = "norms, SiLU * up and RoPE with the K/V stores: one Triton launch each"
@@ -37,16 +38,24 @@ def wanted(device: torch.device, setting: str | None = None) -> bool:
     return setting == "auto" and device.type == "cuda" and attention_backend.triton_available()
 
 
-def compile_pieces(step) -> None:
+def compile_pieces(step, device: torch.device | None = None) -> None:
     """Fuse the small ops between linear layers (norms, RoPE, residuals, cache writes) with
     torch.compile: each piece compiles once and serves every layer, whatever format the
-    linears are in."""
+    linears are in. Its kernels launch as programmatic dependents where the engine's own do
+    (platform/nvrtc.py: HEARTH_PDL=auto on Hopper on) and this torch's Inductor can."""
     import torch._dynamo.config as dynamo
+    import torch._inductor.config as inductor
 
     # one compiled version per token count: the step, each speculative verify block and each
     # batched step's row count
     dynamo.recompile_limit = max(dynamo.recompile_limit, 32)
-    step.fns = {name: torch.compile(fn, fullgraph=True, dynamic=False)
+    options = {}
+    if (device is not None and device.type == "cuda" and hasattr(inductor.triton, "enable_pdl")
+            and nvrtc.pdl_mode() == "auto"
+            and nvrtc.pdl_wanted(device.index if device.index is not None
+                                 else torch.cuda.current_device())):
+        options["triton.enable_pdl"] = True
+    step.fns = {name: torch.compile(fn, fullgraph=True, dynamic=False, options=options or None)
                 for name, fn in step.fns.items()}
 
 
@@ -58,7 +67,7 @@ def prepare(step, device: torch.device, compile_layers: bool) -> str | None:
     note = (enable(step) or NOTE) if wanted(device, step.cache.backends.fused_ops) else None
     if compile_layers:
         step.fns = dict(step.eager_fns)
-        compile_pieces(step)
+        compile_pieces(step, device)
         return None if note == NOTE else note
     return note
 

@@ -6,12 +6,19 @@ call: on the H200 machine's host that was about a third of a 7B AWQ prefill's ho
 (BENCHMARKS.md, issue 28), and an eager prefill is bound by its host. A Kernel here fixes its
 argument kinds once, keeps one parameter block and writes the values into it at each launch;
 cuLaunchKernel copies the parameters before it returns, so the block is free again at once.
+
+A kernel may also be launched as a programmatic dependent launch (Hopper on: `pdl`): its blocks
+start while the kernel before it in the stream finishes, and must execute `griddepcontrol.wait`
+before reading what that kernel wrote (a decode product streams its constant weights first).
+`HEARTH_PDL=off` launches every kernel plainly (kernels/fused_ops_kernel.py pdl_options: the
+Triton pieces' side).
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import threading
 
 import torch
@@ -29,14 +36,58 @@ def _launch():
     return f
 
 
+PDL_ATTRIBUTE = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+
+
+class _Attribute(ctypes.Structure):  # CUlaunchAttribute: an id, padding, a 64-byte union
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int),
+                ("rest", ctypes.c_char * 60)]
+
+
+class _Config(ctypes.Structure):  # CUlaunchConfig
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                ("shared", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_Attribute)), ("num_attrs", ctypes.c_uint)]
+
+
+@functools.cache
+def _launch_ex():
+    """The driver's cuLaunchKernelEx (CUDA 12.0 on), for launches with attributes."""
+    from torch.cuda._utils import _get_gpu_runtime_library
+
+    f = _get_gpu_runtime_library().cuLaunchKernelEx
+    f.argtypes = [ctypes.POINTER(_Config), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    f.restype = ctypes.c_int
+    return f
+
+
+def pdl_mode() -> str:
+    """HEARTH_PDL: "auto" (the int4 decode products and the Triton pieces between them launch as
+    programmatic dependents), "products" (the products only) or "off"."""
+    value = os.environ.get("HEARTH_PDL", "auto").strip().lower()
+    if value not in ("auto", "products", "off"):
+        raise ValueError(f"HEARTH_PDL is auto, products or off, not {value!r}")
+    return value
+
+
+def pdl_wanted(device_index: int) -> bool:
+    """Whether the int4 decode products (kernels that wait for their inputs: griddepcontrol)
+    launch as programmatic dependents on this device: compute capability 9.0 on, unless off."""
+    return pdl_mode() != "off" and torch.cuda.get_device_capability(device_index)[0] >= 9
+
+
 class Kernel:
     """One compiled kernel whose parameters are `kinds`, one letter each: "p" a tensor (its
     device pointer), "i" a 32-bit int. Called as torch's: kernel(grid=, block=, args=)."""
 
-    def __init__(self, compiled, kinds: str, device_index: int = 0):
+    def __init__(self, compiled, kinds: str, device_index: int = 0, pdl: bool = False):
         if set(kinds) - {"p", "i"}:
             raise ValueError(f"parameter kinds are p (tensor) or i (int), not {kinds!r}")
         self._func = ctypes.c_void_p(compiled.func.value)
+        self.pdl = pdl
+        # cuLaunchKernelEx's config: its grid, block and stream written at each launch
+        self._attr = _Attribute(id=PDL_ATTRIBUTE, value=1)
+        self._config = _Config(attrs=ctypes.pointer(self._attr), num_attrs=1)
         self._kinds, self._device = kinds, device_index
         self._slots = [ctypes.c_void_p() if k == "p" else ctypes.c_int() for k in kinds]
         self._params = (ctypes.c_void_p * len(kinds))(
@@ -60,6 +111,12 @@ class Kernel:
             raise RuntimeError(f"cuLaunchKernel failed: CUDA error {err}")
 
     def _launch(self, grid, block, stream) -> int:
+        if self.pdl:
+            c = self._config
+            c.grid[0], c.grid[1], c.grid[2] = grid
+            c.block[0], c.block[1], c.block[2] = block
+            c.stream = stream
+            return _launch_ex()(ctypes.byref(c), self._func, self._params, None)
         return _launch()(self._func, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0,
                          stream, self._params, None)
 
@@ -82,8 +139,14 @@ def _make_context_current(device_index: int) -> None:
             raise RuntimeError(f"no CUDA context for device {device_index}: CUDA error {err}")
 
 
+def compiled(name: str, source: str, kinds: str, device_index: int, pdl: bool = False
+             ) -> Kernel:
+    """`name` in `source` compiled for device `device_index` (once per process and launch
+    kind); `pdl`: launched as a programmatic dependent where the device has it (pdl_wanted)."""
+    return _compiled(name, source, kinds, device_index, pdl and pdl_wanted(device_index))
+
+
 @functools.cache
-def compiled(name: str, source: str, kinds: str, device_index: int) -> Kernel:
-    """`name` in `source` compiled for device `device_index` (once per process)."""
+def _compiled(name: str, source: str, kinds: str, device_index: int, pdl: bool) -> Kernel:
     with torch.cuda.device(device_index):
-        return Kernel(torch.cuda._compile_kernel(source, name), kinds, device_index)
+        return Kernel(torch.cuda._compile_kernel(source, name), kinds, device_index, pdl)

@@ -215,3 +215,30 @@ def test_a_gate_up_layers_own_silu_times_up_serves_the_step_outside_the_reproduc
     step.make_reproducible(invariant.RowTiles({k: 4 for k in kinds}), lambda n: 64)
     torch.testing.assert_close(step(token, pos, 64), plain)  # its own RoPE table's bits
     assert [p.gate_up.calls for p in step.layers] == [1, 1]  # not asked again
+
+
+PDL_OPTIONS = """
+import torch
+from engine.kernels import fused_ops_kernel as K
+
+assert K.pdl_options(torch.device("cpu")) == {"PDL": False}
+K.INTERPRETED = False  # as on a GPU: the choice itself
+choose = K._pdl_options.__wrapped__
+K.pdl_wanted = lambda index: False  # HEARTH_PDL=off, or a card before Hopper
+assert choose(0, "auto") == {"PDL": False}
+K.pdl_wanted = lambda index: True
+K._triton_pdl = lambda: True
+assert choose(0, "auto") == {"PDL": True, "launch_pdl": True}
+assert choose(0, "products") == {"PDL": True}  # pieces that only let the products start early
+K._triton_pdl = lambda: False  # a Triton without launch_pdl
+assert choose(0, "auto") == {"PDL": True}
+print("ok")
+"""
+
+
+@INTERPRETER
+def test_the_pieces_launch_options_follow_hearth_pdl_and_the_device():
+    """kernels/fused_ops_kernel.pdl_options: nothing off the GPU or in the interpreter; on a
+    Hopper card the pieces let the next launch start (PDL), and under HEARTH_PDL=auto launch as
+    dependents themselves where this Triton has the option."""
+    interpreted(PDL_OPTIONS)

@@ -109,3 +109,50 @@ def test_a_thread_without_a_context_gets_the_devices_and_launches_again(monkeypa
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0, raising=False)
     nvrtc.Kernel(_Compiled(), "i", device_index=2)(grid=(1, 1, 1), block=(1, 1, 1), args=[5])
     assert made == [2] and results == []
+
+
+def test_a_dependent_launch_hands_the_driver_a_config_with_the_attribute(monkeypatch):
+    """cuLaunchKernelEx's CUlaunchConfig and CUlaunchAttribute as cuda.h lays them out (x86-64),
+    the grid, block and stream of each launch written into the one config."""
+    assert ctypes.sizeof(nvrtc._Attribute) == 72  # an id padded to 8, a 64-byte union
+    assert nvrtc._Attribute.value.offset == 8
+    assert [getattr(nvrtc._Config, f).offset for f in ("block", "shared", "stream", "attrs",
+                                                       "num_attrs")] == [12, 24, 32, 40, 48]
+    assert ctypes.sizeof(nvrtc._Config) == 56
+    seen = []
+
+    def launch_ex(config, func, params, extra):
+        c = config._obj
+        a = c.attrs[0]
+        p = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+        seen.append((tuple(c.grid), tuple(c.block), c.shared, c.stream, c.num_attrs, a.id,
+                     a.value, func.value, ctypes.cast(p[0], ctypes.POINTER(ctypes.c_int))[0],
+                     extra))
+        return 0
+
+    monkeypatch.setattr(nvrtc, "_launch_ex", lambda: launch_ex)
+    monkeypatch.setattr(nvrtc, "_launch", lambda: pytest.fail("a dependent's plain launch"))
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 55, raising=False)
+    kernel = nvrtc.Kernel(_Compiled(), "i", pdl=True)
+    kernel(grid=(7, 1, 2), block=(128, 1, 1), args=[4])
+    kernel(grid=(1, 3, 1), block=(32, 2, 1), args=[-1])
+    assert seen == [((7, 1, 2), (128, 1, 1), 0, 55, 1, 6, 1, 0xABC0, 4, None),
+                    ((1, 3, 1), (32, 2, 1), 0, 55, 1, 6, 1, 0xABC0, -1, None)]
+
+
+def test_hearth_pdl_is_auto_products_or_off(monkeypatch):
+    monkeypatch.delenv("HEARTH_PDL", raising=False)
+    assert nvrtc.pdl_mode() == "auto"
+    for value, mode in (("products", "products"), (" OFF ", "off"), ("auto", "auto")):
+        monkeypatch.setenv("HEARTH_PDL", value)
+        assert nvrtc.pdl_mode() == mode
+    monkeypatch.setenv("HEARTH_PDL", "off")
+    assert not nvrtc.pdl_wanted(0)  # without asking the device
+    monkeypatch.setenv("HEARTH_PDL", "on")
+    with pytest.raises(ValueError, match="HEARTH_PDL is auto, products or off, not 'on'"):
+        nvrtc.pdl_mode()
+    monkeypatch.setenv("HEARTH_PDL", "auto")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: (8, 9))
+    assert not nvrtc.pdl_wanted(0)  # an RTX 4090: no griddepcontrol
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: (12, 0))
+    assert nvrtc.pdl_wanted(0)
