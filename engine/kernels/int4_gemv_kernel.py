@@ -23,7 +23,6 @@ from engine.kernels import int4_mma_kernel as mma
 from engine.kernels.int4_dequant_kernel import codebook_source
 from engine.platform import nvrtc
 
-PF = 16  # k-groups of a split fetched into the L2 before its input is ready (8 KB)
 GEMV_MAX_ROWS = 4  # at 8 rows int4_mma was as fast or faster on three of a 7B's four
 # products on the H200, at 1-4 the gemv on all four (BENCHMARKS.md; 5-7 not measured)
 
@@ -200,22 +199,11 @@ int4_gemv(const u16* __restrict__ x, const uint4* __restrict__ w, const u32* __r
     Item cur, nxt;
     cur.x0 = cur.x1 = nxt.x0 = nxt.x1 = make_uint4(0u, 0u, 0u, 0u);
 #if __CUDA_ARCH__ >= 900
-    /* launched as a programmatic dependent (platform/nvrtc.py): the next product may start its
-       blocks once all of this one's have started, and this one's first PF k-groups of each
-       split (contiguous: 512 bytes each) are fetched into the L2 while the kernel before it
-       finishes; x, that kernel's output, only after the wait (ptxas keeps prefetches before the
-       wait, not loads) */
+    /* launched as a programmatic dependent (platform/nvrtc.py): the next product's blocks may
+       start once all of this one's have, and this one reads x, the output of the kernel before
+       it, only once that kernel is done (prefetching the first weights into the L2 before the
+       wait was slower on the H200: BENCHMARKS.md, issue 28) */
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    if (PF > 0 && ws == 0 && lane == 0 && j_hi > j_lo) {
-        const uint4* at = w + ((size_t)T * KJ + j_lo) * 32;
-        const u32 bytes = (u32)min(j_hi - j_lo, PF) * 512u;
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(at), "r"(bytes)
-                     : "memory");
-#if GLU
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(at + up_w),
-                     "r"(bytes) : "memory");
-#endif
-    }
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
     load_item(wp, sp, stride_sz, xp, has_row, j < j_hi, cur, up_w, up_s);
@@ -260,12 +248,12 @@ def variant(G: int, N: int, K: int, codebook: bool = False) -> dict:
     want = max(4, 4096 // max(1, N // 16))
     W = min(16, 1 << (want.bit_length() - 1))  # a power of two: 4, 8 or 16
     S = min(8, W)
-    return dict(S=S, SPLITS=W // S, G=G, XPRE=int(codebook), LUT=2 * int(codebook), PF=PF)
+    return dict(S=S, SPLITS=W // S, G=G, XPRE=int(codebook), LUT=2 * int(codebook))
 
 
 def source(v: dict) -> str:
     return ("".join(f"#define {k} {int(v.get(k, 0))}\n"
-                    for k in ("S", "SPLITS", "G", "XPRE", "LUT", "GLU", "PF"))
+                    for k in ("S", "SPLITS", "G", "XPRE", "LUT", "GLU"))
             + f"#define NS {max(1, 64 // v['G'])}\n"
             + codebook_source(bool(v.get("CODEBOOK"))) + _GEMV)
 

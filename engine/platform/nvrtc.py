@@ -8,8 +8,10 @@ argument kinds once, keeps one parameter block and writes the values into it at 
 cuLaunchKernel copies the parameters before it returns, so the block is free again at once.
 
 A kernel may also be launched as a programmatic dependent launch (Hopper on: `pdl`): its blocks
-start while the kernel before it in the stream finishes, and must execute `griddepcontrol.wait`
-before reading what that kernel wrote (a decode product streams its constant weights first).
+start while the kernel before it in the stream finishes (once all of that kernel's blocks have
+executed `griddepcontrol.launch_dependents`, or exited), and must execute `griddepcontrol.wait`
+before reading what that kernel wrote or writing anything: on the H200 that took about 4 us off
+each 7B decode layer (BENCHMARKS.md, issue 28).
 `HEARTH_PDL=off` launches every kernel plainly (kernels/fused_ops_kernel.py pdl_options: the
 Triton pieces' side).
 """

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # H200, issue 28's decode: the int4 products launched as programmatic dependents (HEARTH_PDL).
 # Parts: probe (what this torch and Triton offer: gdc, launch_pdl, Inductor's enable_pdl),
-# layers (pdl_layers.py: 28 layers of the 7B, AWQ and NF4, one graph, off/products/auto), pf
-# (the same under auto, the gemv's prefetch swept), tests
+# layers (pdl_layers.py: 28 layers of the 7B, AWQ and NF4, one graph, off/products/auto), tests
 # (the new test first, then the kernels' and the step's GPU tests), bench (`hearth bench`, 7B
 # AWQ, --compile and not, HEARTH_PDL=auto and off in the same call). Default: probe layers tests.
 set -u
@@ -30,8 +29,6 @@ PY
 layers)
     timeout 150 python3 $B/pdl_layers.py 2>&1 | tee "$OUT/layers_awq.txt"
     timeout 150 python3 $B/pdl_layers.py --nf4 2>&1 | tee "$OUT/layers_nf4.txt" ;;
-pf)
-    timeout 150 python3 $B/pdl_layers.py --pf 0 8 16 32 64 2>&1 | tee "$OUT/pf_awq.txt" ;;
 tests)
     timeout ${TESTS_LIMIT:-240} python3 -m pytest -q -p no:cacheprovider -x \
         tests/engine/kernels/test_pdl_gpu.py tests/engine/platform/test_nvrtc.py \

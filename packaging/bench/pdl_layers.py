@@ -5,7 +5,7 @@ for every layer of the shape, distinct random weights each (AWQ group 128, or NF
 one CUDA graph and timed by CUDA events over its replays; each mode's output checked equal to
 "off"'s bit for bit. Prints one JSON line a mode:
 
-    python3 packaging/bench/pdl_layers.py [--nf4] [--layers 28] [--reps 50] [--pf 0 8 16 32]
+    python3 packaging/bench/pdl_layers.py [--nf4] [--layers 28] [--reps 50]
 """
 
 from __future__ import annotations
@@ -28,8 +28,6 @@ from engine.kernels import int4_gemv_kernel  # noqa: E402
 from engine.platform.device_timing import event_times_ms  # noqa: E402
 from engine.quant.int4_linear import Int4Linear  # noqa: E402
 from engine.quant.nf4_linear import Nf4Linear  # noqa: E402
-
-PF = int4_gemv_kernel.PF
 
 HIDDEN, INNER, HEADS, KV_HEADS, D = 3584, 18944, 28, 4, 128  # Qwen2.5-7B
 
@@ -76,26 +74,20 @@ def main() -> int:
     p.add_argument("--nf4", action="store_true")
     p.add_argument("--layers", type=int, default=28)
     p.add_argument("--reps", type=int, default=50)
-    p.add_argument("--pf", type=int, nargs="*", default=[],
-                   help="instead: HEARTH_PDL=auto with each of these prefetches (k-groups)")
     args = p.parse_args()
     torch.manual_seed(0)
     layers = [layer(args.nf4) for _ in range(args.layers)]
     x = torch.randn(1, HIDDEN, device="cuda", dtype=torch.bfloat16)
     pos = torch.tensor([900], device="cuda")
     first = None
-    modes = [("off", None), ("products", None), ("auto", None), ("off", None), ("auto", None)]
-    if args.pf:
-        modes = [("off", None)] + [("auto", pf) for pf in args.pf]
-    for mode, pf in modes:
+    for mode in ("off", "products", "auto", "off", "auto"):
         os.environ["HEARTH_PDL"] = mode
-        int4_gemv_kernel.PF = PF if pf is None else pf
         int4_gemv_kernel._plan.cache_clear()
         int4_gemv_kernel._product.cache_clear()
         out = step(layers, x, pos)
         first = out if first is None else first
         ms = event_times_ms(lambda: step(layers, x, pos), args.reps, graphed=True)
-        print(json.dumps(dict(mode=mode, pf=int4_gemv_kernel.PF, nf4=args.nf4, layers=args.layers,
+        print(json.dumps(dict(mode=mode, nf4=args.nf4, layers=args.layers,
                               median_ms=round(statistics.median(ms), 4),
                               min_ms=round(min(ms), 4), same_bits=bool(torch.equal(out, first)),
                               pieces=K.pdl_options(x.device))), flush=True)
