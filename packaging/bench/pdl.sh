@@ -3,7 +3,8 @@
 # Parts: probe (what this torch and Triton offer: gdc, launch_pdl, Inductor's enable_pdl),
 # layers (pdl_layers.py: 28 layers of the 7B, AWQ and NF4, one graph, off/products/auto), tests
 # (the new test first, then the kernels' and the step's GPU tests), bench (`hearth bench`, 7B
-# AWQ, --compile and not, HEARTH_PDL=auto and off in the same call). Default: probe layers tests.
+# AWQ, --compile and not, HEARTH_PDL=auto and off in the same call), rows (the tree's rows:
+# AWQ, NF4 and bf16, the 8B with an int4 lm_head). Default: probe layers tests.
 set -u
 source packaging/bench/device_env.sh
 B=packaging/bench
@@ -43,6 +44,14 @@ bench)
     HEARTH_PDL=off bench 7b-awq-compile-off $A --compile --quant awq
     bench 7b-awq-auto $A --quant awq
     HEARTH_PDL=off bench 7b-awq-off $A --quant awq ;;
+rows)  # the tree's rows (carry .whl for NF4): AWQ, off, NF4, bf16, the 8B with an int4 lm_head
+    bench 7b-awq $A --quant awq
+    HEARTH_PDL=off bench 7b-awq-off $A --quant awq
+    bench 7b-nf4 $A --quant nf4
+    HEARTH_PDL=off bench 7b-nf4-off $A --quant nf4
+    bench 7b-bf16 $A --quant bf16
+    bench 8b-awq ${A/qwen2.5-7b/llama-3.1-8b} --quant awq --lm-head int4
+    bench 7b-awq-again $A --quant awq ;;
 *) echo "unknown part $part" >&2; exit 2 ;;
 esac
 done
