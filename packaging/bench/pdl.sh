@@ -30,14 +30,17 @@ PY
 layers)
     timeout 150 python3 $B/pdl_layers.py 2>&1 | tee "$OUT/layers_awq.txt"
     timeout 150 python3 $B/pdl_layers.py --nf4 2>&1 | tee "$OUT/layers_nf4.txt" ;;
-tests)
-    timeout ${TESTS_LIMIT:-240} python3 -m pytest -q -p no:cacheprovider -x \
+tests)  # carry .whl: bitsandbytes, for the NF4 tests against its layers
+    timeout ${TESTS_LIMIT:-400} python3 -m pytest -q -p no:cacheprovider \
         tests/engine/kernels/test_pdl_gpu.py tests/engine/platform/test_nvrtc.py \
-        tests/engine/kernels/test_int4_mma_kernel.py tests/engine/models/test_fused_ops.py \
-        tests/engine/kernels/test_decode_attention_kernel.py \
-        tests/engine/kernels/test_batched_decode_kernel.py tests/engine/models/test_fast_path.py \
+        tests/engine/kernels/test_int4_mma_kernel.py tests/engine/quant/test_nf4_linear.py \
+        tests/engine/models/test_fused_ops.py tests/engine/kernels/test_decode_attention_kernel.py \
+        tests/engine/kernels/test_batched_decode_kernel.py \
+        tests/engine/kernels/test_paged_decode_kernel.py tests/engine/models/test_fast_path.py \
         tests/engine/step/test_prefill_graphs_gpu.py tests/engine/quant/test_int4_rows.py \
         tests/engine/generate/test_batch_run_gpu.py tests/engine/models/test_invariant_gpu.py \
+        tests/engine/cache/test_quantized_kv.py tests/engine/quant/test_awq.py \
+        tests/engine/kernels/test_kv_write_kernel.py \
         2>&1 | tail -25 | tee "$OUT/tests.txt" ;;
 bench)
     bench 7b-awq-compile-auto $A --compile --quant awq
