@@ -155,7 +155,7 @@ def _launch(qg: torch.Tensor, kv: LayerKV, pos: torch.Tensor, lens: torch.Tensor
     table_stride = kv.table.stride(0) if batched else 0
     lens = pos if lens is None else lens  # unread when not BATCHED
     splits = pos if splits is None else splits
-    pdl = pdl_options(qg.device)
+    pdl = pdl_options(qg.device, seqs * T)
     partial_softmax[(Hkv, S, seqs * seq_tiles)](
         qg, kv.k, kv.v, ks, vs, kv.table, pos, lens, splits, part_m, part_l, part_o, kv_len, S,
         float(scaling), kv.k.stride(0), kv.k.stride(1), ks.stride(0), ks.stride(1),

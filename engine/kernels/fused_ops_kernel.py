@@ -51,26 +51,32 @@ def _triton_pdl() -> bool:
     return "launch_pdl" in CUDAOptions.__dataclass_fields__
 
 
-def pdl_options(device: torch.device) -> dict:
+PDL_MAX_TOKENS = 4  # the int4 gemv's rows (kernels/int4_gemv_kernel.py GEMV_MAX_ROWS)
+
+
+def pdl_options(device: torch.device, tokens: int) -> dict:
     """A Triton piece's launch options around the int4 decode products (platform/nvrtc.py):
-    PDL, whether it lets the next kernel start at once (gdc_launch_dependents: a product then
-    reads its first weights while this piece runs) and waits for its inputs (gdc_wait, a no-op
-    unless it was itself launched as a dependent); launch_pdl, whether it is (HEARTH_PDL=auto,
-    and a Triton that has the option). Off the GPU or in the interpreter, neither."""
+    PDL, whether it lets the next kernel start at once (gdc_launch_dependents: a product's
+    blocks then start while this piece runs) and waits for its inputs (gdc_wait, a no-op unless
+    it was itself launched as a dependent); launch_pdl, whether it is: HEARTH_PDL=auto, a Triton
+    that has the option, and a step of at most PDL_MAX_TOKENS tokens, whose products are the
+    gemv's (on the H200 pieces launched so in a batch of 16 took 5-9% off its tokens/s:
+    BENCHMARKS.md, issue 28). Off the GPU or in the interpreter, neither."""
     if device.type != "cuda" or INTERPRETED:
         return _OFF
     index = device.index if device.index is not None else torch.cuda.current_device()
-    return _pdl_options(index, pdl_mode())
+    return _pdl_options(index, pdl_mode(), tokens <= PDL_MAX_TOKENS)
 
 
 _OFF = dict(PDL=False)
 
 
 @functools.cache
-def _pdl_options(index: int, mode: str) -> dict:
+def _pdl_options(index: int, mode: str, few: bool) -> dict:
     if not pdl_wanted(index):
         return _OFF
-    return dict(PDL=True, launch_pdl=True) if mode == "auto" and _triton_pdl() else dict(PDL=True)
+    on = mode == "auto" and few and _triton_pdl()
+    return dict(PDL=True, launch_pdl=True) if on else dict(PDL=True)
 
 
 @triton.jit
@@ -124,7 +130,7 @@ def _launch_rms(x: torch.Tensor, delta: torch.Tensor | None, w: torch.Tensor,
     block = triton.next_power_of_2(N)
     _add_rms[(xr.shape[0],)](xr, dr, w, total, out, float(eps), N=N, BLOCK=block,
                              HAS_DELTA=delta is not None, num_warps=8 if block >= 4096 else 4,
-                             **pdl_options(x.device))
+                             **pdl_options(x.device, xr.shape[0]))
     return total.view(x.shape), out.view(x.shape)
 
 
@@ -231,7 +237,7 @@ def qkv_rope(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: torch.Tenso
         k_cache.stride(0), k_cache.stride(1), T, table.stride(0) if table.dim() == 2 else 0,
         H=H, HKV=Hkv, D=D, B=k_cache.shape[2],
         BLOCK_D=triton.next_power_of_2(D), HAS_NORM=q_norm is not None, TO_CACHE=to_cache,
-        num_warps=1 if D <= 128 else 2, **pdl_options(qkv.device))
+        num_warps=1 if D <= 128 else 2, **pdl_options(qkv.device, T))
     if not to_cache:
         kv_write_kernel.quantize_store(k_cache, k_scale, table, pos, k_out)
         kv_write_kernel.quantize_store(v_cache, v_scale, table, pos, v_out)

@@ -89,7 +89,7 @@ def test_a_layer_launched_as_dependents_has_the_bits_of_plain_launches(monkeypat
         "cuda", torch.bfloat16) for i in range(12)]
 
     _fresh(monkeypatch, "off")
-    assert fused_ops_kernel.pdl_options(torch.device("cuda")) == dict(PDL=False)
+    assert fused_ops_kernel.pdl_options(torch.device("cuda"), 1) == dict(PDL=False)
     plain = [_chain(layer, x, w) for x in inputs]
 
     for mode in ("products", "auto"):
@@ -98,7 +98,7 @@ def test_a_layer_launched_as_dependents_has_the_bits_of_plain_launches(monkeypat
         assert torch.equal(_chain(layer, x, w), plain[0]), mode
         v, product = int4_gemv_kernel._plan(128 if not nf4 else 64, HIDDEN, HIDDEN, nf4, 0)
         assert product.pdl  # the products did launch as dependents
-        assert fused_ops_kernel.pdl_options(torch.device("cuda"))["PDL"]
+        assert fused_ops_kernel.pdl_options(torch.device("cuda"), 1)["PDL"]
         graph, out = captured(lambda: _chain(layer, x, w))  # noqa: B023 - replayed here
         for i in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0, 3):
             x.copy_(inputs[i])

@@ -221,17 +221,18 @@ PDL_OPTIONS = """
 import torch
 from engine.kernels import fused_ops_kernel as K
 
-assert K.pdl_options(torch.device("cpu")) == {"PDL": False}
+assert K.pdl_options(torch.device("cpu"), 1) == {"PDL": False}
 K.INTERPRETED = False  # as on a GPU: the choice itself
 choose = K._pdl_options.__wrapped__
 K.pdl_wanted = lambda index: False  # HEARTH_PDL=off, or a card before Hopper
-assert choose(0, "auto") == {"PDL": False}
+assert choose(0, "auto", True) == {"PDL": False}
 K.pdl_wanted = lambda index: True
 K._triton_pdl = lambda: True
-assert choose(0, "auto") == {"PDL": True, "launch_pdl": True}
-assert choose(0, "products") == {"PDL": True}  # pieces that only let the products start early
+assert choose(0, "auto", True) == {"PDL": True, "launch_pdl": True}
+assert choose(0, "auto", False) == {"PDL": True}  # a batch's step: the pieces launch plainly
+assert choose(0, "products", True) == {"PDL": True}  # pieces that only let products start
 K._triton_pdl = lambda: False  # a Triton without launch_pdl
-assert choose(0, "auto") == {"PDL": True}
+assert choose(0, "auto", True) == {"PDL": True}
 print("ok")
 """
 
@@ -239,6 +240,6 @@ print("ok")
 @INTERPRETER
 def test_the_pieces_launch_options_follow_hearth_pdl_and_the_device():
     """kernels/fused_ops_kernel.pdl_options: nothing off the GPU or in the interpreter; on a
-    Hopper card the pieces let the next launch start (PDL), and under HEARTH_PDL=auto launch as
-    dependents themselves where this Triton has the option."""
+    Hopper card the pieces let the next launch start (PDL), and under HEARTH_PDL=auto, in steps
+    of the gemv's few rows, launch as dependents themselves where this Triton has the option."""
     interpreted(PDL_OPTIONS)
