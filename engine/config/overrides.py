@@ -34,10 +34,11 @@ TP_ALL_REDUCE = "HEARTH_TP_ALL_REDUCE"  # auto | nccl
 INT4_PREFILL = "HEARTH_INT4_PREFILL"  # fused | unpack: how many-row products read tinygemm's layout
 INT4_ROWS = "HEARTH_INT4_ROWS"  # fixed | measure: from how many rows the GEMM takes over
 PREFILL_GRAPHS = "HEARTH_PREFILL_GRAPHS"  # on | off: prefill chunks replayed as CUDA graphs
+PDL = "HEARTH_PDL"  # auto | products | off: programmatic dependent launch (platform/nvrtc.py)
 DEBUG = "HEARTH_DEBUG"  # 1: third-party notes and full tracebacks
 TP_FOLLOWER_HOOK = "HEARTH_TP_FOLLOWER_HOOK"  # tests: "module:function" a follower calls first
 NAMES = (DECODE_ATTENTION, DECODE_ATTENTION_CONFIG, KERNEL_PREFILL, FUSED_OPS, INT4_KERNEL,
-         TP_ALL_REDUCE, INT4_PREFILL, INT4_ROWS, PREFILL_GRAPHS, DEBUG, TP_FOLLOWER_HOOK)
+         TP_ALL_REDUCE, INT4_PREFILL, INT4_ROWS, PREFILL_GRAPHS, PDL, DEBUG, TP_FOLLOWER_HOOK)
 
 
 def backends(environ: Mapping[str, str] | None = None) -> Backends:
@@ -72,6 +73,13 @@ def prefill_graphs(environ: Mapping[str, str] | None = None) -> str:
     the decode step is captured) or "off" (they run eagerly)."""
     env = os.environ if environ is None else environ
     return _choice(env, PREFILL_GRAPHS, ("on", "off"), "on")
+
+
+def pdl(environ: Mapping[str, str] | None = None) -> str:
+    """"auto" (on Hopper on, the int4 decode products and the Triton pieces of few-token steps
+    launch as programmatic dependents), "products" (the products only) or "off"."""
+    env = os.environ if environ is None else environ
+    return _choice(env, PDL, ("auto", "products", "off"), "auto")
 
 
 def debug(environ: Mapping[str, str] | None = None) -> bool:

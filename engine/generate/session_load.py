@@ -171,6 +171,7 @@ def _load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None],
                           for f in (folder, check(req.draft)))
         check_same_tokenizer(tok, draft_tok, req.draft)
     backends = overrides.backends()  # the developer overrides: read once a load
+    overrides.pdl()  # a value not understood fails the load here, naming it (not a kernel check)
     lm = loader.load(folder, req, progress, cancel, tokenizer=tok, backends=backends)
     config = resolve_config(lm, req.kv_dtype, not req.eager, req.compile,
                             Speculation(req.num_speculative_tokens), backends,

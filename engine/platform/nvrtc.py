@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import threading
 
 import torch
+
+from engine.config import overrides
 
 
 @functools.cache
@@ -64,12 +65,9 @@ def _launch_ex():
 
 
 def pdl_mode() -> str:
-    """HEARTH_PDL: "auto" (the int4 decode products and the Triton pieces between them launch as
-    programmatic dependents), "products" (the products only) or "off"."""
-    value = os.environ.get("HEARTH_PDL", "auto").strip().lower()
-    if value not in ("auto", "products", "off"):
-        raise ValueError(f"HEARTH_PDL is auto, products or off, not {value!r}")
-    return value
+    """HEARTH_PDL (config/overrides.py): "auto" (the int4 decode products and the Triton pieces
+    between them launch as programmatic dependents), "products" (the products only) or "off"."""
+    return overrides.pdl()
 
 
 def pdl_wanted(device_index: int) -> bool:

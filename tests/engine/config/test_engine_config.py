@@ -33,6 +33,14 @@ def test_a_bad_override_names_its_variable(name, value):
         overrides.backends({name: value})
 
 
+def test_a_bad_launch_override_fails_the_load_in_one_line(tiny_model, monkeypatch):
+    assert overrides.pdl({}) == "auto" and overrides.pdl({overrides.PDL: "off"}) == "off"
+    monkeypatch.setenv(overrides.PDL, "fast")
+    with pytest.raises(ValueError, match="HEARTH_PDL must be one of auto, products, off, "
+                                         "not 'fast'"):
+        Session.load(LoadRequest(str(tiny_model), device="cpu", num_speculative_tokens=None))
+
+
 def test_backends_travel_as_json_and_refuse_bad_values():
     b = Backends(decode_attention="sdpa", decode_attention_launch=(("waves", 3),),
                  kernel_prefill="all")
