@@ -19,12 +19,13 @@ tile (up to 16K columns). Imported only where Triton runs (CUDA, or TRITON_INTER
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
+from engine.kernels import kv_write_kernel
+from engine.kernels.int4_gemv_kernel import GEMV_MAX_ROWS
 from engine.platform.nvrtc import pdl_mode, pdl_wanted
 
 try:  # Triton 3.4 on: grid dependency control (Hopper's programmatic dependent launch)
@@ -38,9 +39,6 @@ except ImportError:
     def gdc_launch_dependents():
         pass
 
-from engine.kernels import kv_write_kernel
-
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 MAX_COLUMNS = 16384  # one row in one tile: Llama-3-70B's 8,192 and some headroom
 
 
@@ -51,21 +49,18 @@ def _triton_pdl() -> bool:
     return "launch_pdl" in CUDAOptions.__dataclass_fields__
 
 
-PDL_MAX_TOKENS = 4  # the int4 gemv's rows (kernels/int4_gemv_kernel.py GEMV_MAX_ROWS)
-
-
 def pdl_options(device: torch.device, tokens: int) -> dict:
     """A Triton piece's launch options around the int4 decode products (platform/nvrtc.py):
     PDL, whether it lets the next kernel start at once (gdc_launch_dependents: a product's
     blocks then start while this piece runs) and waits for its inputs (gdc_wait, a no-op unless
     it was itself launched as a dependent); launch_pdl, whether it is: HEARTH_PDL=auto, a Triton
-    that has the option, and a step of at most PDL_MAX_TOKENS tokens, whose products are the
+    that has the option, and a step of at most GEMV_MAX_ROWS tokens, whose products are the
     gemv's (on the H200 pieces launched so in a batch of 16 took 5-9% off its tokens/s:
-    BENCHMARKS.md, issue 28). Off the GPU or in the interpreter, neither."""
-    if device.type != "cuda" or INTERPRETED:
+    BENCHMARKS.md, issue 28). Off the GPU (the interpreter's tensors too), neither."""
+    if device.type != "cuda":
         return _OFF
     index = device.index if device.index is not None else torch.cuda.current_device()
-    return _pdl_options(index, pdl_mode(), tokens <= PDL_MAX_TOKENS)
+    return _pdl_options(index, pdl_mode(), tokens <= GEMV_MAX_ROWS)
 
 
 _OFF = dict(PDL=False)

@@ -18,7 +18,6 @@ from engine.cache import kv_arena
 from engine.cache.kv_cache import KVCache
 from engine.config import overrides
 from engine.kernels import attention_backend
-from engine.platform import nvrtc
 
 ENV = overrides.FUSED_OPS  # auto (default) | off
 NOTE = "norms, SiLU * up and RoPE with the K/V stores: one Triton launch each"
@@ -41,8 +40,8 @@ def wanted(device: torch.device, setting: str | None = None) -> bool:
 def compile_pieces(step, device: torch.device | None = None) -> None:
     """Fuse the small ops between linear layers (norms, RoPE, residuals, cache writes) with
     torch.compile: each piece compiles once and serves every layer, whatever format the
-    linears are in. Its kernels launch as programmatic dependents where the engine's own do
-    (platform/nvrtc.py: HEARTH_PDL=auto on Hopper on) and this torch's Inductor can."""
+    linears are in. Its kernels launch as programmatic dependents where a step's Triton pieces
+    do (kernels/fused_ops_kernel.py pdl_options) and this torch's Inductor can."""
     import torch._dynamo.config as dynamo
     import torch._inductor.config as inductor
 
@@ -50,11 +49,11 @@ def compile_pieces(step, device: torch.device | None = None) -> None:
     # batched step's row count
     dynamo.recompile_limit = max(dynamo.recompile_limit, 32)
     options = {}
-    if (device is not None and device.type == "cuda" and hasattr(inductor.triton, "enable_pdl")
-            and nvrtc.pdl_mode() == "auto"
-            and nvrtc.pdl_wanted(device.index if device.index is not None
-                                 else torch.cuda.current_device())):
-        options["triton.enable_pdl"] = True
+    if device is not None and device.type == "cuda" and hasattr(inductor.triton, "enable_pdl"):
+        from engine.kernels.fused_ops_kernel import pdl_options
+
+        if pdl_options(device, 1).get("launch_pdl"):  # as the Triton pieces of a step launch
+            options["triton.enable_pdl"] = True
     step.fns = {name: torch.compile(fn, fullgraph=True, dynamic=False, options=options or None)
                 for name, fn in step.fns.items()}
 

@@ -113,6 +113,7 @@ class TPSession(Session):
         tp_request.check(req, folder.path)
         device = device_for(req)
         backends = overrides.backends()  # the developer overrides: read once a load
+        overrides.pdl()  # a value not understood fails the load here, naming it
         lm = loader.load(folder, host_request(req, device), progress, cancel, backends=backends)
         n = req.tensor_parallel
         progress(LoadProgress("tensor parallel", 0, 1, f"cutting the model {n} ways and starting "

@@ -222,8 +222,7 @@ import torch
 from engine.kernels import fused_ops_kernel as K
 
 assert K.pdl_options(torch.device("cpu"), 1) == {"PDL": False}
-K.INTERPRETED = False  # as on a GPU: the choice itself
-choose = K._pdl_options.__wrapped__
+choose = K._pdl_options.__wrapped__  # as on a GPU: the choice itself
 K.pdl_wanted = lambda index: False  # HEARTH_PDL=off, or a card before Hopper
 assert choose(0, "auto", True) == {"PDL": False}
 K.pdl_wanted = lambda index: True
