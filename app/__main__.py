@@ -29,6 +29,7 @@ from app.startup_timer import StartupTimer
 from app.worker import worker_client
 from app.worker.worker_client import WorkerClient
 from engine.events import LoadRequest, kv_dtype_choices, quant_choices
+from engine.platform import display
 
 log = logging.getLogger("hearth")
 ICON = "icons/hearth.svg"  # in RESOURCES_DIR, package data
@@ -86,6 +87,9 @@ def load_request(args: argparse.Namespace) -> LoadRequest:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if not display.has_display():  # Qt would abort with its own message
+        print(f"hearth: {display.NO_DISPLAY}", file=sys.stderr)
+        return 2
     qt_app = create_application()
     collector = GuiThreadGC(qt_app)  # Qt objects are destroyed on the GUI thread only
     window = open_window(args)

@@ -33,7 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command in (None, "gui"):
+            from engine.platform import display
             from engine.platform.child_env import child_env
+
+            if not display.has_display():  # Qt would abort with its own message
+                raise BadRequest(display.NO_DISPLAY)
 
             model = getattr(args, "model", None)  # `hearth` alone has no gui options
             if model is not None:
@@ -41,7 +45,11 @@ def main(argv: list[str] | None = None) -> int:
 
                 check(model)  # a bad folder: one sentence here, not a failed load in the window
             app_args = ["--model", model] if model is not None else []
-            return subprocess.call([sys.executable, "-m", "app", *app_args], env=child_env())
+            code = subprocess.call([sys.executable, "-m", "app", *app_args], env=child_env())
+            if code < 0:  # a signal: Qt aborts where its platform plugin cannot load
+                print(f"hearth: {display.window_failure(-code)}", file=sys.stderr)
+                return EXIT_ERROR
+            return code
         if args.command == "worker":
             from engine.serve import worker
 
