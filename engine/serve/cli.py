@@ -184,6 +184,8 @@ def _requests(args) -> tuple[LoadRequest, GenerateRequest]:
         messages = _read_messages(args.messages)
     elif args.prompt is None:
         raise BadRequest("give a --prompt or a --messages file")
+    elif not args.prompt.strip():
+        raise BadRequest("--prompt is empty; give the text to answer")
     load = LoadRequest(model=args.model, quant=args.quant, kv_dtype=args.kv_dtype,
                        context=args.context, device=args.device,
                        memory_limit_gib=args.memory_limit, draft=args.draft,

@@ -85,14 +85,17 @@ def load(engine, req: LoadRequest):
 
 
 def run(args) -> int:
-    key, req = check_args(args)
+    # first: checking the flags imports the server's own modules, which import FastAPI
     try:
         import fastapi  # noqa: F401
         import prometheus_client  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as e:
-        raise BadRequest(f"hearth serve needs the server extra ({e.name} is missing): "
-                         "pip install 'hearth[server]'") from None
+        from engine.tools.pip_packages import extra_install
+
+        raise BadRequest(f"the server extra is not installed ({e.name} is missing); "
+                         f"add it with: {extra_install('server')}") from None
+    key, req = check_args(args)
     from engine.files.model_folder import check
     from engine.server.app import Settings, create_app
     from engine.server.model_view import ModelView

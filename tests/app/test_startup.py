@@ -29,3 +29,15 @@ def test_the_window_appears_within_seconds_of_launch(tmp_path):
     shown_s = float(match.group(1))
     assert 0 < shown_s < wall_s < LIMIT_S
     assert "window shown" in (tmp_path / "d" / "hearth.log").read_text()
+
+
+def test_without_a_display_the_app_says_so_in_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    env.update(HEARTH_DATA_DIR=str(tmp_path / "d"), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    done = subprocess.run([sys.executable, "-m", "app"], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hearth: there is no display"), done.stderr
+    assert "`hearth chat`" in lines[0]
