@@ -51,7 +51,7 @@ def arena_blocks(kv_tokens: int, num_layers: int, num_kv_heads: int, head_dim: i
     per_block = KVArena.bytes_per_block(num_layers, num_kv_heads, head_dim, BLOCK_SIZE, kv_dtype)
     if device.type != "cuda":  # the computer's RAM: refused in one sentence rather than an
         # allocation failure that blames the model
-        from engine.plan.oom import available_ram_bytes
+        from engine.plan.ram import available_ram_bytes
 
         free = available_ram_bytes()
         if want * per_block > free - ARENA_RESERVE_BYTES:
