@@ -28,7 +28,7 @@ from app.startup_timer import StartupTimer
 from app.worker import worker_client
 from app.worker.worker_client import WorkerClient
 from engine.events import LoadRequest, kv_dtype_choices, quant_choices
-from engine.files.model_home import default_model
+from engine.files import model_home
 
 log = logging.getLogger("hearth")
 ICON = "icons/hearth.svg"  # in RESOURCES_DIR, package data
@@ -80,7 +80,7 @@ def open_window(args: argparse.Namespace, settings: AppSettings | None = None) -
 
 
 def load_request(args: argparse.Namespace) -> LoadRequest:
-    return LoadRequest(model=args.model or default_model(), quant=args.quant,
+    return LoadRequest(model=args.model or model_home.default_model(), quant=args.quant,
                        kv_dtype=args.kv_dtype, context=args.context)
 
 
