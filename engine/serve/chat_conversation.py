@@ -18,8 +18,10 @@ HELP = f"""\
 Type a message and press Enter. Multi-line: end a line with a backslash to go on with the next,
 or start with {QUOTES} and end with {QUOTES}. Ctrl+C stops an answer (the question and what was
 answered stay in the conversation); Ctrl+C again at the prompt, Ctrl+D or /bye leaves.
-  /set NAME VALUE  change a setting for the answers to come: {", ".join(NAMES)}
-                 (`/set temperature 0.2`; VALUE `default`: the model's own); /set shows them
+  /set NAME VALUE
+                 set one of {", ".join(NAMES[:4])},
+                 {", ".join(NAMES[4:])} for the answers to come (`/set temperature 0.2`;
+                 VALUE `default`: the model's own); /set alone shows them all
   /system TEXT   set the system prompt (an empty TEXT removes it)
   /reset         start a new conversation (the system prompt stays)
   /save FILE     write the conversation as JSON (hearth run --messages FILE reads it)

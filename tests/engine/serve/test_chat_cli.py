@@ -119,7 +119,7 @@ def test_one_ctrl_c_at_the_prompt_warns_and_ctrl_d_leaves(chat):
     assert chat.exitstatus == 0
 
 
-def test_ctrl_c_stops_an_answer_and_a_second_leaves(tiny_models):
+def test_ctrl_c_stops_an_answer_and_a_second_leaves(tiny_models, tmp_path):
     child = spawn(tiny_models["qwen2"], 1900)  # an answer long enough to be stopped midway
     try:
         child.sendline("go on and on")
@@ -131,6 +131,9 @@ def test_ctrl_c_stops_an_answer_and_a_second_leaves(tiny_models):
         stats = ask(child, "/stats")
         new_tokens = int(re.search(r"(\d+) tokens, ttft", stats).group(1))
         assert 0 < new_tokens < 1900
+        kept = saved(child, tmp_path / "stopped.json")  # the turn stays, as in the window
+        assert [m["role"] for m in kept] == ["user", "assistant"]
+        assert kept[0]["content"] == "go on and on" and kept[1]["content"]
         child.sendintr()  # the second Ctrl+C: at the prompt, after the stopped answer
         child.expect(pexpect.EOF)
         child.close()
