@@ -23,12 +23,12 @@ from app.gui_thread_gc import GuiThreadGC
 from app.history.store_opening import open_store
 from app.log_file import setup_logging
 from app.main_window import MainWindow
-from app.models.model_catalog import default_load_name
 from app.paths import RESOURCES_DIR, data_dir
 from app.startup_timer import StartupTimer
 from app.worker import worker_client
 from app.worker.worker_client import WorkerClient
 from engine.events import LoadRequest, kv_dtype_choices, quant_choices
+from engine.files import model_home
 from engine.platform import display
 
 log = logging.getLogger("hearth")
@@ -37,9 +37,9 @@ ICON = "icons/hearth.svg"  # in RESOURCES_DIR, package data
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="hearth gui", description="Open the Hearth window.")
-    parser.add_argument("--model", help="a model folder or a cached Hugging Face repo id "
-                                        "(default: the starter model if imported, else the "
-                                        "bundled demo model)")
+    parser.add_argument("--model", help="a model folder, a name in Hearth's models folder or a "
+                                        "cached Hugging Face repo id (default: the starter model "
+                                        "if imported, else the bundled demo model)")
     parser.add_argument("--quant", default="auto", choices=quant_choices())
     parser.add_argument("--kv-dtype", default="auto", choices=kv_dtype_choices())
     parser.add_argument("--context", type=int, help="tokens of context (default: the planner's)")
@@ -81,7 +81,7 @@ def open_window(args: argparse.Namespace, settings: AppSettings | None = None) -
 
 
 def load_request(args: argparse.Namespace) -> LoadRequest:
-    return LoadRequest(model=args.model or default_load_name(), quant=args.quant,
+    return LoadRequest(model=args.model or model_home.default_model(), quant=args.quant,
                        kv_dtype=args.kv_dtype, context=args.context)
 
 

@@ -1,5 +1,5 @@
 """A stand-in for the Hugging Face Hub on localhost (stdlib http.server in a thread), serving
-what huggingface_hub and app/get_model/hub_download.py ask of it, the way the Hub answers:
+what huggingface_hub and engine/files/hub_download.py ask of it, the way the Hub answers:
 
   GET  /api/models?search=WORDS               search: ids holding the words, most downloaded first
   GET  /api/models/{repo}[/revision/{rev}]   model info with siblings (sizes, blob ids, LFS)
@@ -18,6 +18,8 @@ import json
 import re
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -117,6 +119,22 @@ class FakeHub:
             siblings.append(sibling)
         return {"id": repo_id, "modelId": repo_id, "sha": self.commit(repo_id), "private": False,
                 "gated": False, "tags": [], "siblings": siblings}
+
+
+@contextmanager
+def serving(repos: dict[str, dict[str, bytes]], monkeypatch, **kwargs) -> Iterator[FakeHub]:
+    """A FakeHub that huggingface_hub and Hearth's hub code talk to (HF_ENDPOINT), with the
+    test session's offline mode (tests/conftest.py) lifted for it alone."""
+    import huggingface_hub.constants
+
+    with FakeHub(repos, **kwargs) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        # belt and braces: a call that forgot the endpoint still stays on localhost
+        monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.url)
+        monkeypatch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                            hub.url + "/{repo_id}/resolve/{revision}/{filename}")
+        yield hub
 
 
 def folder_files(folder: Path) -> dict[str, bytes]:

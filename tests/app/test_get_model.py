@@ -11,13 +11,12 @@ import huggingface_hub.constants
 import pytest
 from PySide6.QtCore import Qt
 
-from app.get_model import hub_download
 from app.get_model.get_model_panel import size_text
-from app.get_model.hub_download import DownloadCancelled
-from app.get_model.hub_listing import HubError, fetch_listing
 from app.models.model_picker_dialog import ENTRY_ROLE, ModelPickerDialog
-from engine.files import model_folder
-from tests.app.fake_hub import FakeHub, folder_files
+from engine.files import hub_download, model_folder
+from engine.files.hub_download import DownloadCancelled
+from engine.files.hub_listing import HubError, fetch_listing
+from tests.app.fake_hub import folder_files, serving
 from tests.app.test_model_picker import card
 
 REPO = "hearth-test/tiny-qwen2"
@@ -29,13 +28,7 @@ EXTRAS = {"pytorch_model.bin": b"\x80" * 4000, "onnx/model.onnx": b"o" * 3000,
 def fake_hub(tiny_model, monkeypatch):
     repos = {REPO: {**folder_files(tiny_model), **EXTRAS},
              "hearth-test/pickles": {"config.json": b"{}", "pytorch_model.bin": b"\x80" * 10}}
-    with FakeHub(repos, gated=("hearth-test/gated",)) as hub:
-        monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # tests/conftest
-        # belt and braces: a call that forgot the endpoint still stays on localhost
-        monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.url)
-        monkeypatch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE",
-                            hub.url + "/{repo_id}/resolve/{revision}/{filename}")
+    with serving(repos, monkeypatch, gated=("hearth-test/gated",)) as hub:
         yield hub
 
 

@@ -8,16 +8,14 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
-import huggingface_hub.constants
 import pytest
 
-from app.get_model import hub_download, hub_listing
 from app.get_model.get_model_panel import GetModelPanel
-from app.get_model.hub_listing import HubError, fetch_listing, parse_repo_id
 from app.get_model.model_download import ModelDownload
 from app.models import model_catalog
-from engine.files import model_folder
-from tests.app.fake_hub import ENDLESS, FakeHub, Lie, folder_files
+from engine.files import hub_download, hub_listing, model_folder
+from engine.files.hub_listing import HubError, fetch_listing, parse_repo_id
+from tests.app.fake_hub import ENDLESS, Lie, folder_files, serving
 
 REPO = "hearth-test/tiny-qwen2"
 GIT_BLOB_ID = "0123456789abcdef0123456789abcdef01234567"  # an ETag of the shape of a git blob id
@@ -25,12 +23,7 @@ GIT_BLOB_ID = "0123456789abcdef0123456789abcdef01234567"  # an ETag of the shape
 
 @pytest.fixture
 def hub(tiny_model, monkeypatch):
-    with FakeHub({REPO: folder_files(tiny_model)}) as fake:
-        monkeypatch.setenv("HF_ENDPOINT", fake.url)
-        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # tests/conftest
-        monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", fake.url)
-        monkeypatch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE",
-                            fake.url + "/{repo_id}/resolve/{revision}/{filename}")
+    with serving({REPO: folder_files(tiny_model)}, monkeypatch) as fake:
         yield fake
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from app.get_model.hub_listing import (
+from engine.files.hub_listing import (
     HubError,
     RepoFile,
     RepoListing,
