@@ -119,7 +119,15 @@ def test_an_idle_keep_alive_connection_is_closed_even_after_a_byte(served):
 # ---------------------------------------------------------------- the output bound, in-process
 
 
+class _Choice:
+    index = 0
+    prompt_tokens = 1
+    request = None
+
+
 class _Engine:
+    """Just what a Generation and the metrics ask of the engine; it records cancels."""
+
     session = None
     num_running = num_waiting = tokens_generated = 0
 
@@ -149,9 +157,3 @@ def test_output_past_its_bound_cancels_the_request_and_still_ends():
         assert isinstance(events[-1], Finished) and gen.done
 
     asyncio.run(main())
-
-
-class _Choice:
-    index = 0
-    prompt_tokens = 1
-    request = None
