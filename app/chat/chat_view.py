@@ -250,9 +250,14 @@ class ChatView(QWidget):
             self.context_label.setText(f"Context {usage.used_tokens:,} tokens")
         else:
             self.context_label.setText("No model loaded")
+        self.show_model_state()
+        self._update_actions()
+
+    def show_model_state(self) -> None:
+        """The welcome screen says what is loaded, or that a load is under way (the window
+        calls this once a load has been sent or has failed: the context signal comes first)."""
         self.welcome.show_model(self.controller.loaded,
                                 is_loading=self.controller.worker.busy == "load")
-        self._update_actions()
 
     # ------------------------------------------------------------------ helpers
 
