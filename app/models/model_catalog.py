@@ -1,12 +1,9 @@
 """The models a user can pick: the bundled demo model, Hearth's imported models (the starter
 among them), the local Hugging Face cache, and folders the user added. Only lists folders;
-reading and checking them is fit_check's job. A models folder that cannot be read lists
-nothing and is said once, in one sentence (models_folder_problem)."""
+reading and checking them is fit_check's job."""
 
 from __future__ import annotations
 
-import errno
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,44 +36,7 @@ def demo_draft_entry() -> ModelEntry | None:
 def default_load_name() -> str | None:
     """What the window loads when no model is asked for: the starter model once it has been
     imported (a real chat), else None, the bundled demo model (the offline fallback)."""
-    return str(model_home.starter_dir()) if has_starter() else None
-
-
-def has_starter() -> bool:
-    """The starter model is imported; an unreadable models folder has none (the window says
-    why: models_folder_problem)."""
-    try:
-        return model_home.has_starter()
-    except OSError:
-        return False
-
-
-def models_folder_problem() -> str:
-    """One sentence when Hearth's models folder exists but cannot be read, or a file stands
-    where it or a folder above it should be; "" when it is usable or simply not made yet."""
-    folder = model_home.models_dir()
-    try:
-        existing = next((p for p in (folder, *folder.parents) if p.exists() or p.is_symlink()),
-                        None)  # a link that leads nowhere (a loop) is there too
-        if existing is None:
-            return ""
-        if existing == folder:
-            with os.scandir(folder):
-                pass  # listing it is what the picker and the start do
-        elif not existing.is_dir():
-            raise NotADirectoryError(errno.ENOTDIR, "a file stands where a folder should be",
-                                     str(existing))
-    except OSError as e:
-        reason = e.strerror or type(e).__name__
-        return (f"Hearth's models folder {_short(folder)} cannot be read ({reason}), so its "
-                "models are not listed and the bundled demo model is used; fix its "
-                "permissions, or set HEARTH_MODELS_DIR to a folder Hearth may use.")
-    return ""
-
-
-def _short(path: Path) -> str:
-    text = str(path)
-    return text if len(text) <= 120 else text[:60] + "\u2026" + text[-40:]
+    return str(model_home.starter_dir()) if model_home.has_starter() else None
 
 
 def imported_entries() -> list[ModelEntry]:

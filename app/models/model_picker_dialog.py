@@ -30,7 +30,7 @@ from app.get_model.hub_listing import RepoListing
 from app.get_model.model_download import ModelDownload
 from app.models import fit_check
 from app.models.fit_panel import FitPanel
-from app.models.model_catalog import ModelEntry, all_entries, demo_draft_entry, has_starter
+from app.models.model_catalog import ModelEntry, all_entries, demo_draft_entry
 from app.models.model_choice import recommended_entry
 from app.models.model_facts import facts_line
 from app.remote.endpoint_keys import EndpointKeys
@@ -272,7 +272,7 @@ class ModelPickerDialog(QDialog):
         if select is None and last is None:  # a first run: the best model this card runs
             chosen = recommended_entry(entries, self.fit_panel.gpu_report)
             select = chosen.folder if chosen is not None else None
-            if select is None and has_starter():
+            if select is None and model_home.has_starter():
                 select = model_home.starter_dir()  # a real chat before the demo model
         for entry in entries:
             item = QListWidgetItem(f"{entry.label}  ({entry.source})\n"
