@@ -50,17 +50,21 @@ def test_a_long_answer_streamed_into_a_short_view_ends_with_its_last_line_visibl
         qtbot, make_window):
     window = short_window(make_window, HEARTH_FAKE_REPEAT=LONG)
     area = window.chat_view.scroll_area
-    for question in ("A first long answer, please", "And another one"):
+    bar = area.verticalScrollBar()
+
+    def ask(question: str) -> None:
         with ended(qtbot, window):
             send(window, question)
         answer = newest(window, "assistant")
         qtbot.waitUntil(lambda: answer.answer_view.markdown.endswith("**done**."))
-        bar = area.verticalScrollBar()
         assert bar.maximum() > area.viewport().height()  # taller than the view, by far
         # once laid out, the view is at the bottom with the answer's last line in it
         qtbot.waitUntil(lambda: bar.value() == bar.maximum() > 0
                         and last_line_in_view(area, answer.answer_view))
         assert last_line_in_view(area, answer) and area.jump_button.isHidden()
+
+    ask("A first long answer, please")
+    ask("And another one")  # the conversation was taller than the view before it too
 
 
 def test_the_question_just_sent_is_scrolled_into_view(qtbot, make_window):

@@ -5,7 +5,6 @@ with HF_ENDPOINT pointed at it: no test here touches the network."""
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
 
 import huggingface_hub.constants
 import pytest
