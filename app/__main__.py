@@ -29,7 +29,7 @@ from app.startup_timer import StartupTimer
 from app.worker import worker_client
 from app.worker.worker_client import WorkerClient
 from engine.events import LoadRequest, kv_dtype_choices, quant_choices
-from engine.files.model_home import models_dir_problem
+from engine.files import model_home
 
 log = logging.getLogger("hearth")
 ICON = "icons/hearth.svg"  # in RESOURCES_DIR, package data
@@ -73,7 +73,7 @@ def open_window(args: argparse.Namespace, settings: AppSettings | None = None) -
     log.info("starting; data in %s, log in %s", folder, log_path or "none (stderr only)")
     opened = open_store(folder)
     # what the user must know of Hearth's folders: said in the window, the start goes on
-    notice = " ".join(n for n in (opened.notice, models_dir_problem()) if n)
+    notice = " ".join(n for n in (opened.notice, model_home.models_dir_problem()) if n)
     if notice:
         log.warning("%s", notice)
     command = shlex.split(args.worker_command) if args.worker_command else None
