@@ -66,17 +66,20 @@ def create_application() -> QApplication:
 
 def open_window(args: argparse.Namespace, settings: AppSettings | None = None) -> MainWindow:
     """The start before the window shows: the data folder, the log, the conversations (a
-    damaged or unwritable database gets a notice in the window, not a traceback), the worker."""
+    damaged or unwritable database, or an unreadable models folder, gets a notice in the
+    window, not a traceback), the worker."""
     folder = data_dir()
     log_path = setup_logging(folder)
     log.info("starting; data in %s, log in %s", folder, log_path or "none (stderr only)")
     opened = open_store(folder)
-    if opened.notice:
-        log.warning("%s", opened.notice)
+    # what the user must know of Hearth's folders: said in the window, the start goes on
+    notice = " ".join(n for n in (opened.notice, model_home.models_dir_problem()) if n)
+    if notice:
+        log.warning("%s", notice)
     command = shlex.split(args.worker_command) if args.worker_command else None
     window = MainWindow(opened.store, WorkerClient(command), settings or AppSettings())
-    if opened.notice:
-        window.show_storage_notice(opened.notice)
+    if notice:
+        window.show_storage_notice(notice)
     return window
 
 
