@@ -20,8 +20,9 @@ KEY_ENV = "HEARTH_SERVER_API_KEY"  # the key without putting it in argv, which `
 
 def add_parser(sub) -> None:
     p = sub.add_parser("serve", help="a local OpenAI-compatible server (needs hearth[server])")
-    p.add_argument("--model", help="model folder or cached Hugging Face repo id "
-                   "(default: the bundled demo model)")
+    p.add_argument("--model", help="a model folder, a name in Hearth's models folder (`hearth "
+                   "list`) or a cached Hugging Face repo id (default: the starter model once "
+                   "imported, else the bundled demo model)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind; any other than "
                    "loopback needs --api-key")
     p.add_argument("--port", type=int, default=8000, help="0: any free port")
