@@ -10,6 +10,7 @@ one `apply_chat_template` gives. Not a sandbox of its own: jinja2's stops escape
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import queue
@@ -85,7 +86,7 @@ class _Renderer:
             except queue.Empty:
                 continue
             if reply is None:
-                raise RenderTooCostly("ended its renderer (it ran out of memory or CPU time)")
+                raise RenderTooCostly("ran its renderer out of memory or CPU time")
             return reply
 
     def _start(self, cancel: threading.Event | None) -> None:
@@ -100,8 +101,11 @@ class _Renderer:
 
     def ask(self, request: dict, max_s: float, cancel: threading.Event | None,
             too_late: str) -> dict:
-        try:
-            self.proc.stdin.write(json.dumps({**request, "max_s": max_s}).encode() + b"\n")
+        if max_s <= 0:  # the prompt's earlier renderings spent the budget
+            raise RenderTooCostly(too_late)
+        try:  # default=str: a special token held as an object goes as its text
+            line = json.dumps({**request, "max_s": max_s}, default=str).encode() + b"\n"
+            self.proc.stdin.write(line)
             self.proc.stdin.flush()
         except OSError:
             raise RuntimeError("the chat template renderer stopped") from None
@@ -156,7 +160,8 @@ class _Pool:
                budget: RenderBudget) -> str:
         with self._lock:
             renderer = self._idle.pop() if self._idle else None
-        renderer = renderer or _Renderer()
+        if renderer is None or renderer.proc.poll() is not None:  # none, or one ended idle
+            renderer = _Renderer()
         try:
             text = renderer.render(template, messages, kwargs, budget)
         except RenderFailed:  # the template's error; the child is fine
@@ -172,8 +177,16 @@ class _Pool:
         with self._lock:
             self._idle.append(renderer)
 
+    def close(self) -> None:
+        """End the idle renderers (at exit; they would also end on their stdin's EOF)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for renderer in idle:
+            renderer.kill()
+
 
 _POOL = _Pool()
+atexit.register(_POOL.close)
 prewarm = _POOL.prewarm
 
 
