@@ -140,7 +140,7 @@ async def chat_choices(body: ChatCompletionRequest, model: ModelView) -> list[Ch
                           "response_format")
     messages = _messages(body)
     try:
-        ids = await model.run(model.chat_ids, messages)
+        ids = await model.chat_ids(messages)
     except BadRequest as e:
         raise bad_request(str(e), "messages") from None
     if body.max_completion_tokens is not None:
