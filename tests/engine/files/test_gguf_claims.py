@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,16 @@ def models_home(tmp_path, monkeypatch):
 
 def _proc_mem(path: Path) -> Path:
     path.symlink_to("/proc/self/mem")
+    return path
+
+
+def _array_claims(path: Path, key: str, count: int) -> Path:
+    """The file with the metadata array `key` claiming `count` items (its data unchanged)."""
+    tiny_gguf.write(path)
+    data = bytearray(path.read_bytes())
+    at = data.index(key.encode()) + len(key) + 8  # past the value type and the item type
+    data[at:at + 8] = struct.pack("<Q", count)
+    path.write_bytes(bytes(data))
     return path
 
 
@@ -60,6 +71,10 @@ CASES = {
     "merges past the tokens": (lambda p: tiny_gguf.write(p, tokens=tiny_gguf.TOKENS[:11]),
                                "BPE merge 1 ('c d') is not made of tokens"),
     "link to /proc/self/mem": (_proc_mem, "is not a GGUF file"),
+    "a token list past the file": (lambda p: _array_claims(p, "tokenizer.ggml.tokens", 2**40),
+                                   "damaged or truncated"),
+    "a merge list past the file": (lambda p: _array_claims(p, "tokenizer.ggml.merges", 2**62),
+                                   "damaged or truncated"),
 }
 
 
