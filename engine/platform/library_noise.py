@@ -23,6 +23,8 @@ LONG_TEXT_WARNING = "sequence-length-is-longer-than-the-specified-maximum"
 # where transformers prints a load's report (a table of missing and unexpected weights)
 LOAD_REPORT_LOGGER = "transformers.modeling_utils"
 LOAD_REPORT = "LOAD REPORT"  # in the report's first line
+# report lines that come before transformers' own error ("look at the above report"): kept
+LOAD_REPORT_ERRORS = ("MISMATCH", "CONVERSION")
 
 
 def is_debug() -> bool:
@@ -66,9 +68,10 @@ def quiet_tokenizer(tokenizer) -> None:
 @contextmanager
 def quiet_load_report() -> Iterator[None]:
     """transformers' load report held back during a load: the loader reads the same report
-    (output_loading_info) and refuses a missing weight in one sentence of its own. A filter,
-    not a level: transformers runs extra checks, with warnings of their own, when its logger's
-    level is raised."""
+    (output_loading_info) and refuses a missing weight in one sentence of its own; unexpected
+    weights are notes. A report that transformers' own error points to stays. A filter, not a
+    level: transformers runs extra checks, with warnings of their own, when its logger's level
+    is raised."""
     logger = logging.getLogger(LOAD_REPORT_LOGGER)
     report = _LoadReport()
     if not is_debug():
@@ -81,4 +84,5 @@ def quiet_load_report() -> Iterator[None]:
 
 class _LoadReport(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return LOAD_REPORT not in str(record.msg)
+        text = str(record.msg)
+        return LOAD_REPORT not in text or any(word in text for word in LOAD_REPORT_ERRORS)
