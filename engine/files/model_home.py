@@ -49,9 +49,12 @@ def remove_dead_imports(root: Path) -> list[Path]:
     except OSError:
         return removed
     for folder in found:
-        if folder.is_dir() and not folder.is_symlink() and _dead(folder):
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
+        try:
+            if folder.is_dir() and not folder.is_symlink() and _dead(folder):
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+        except OSError:  # one we may not look into: left as it is
+            continue
     return removed
 
 
