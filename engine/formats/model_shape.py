@@ -116,8 +116,13 @@ class ModelShape:
         max_pos = num("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
                       default=2048)
         window = c.get("sliding_window")
-        in_force = (c.get("use_sliding_window") is not False and isinstance(window, int)
-                    and 0 < window < max_pos)  # Qwen2.5 ships a window that is switched off
+        on = c.get("use_sliding_window") is not False  # Qwen2.5 ships a window switched off
+        if on and window is not None and (not isinstance(window, int) or isinstance(
+                window, bool) or window <= 0):  # the cache would be capped at it
+            raise PlanError(f"config.json has sliding_window = {json.dumps(window)[:40]}; it "
+                            "must be a positive whole number (or null, or use_sliding_window "
+                            "false)")
+        in_force = on and isinstance(window, int) and window < max_pos
         q, k = heads * hd, kv * hd
         mlp = ((inter, hidden, 2), (hidden, inter, 1)) if fam.gated_mlp else (
             (inter, hidden, 1), (hidden, inter, 1))

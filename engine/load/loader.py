@@ -21,6 +21,7 @@ from engine.config.backends import Backends
 from engine.events import BadRequest, LoadProgress, LoadRequest
 from engine.files.model_folder import ModelFolder
 from engine.formats import weights
+from engine.load import checkpoint_checks
 from engine.load.memory_limit import (  # noqa: F401 (callers and tests import them here)
     apply_memory_limit,
     clear_memory_limit,
@@ -135,11 +136,13 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
             raise LoadCancelled()
         progress(LoadProgress(name, done, 4, message))
 
+    checkpoint_checks.check_rope(folder)  # before anything reads the config
     device, quant, compute_dtype = _placement(req, folder)
 
     stage("tokenizer", 0, "reading the tokenizer")
     if tokenizer is None:
         tokenizer = read_tokenizer(folder)
+    library_noise.quiet_tokenizer(tokenizer)
     gen_config = _read_json(folder.path / "generation_config.json")
 
     slow = _slow_on_cpu(quant, device)
@@ -158,7 +161,11 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
         forced = (overrides.backends() if backends is None else backends).int4_kernel
         model = awq_loader.load_model(folder, device, compute_dtype, forced=forced)
     else:
-        model = AutoModelForCausalLM.from_pretrained(folder.path, **kwargs).eval()
+        with library_noise.quiet_load_report():
+            model, info = AutoModelForCausalLM.from_pretrained(
+                folder.path, output_loading_info=True, **kwargs)
+        checkpoint_checks.refuse_missing_weights(model, info, folder)
+        model.eval()
     _own_nf4(model, quant, device, backends)
     head_notes = _quantize_lm_head(model, req, device, compute_dtype)
     stage("attention", 2, "installing the engine's attention")
@@ -203,6 +210,7 @@ def random_model(folder: ModelFolder, req: LoadRequest, backends: Backends | Non
     library_noise.skip_torchao()
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    checkpoint_checks.check_rope(folder)
     device, quant, compute_dtype = _placement(req, folder, random_weights=True)
     config = AutoConfig.from_pretrained(folder.path, trust_remote_code=False)
     torch.manual_seed(0)
