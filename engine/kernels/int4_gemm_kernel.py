@@ -69,7 +69,7 @@ def _tinygemm_mm(X, W, SZ, OUT, M, N, KO, stride_xm, stride_sg, stride_sn, strid
 
 def default_config(M: int, N: int) -> dict:
     """Tiles for a shape: a prefill chunk takes 128 x 128 tiles, a few rows narrower ones.
-    Untuned: the H200 sweep (packaging/bench/int4_gemm.py) is what should set these."""
+    Untuned: the H200 sweep (bench/int4_gemm.py) is what should set these."""
     block_m = 16 if M <= 16 else 32 if M <= 32 else 64 if M <= 64 else 128
     return dict(BLOCK_M=block_m, BLOCK_N=128 if N >= 128 else 64, num_warps=4 if M <= 64 else 8,
                 num_stages=3)

@@ -230,7 +230,7 @@ def test_demo_model_top1_agreement_matches_equal_noise():
     top-1 token as often as the same-size noise does (within 0.5%), and their KL divergence is
     within 2x the noise's (measured 1.4x: rounding errors are not quite independent). Agreement
     is about 99.5% for int8 and 97.8% for fp8; the issue's 99.5% target is a figure of
-    packaging/bench/kv_quality.py (BENCHMARKS.md), not asserted: two windows cannot resolve it."""
+    bench/kv_quality.py (BENCHMARKS.md), not asserted: two windows cannot resolve it."""
     heldout = (REPO / "packaging" / "demo_model" / "heldout.txt").read_text(encoding="utf-8")
     ref_session = Session.load(LoadRequest(None, "fp32", device="cpu"))
     ids = ref_session.lm.tokenizer(heldout[:40000], verbose=False)["input_ids"]

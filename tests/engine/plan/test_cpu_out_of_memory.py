@@ -18,7 +18,7 @@ from engine.plan.oom import OutOfMemory
 from engine.serve import cli
 from tests.engine.helpers import REPO, greedy_request, token_ids
 
-QWEN_7B = json.loads((REPO / "packaging/bench/qwen2.5-7b/config.json").read_text())
+QWEN_7B = json.loads((REPO / "bench/qwen2.5-7b/config.json").read_text())
 GIB = 1 << 30
 
 

@@ -1,6 +1,6 @@
 """Out of GPU memory, at load or mid-generation, ends in one Failed with a hint the planner says
 fits, and the session or worker stays usable. The GPU is simulated: an allocation that raises
-torch.OutOfMemoryError; the real thing is exercised on the H200 (packaging/bench/plan_check.py)."""
+torch.OutOfMemoryError; the real thing is exercised on the H200 (bench/plan_check.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from engine.serve import cli
 from engine.serve.worker import Worker
 from tests.engine.helpers import REPO, greedy_request, token_ids
 
-QWEN_7B = json.loads((REPO / "packaging/bench/qwen2.5-7b/config.json").read_text())
+QWEN_7B = json.loads((REPO / "bench/qwen2.5-7b/config.json").read_text())
 GIB = 1 << 30
 
 

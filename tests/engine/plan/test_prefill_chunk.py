@@ -16,7 +16,7 @@ from engine.plan.memory import largest_prefill_chunk, plan
 
 REPO = Path(__file__).resolve().parents[3]
 SHAPE = ModelShape.from_config(
-    json.loads((REPO / "packaging/bench/qwen2.5-7b/config.json").read_text()))
+    json.loads((REPO / "bench/qwen2.5-7b/config.json").read_text()))
 GiB = 2 ** 30
 
 
@@ -43,7 +43,7 @@ def test_the_session_keeps_the_pass_within_half_the_arenas_reserve():
     assert arena_reserve(8 * GiB) == ARENA_RESERVE_BYTES  # 2 GiB at least
     assert arena_reserve(138 * GiB) == int(138 * GiB * 0.10)
     folder = SimpleNamespace(config=json.loads(
-        (REPO / "packaging/bench/qwen2.5-7b/config.json").read_text()))
+        (REPO / "bench/qwen2.5-7b/config.json").read_text()))
     lm = SimpleNamespace(device=torch.device("cuda", 0), quant="bf16", folder=folder,
                          context=32768)
     on_h200 = 138 * GiB
