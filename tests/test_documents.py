@@ -49,8 +49,8 @@ def engine_packages() -> list[str]:
 def missing_citations(text: str, paths: set[str]) -> list[str]:
     """The cited repository paths in `text` that are not in `paths`, one 'line N: path' each."""
     names = {p.rsplit("/", 1)[-1] for p in paths}
-    inside_engine = re.compile(
-        r"(?<![\w./-])((?:%s)/[\w/]+\.py)\b" % "|".join(engine_packages()))
+    packages = "|".join(engine_packages())
+    inside_engine = re.compile(rf"(?<![\w./-])((?:{packages})/[\w/]+\.py)\b")
 
     def present(path: str) -> bool:
         return "*" in path or "{" in path or path.rstrip("/") in paths
@@ -138,4 +138,5 @@ def test_the_lab_readme_lists_every_script():
     readme = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
     scripts = [p.name for p in (ROOT / "bench").iterdir()
                if p.suffix in (".py", ".sh") or p.is_dir() and not p.name.startswith("__")]
-    assert scripts and [s for s in scripts if f"`{s}" not in readme and f"bench/{s}" not in readme] == []
+    unlisted = [s for s in scripts if f"`{s}" not in readme and f"bench/{s}" not in readme]
+    assert scripts and unlisted == []

@@ -5,7 +5,7 @@ The model behind adaptive K: with a per-token acceptance rate alpha, a round of 
 yields (1 - alpha^(K+1)) / (1 - alpha) tokens and costs K draft steps plus one verify pass of
 K + 1 tokens; K is chosen to maximize tokens per second. The switch-off does not trust the
 model: it compares the measured time per token of speculation with a measured plain step.
-The H200 figures behind the constants: BENCHMARKS.md, "Tuning notes moved from the code".
+The figures behind the constants: docs/benchmark-log.md, "Tuning notes moved from the code".
 """
 
 from __future__ import annotations

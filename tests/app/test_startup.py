@@ -1,6 +1,6 @@
-"""The window appears within 2 seconds of launch (issue 10). Timed from outside, as a user
+"""The window appears within 2 seconds of launch. Timed from outside, as a user
 waits: `python -m app --startup-check` in a fresh process, until it says the window painted.
-The assertion has a generous margin (CI machines are slow and shared); BENCHMARKS.md has the
+The assertion has a generous margin (CI machines are slow and shared); docs/benchmark-log.md has the
 measured figure."""
 
 from __future__ import annotations

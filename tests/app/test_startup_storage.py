@@ -1,4 +1,4 @@
-"""The start with a conversations database that is damaged or cannot be written (issue 22, item 6):
+"""The start with a conversations database that is damaged or cannot be written:
 the app starts, the window says what happened and where the user's file is, that file is kept as
 it was, and what SQLite can still read is back in the window. Through the app's own start-up path
 (app.__main__.open_window), with the fake worker; one case also as a real `python -m app`."""

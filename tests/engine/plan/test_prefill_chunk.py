@@ -1,6 +1,6 @@
 """The planner's prefill pass (plan/memory.py largest_prefill_chunk, generate/session_load.py): the
 longest that fits the card, its activations within what a batch's KV arena leaves free, since a
-step's token budget under continuous batching is this pass (issue 25)."""
+step's token budget under continuous batching is this pass."""
 
 from __future__ import annotations
 
@@ -46,8 +46,8 @@ def test_the_session_keeps_the_pass_within_half_the_arenas_reserve():
         (REPO / "bench/qwen2.5-7b/config.json").read_text()))
     lm = SimpleNamespace(device=torch.device("cuda", 0), quant="bf16", folder=folder,
                          context=32768)
-    on_h200 = 138 * GiB
-    assert prefill_chunk_for(lm, "bf16", on_h200) == 16384
+    on_a_140_gib_card = 138 * GiB
+    assert prefill_chunk_for(lm, "bf16", on_a_140_gib_card) == 16384
     card_24 = int(23.5 * GiB)  # an 8K-token pass fits the card, but not half its reserve
     assert largest_prefill_chunk(SHAPE, "bf16", "bf16", 32768, card_24) >= 8192
     assert _activations(8192, card_24) > arena_reserve(card_24) // 2

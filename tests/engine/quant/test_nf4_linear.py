@@ -1,4 +1,4 @@
-"""The engine's NF4 layer (quant/nf4_linear.py, issue 28): bitsandbytes' codes and absmax read
+"""The engine's NF4 layer (quant/nf4_linear.py): bitsandbytes' codes and absmax read
 back exactly into the "mma" layout, the product of the codebook kernels (the decode gemv, the
 dequantizing kernel and cuBLAS) against the layer's dequantized reference, and a model loaded
 NF4 on a GPU running the engine's layers with bitsandbytes' logits. On the CPU: the code is
