@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Perplexity of the bundled demo model by weight format, AWQ included (issue 5): CPU only, a few
+# Perplexity of the bundled demo model by weight format, AWQ included: CPU only, a few
 # minutes. AWQ is calibrated on the demo's training split, never on the held-out text it is
 # measured on; rtn is the same 4-bit format rounded without AWQ's search. One JSON line per row
 # in $WORK/quality.jsonl. Usage (repo root): bash bench/awq_quality.sh [WORK]

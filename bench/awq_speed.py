@@ -1,4 +1,4 @@
-"""The int4 kernels at Qwen2.5-7B and Llama-3.1-8B linear shapes (issue 5): microseconds and
+"""The int4 kernels at Qwen2.5-7B and Llama-3.1-8B linear shapes: microseconds and
 effective GB/s (weight bytes read / time) per call, timed as CUDA-graph replays, each checked
 against the dequantized reference first. Candidates: bf16 cuBLAS (the yardstick), torch's
 tinygemm, the project's Triton split-K GEMV (default tiles and the best of a sweep), dense

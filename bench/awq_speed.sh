@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# AWQ on the H200 in one device call (issue 5), about 7 minutes: the GPU tests of the int4 layer
+# AWQ on one GPU in one device call, about 7 minutes: the GPU tests of the int4 layer
 # (kernels against the reference, CUDA-graph replay, graph vs eager decode), the kernel
 # microbenchmark at 7B/8B shapes (awq_speed.py), then `hearth bench` with random AWQ weights per
 # kernel, against bf16 and NF4, and with a quantized lm_head. Results in $OUT: log.txt,

@@ -1,4 +1,4 @@
-"""Where a 64-row decode step's time goes on the GPU (issue 25's 35x at 64): one engine round of
+"""Where a 64-row decode step's time goes on the GPU (the 35x target at 64): one engine round of
 N requests (random weights), each batched step's wall interval, and the
 same round again under torch.profiler: device time per kernel, and the device's busy share of
 the decode-only steps (those after every prompt is in).

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# H200, issue 25 (continuous batching). Usage (repo root, carry [".whl"]):
+# One GPU, continuous batching. Usage (repo root, carry [".whl"]):
 #   bash bench/batching.sh tests    the GPU tests of the batched step and kernel
 #   bash bench/batching.sh bf16     `hearth bench --concurrency 1,4,16,64`, 7B bf16,
 #                                             transformers' generate_batch beside it
 #   bash bench/batching.sh awq      the same for AWQ (no peer)
 #   bash bench/batching.sh memory   64 requests of 4,096-token prompts under an
 #                                             emulated 24 GiB card (7B bf16), NVML's peak
-#   bash bench/batching.sh serve    issue 26: 1 and 16 streaming clients of the server
+#   bash bench/batching.sh serve    1 and 16 streaming clients of the server
 #                                             against the engine's own rounds (serve_speed.py);
 #                                             carry the server's wheels in .whl too (pip download
 #                                             for Python 3.12: fastapi starlette uvicorn click h11

@@ -1,4 +1,4 @@
-"""Issue 25's 64-concurrent row at several step token budgets (the batch run's budget is the
+"""The 64-concurrent row at several step token budgets (the batch run's budget is the
 session's prefill_chunk, the planner's largest prefill pass): one load, then `hearth bench
 --concurrency 64 --no-peer`'s measurement per budget, each beside its own batch-1 round.
 

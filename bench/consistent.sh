@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The decode-attention kernel's "consistent" setting (the default since 2026-11-29: a one-token
-# step and a verify block split the keys alike), on the H200 in one call of the device tool:
+# step and a verify block split the keys alike), on one GPU in one call of the device tool:
 # about 6 minutes. 1. GPU tests (fused pieces, graph over int8/fp8, speculative); 2. steps
 # against verify blocks (verify_consistency.py), consistent and split per pass; 3. what it costs
 # plain decode: 7B bf16 at a 1,100-token prompt (just past a granule: the most idle splits) and

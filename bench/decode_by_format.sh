@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole H200 benchmark in one call (device tool): graph-vs-eager checks, then `hearth bench`
+# The whole one-GPU benchmark in one call (device tool): graph-vs-eager checks, then `hearth bench`
 # for the real model shapes in bench/. Results: $OUT/graph_check.jsonl, $OUT/bench.jsonl, $OUT/log.txt,
 # and the table printed last. Usage (repo root, bitsandbytes wheel in .whl): bash bench/decode_by_format.sh
 # [full | fused | triton]  (triton: the fused step pieces against PyTorch's, about 4 minutes)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# H200, issue 28's decode: launches folded into others (SiLU * up inside the int4 gate/up gemv;
-# session 23 also merged decode attention's splits in the last program of each row tile, at
+# One GPU, decode: launches folded into others (SiLU * up inside the int4 gate/up gemv;
+# an earlier tree also merged decode attention's splits in the last program of each row tile, at
 # 5d281a9, and dropped it). Parts: tests (the GPU tests of the kernels and the step), bench
 # (`hearth bench --compile` rows, 7B AWQ, NF4 and bf16, 512-token prompts, 256 new tokens; AWQ
 # also with the fused pieces off, which keeps the int4 products plain, in the same call),

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# H200, issue 28's decode: the shortest split of decode attention's context (the launch setting
+# One GPU, decode: the shortest split of decode attention's context (the launch setting
 # min_split, through HEARTH_DECODE_ATTENTION_CONFIG) swept on `hearth bench --compile` rows, 7B
 # AWQ and bf16, 512-token prompts and 256 new tokens (positions 512-767: the 1,024 bucket; at 256
-# keys a split, 3 of 4 splits busy per KV head; the default is 64 since session 22). Results
+# keys a split, 3 of 4 splits busy per KV head; the default is 64 since 751e0f9). Results
 # under $OUT.
 #   bash bench/decode_splits.sh [min_split ...]   (default 256 64 128 32)
 set -u

@@ -1,4 +1,4 @@
-"""The peer of issue 28's decode targets: gpt-fast (pytorch-labs/gpt-fast), run from its own
+"""The peer of the decode targets: gpt-fast (pytorch-labs/gpt-fast), run from its own
 model.py and quantize.py with random weights, as its generate.py runs decode (the model's forward
 compiled with mode="reduce-overhead", fullgraph, one token a step, greedy). Its files are not in
 the project: copy them into a folder outside the package (`.peers/gpt-fast`, git-ignored) and

@@ -1,4 +1,4 @@
-"""Issue 28: the Triton GEMM over tinygemm's int4 layout (kernels/int4_gemm_kernel.py) against
+"""The Triton GEMM over tinygemm's int4 layout (kernels/int4_gemm_kernel.py) against
 tinygemm itself, the unpack-then-cuBLAS path it replaces above 64 rows, and bf16 cuBLAS, at the
 Qwen2.5-7B and Llama-3.1-8B linear shapes and 1 to 4,096 rows: microseconds per call (CUDA-graph
 replays, graph_timing.py), effective weight GB/s and TFLOPS, each checked against the dequantized

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200, issue 28 (AWQ prefill): the GPU tests of the Triton GEMM over tinygemm's layout, the kernel
+# One GPU, AWQ prefill: the GPU tests of the Triton GEMM over tinygemm's layout, the kernel
 # sweep (int4_gemm.py), then `hearth bench` TTFT with random AWQ weights at 512, 4,096 and 32K
 # tokens, the GEMM (HEARTH_INT4_PREFILL=fused) against unpack-then-cuBLAS and bf16, and AWQ at 16
 # concurrent. Results under $OUT (log.txt, gemm_tests.txt, int4_gemm.jsonl / .md, bench.jsonl).

@@ -1,4 +1,4 @@
-"""Issue 28: the decode kernel (kernels/int4_gemv_kernel.py) against the "mma" kernel,
+"""The decode kernel (kernels/int4_gemv_kernel.py) against the "mma" kernel,
 tinygemm and bf16 at the Qwen2.5-7B (or Llama-3.1-8B) shapes, 1 to 8 rows: its default launch
 and, with --splits, other splits of K (with --xpre, x loaded at use), each checked against
 the dequantized reference first. Timed as int4_mma.py times (CUDA-graph replays cycling through

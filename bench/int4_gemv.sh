@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 28 on the H200, one call: the int4 kernels' GPU tests (the decode gemv, the mma kernel, the
+# On one GPU, one call: the int4 kernels' GPU tests (the decode gemv, the mma kernel, the
 # AWQ layer and its batched rows), the gemv's sweep (int4_gemv.py) at 1, 2 and 4 rows, then
 # `hearth bench` 7B AWQ and bf16 at batch 1 (decode tokens/s, TTFT at 512). Results under $OUT.
 # Parts: tests, sweep, e2e (default: all three).

@@ -1,4 +1,4 @@
-"""Issue 28: the "mma" int4 kernel (kernels/int4_mma_kernel.py, tensor cores) and its dense path
+"""The "mma" int4 kernel (kernels/int4_mma_kernel.py, tensor cores) and its dense path
 (quant/int4_cuda.py) against tinygemm and bf16 cuBLAS at the Qwen2.5-7B (or Llama-3.1-8B) linear
 shapes: launch constants swept where the kernel takes the rows, the dense path's slice size past
 them, and the dequantizing alone. Each candidate is checked against the dequantized reference

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 28 on the H200: the CUDA int4 kernels' GPU tests, their sweep against tinygemm and bf16
+# On one GPU: the CUDA int4 kernels' GPU tests, their sweep against tinygemm and bf16
 # (int4_mma.py), then `hearth bench` AWQ with each int4 kernel beside bf16 (batch-1 decode, TTFT
 # at 512 and 4,096 tokens). Results under $OUT. Parts: tests, sweep, e2e (default: all three).
 set -u

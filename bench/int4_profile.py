@@ -1,4 +1,4 @@
-"""Where one request's time goes with an int4 kernel (issue 28): a 7B AWQ model with random
+"""Where one request's time goes with an int4 kernel: a 7B AWQ model with random
 weights, one prompt (prefill) and a few decode steps under torch.profiler, after a warm-up round;
 the kernels by device time and the host's calls by total time.
 

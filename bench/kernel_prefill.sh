@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Prefill through the engine's own layer step and the decode kernel (HEARTH_KERNEL_PREFILL=all)
-# against transformers' modules over SDPA for chunks past 64 tokens (the default), on the H200 in
+# against transformers' modules over SDPA for chunks past 64 tokens (the default), on one GPU in
 # one call of the device tool: about 6 minutes. Written 2026-11-29 without a GPU: not yet run.
 # (speculative.sh times speculation with the draft's prefill through the kernel.)
 #  1. GPU tests of the kernel's prefill and short-prefill paths;
 #  2. `hearth bench`, Qwen2.5-7B shape, bf16, 8 new tokens, 1 prompt: TTFT at 512, 4,096 and
 #     32,000-token prompts, the default and all;
-#  3. issue 8's TTFT targets (prefix_ttft.py), the default and all.
+#  3. the TTFT targets (prefix_ttft.py), the default and all.
 # Results: $OUT/pytest.txt, prefill.jsonl, ttft_default.jsonl, ttft_all.jsonl, summary.md,
 # log.txt.
 set -u

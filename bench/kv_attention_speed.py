@@ -34,7 +34,7 @@ from engine.cache.kv_cache import KVCache  # noqa: E402
 H, HKV, D = 32, 8, 128
 CALLS = 50
 VARIANTS = (("bf16", "sdpa"), ("bf16", "triton"), ("int8", "triton"), ("fp8", "triton"))
-# The "launch" grid as timed in session 8's first call (192459b), from the defaults of then
+# The "launch" grid as timed at 192459b, from the defaults of then
 # (64-row tiles, the table read a tile at a time, quantized codes converted to bf16), pinned here
 # because the defaults have since moved to what it and the "chunk" grid found
 BEFORE = {"bf16": dict(block_m=64, chunk=0, block_n=64, num_stages=2),
@@ -57,7 +57,7 @@ def chunk_configs(kv_dtype: str) -> list[dict]:
                                                                                       {})
     launches = [(64, n, 4, 3) for n in (64, 128)] + [
         (16, n, 4, st) for n in (64, 128) for st in (2, 3)]  # 8 warps: 50-90% slower over
-    # int8 on the H200
+    # int8, as swept on a GPU
     return [{}, dict(widen)] + [dict(chunk=c, block_m=m, block_n=n, num_warps=w, num_stages=st,
                                      **widen)
                                 for c in (32, 64) for m, n, w, st in launches]

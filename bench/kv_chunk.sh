@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6 on the H200, session 8, in one call of the device tool (about 8 minutes):
+# On one GPU, in one call of the device tool (about 8 minutes):
 #  1. the GPU tests of the decode kernel's settings (test_quantized_kv.py, -k below);
 #  2. the kernel's chunked table reads timed over bf16 and fp8 caches (int8's were timed in an
 #     earlier call: `kv_attention_speed.py --sweep chunk`);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Quantized KV cache and the Triton decode-attention kernel on the H200 (issue 6), in one call of
+# Quantized KV cache and the Triton decode-attention kernel on one GPU, in one call of
 # the device tool: about 8 minutes; each step runs under `timeout` (11 minutes if all ran out),
 # so one hang cannot take the rest, and the steps come in order of importance:
 #  1. the GPU tests: the Triton kernel against the PyTorch reference, graph decode over int8/fp8
@@ -8,7 +8,7 @@
 #     32K tokens: bf16 SDPA, and the Triton kernel over bf16, int8 and fp8 caches; then the
 #     kernel's launch settings swept at 32K;
 #  3. end to end, `hearth bench`'s measurement (engine/tools/bench/decode.py) over one random-weight
-#     Llama-3.1-8B-shaped AWQ model (issue 6's target: the fastest 4-bit weights, where the KV
+#     Llama-3.1-8B-shaped AWQ model (target: the fastest 4-bit weights, where the KV
 #     read is the largest share of a step) at 1K- and 32K-token prompts: KV bf16, int8, fp8 (all
 #     read by the Triton kernel) and bf16 read by SDPA (the default for 16-bit caches). One model
 #     for all eight (kv_e2e.py); two timed runs each, since an AWQ prefill of 32K tokens takes

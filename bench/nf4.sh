@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 28's NF4 item on the H200, one call: the codebook kernels' GPU tests, the demo model's
+# NF4 on one GPU, one call: the codebook kernels' GPU tests, the demo model's
 # perplexity on its held-out text through the new kernels and through the ones they replace (NF4:
 # the engine's layer against bitsandbytes'; AWQ, an RTN copy: gemv and mma against tinygemm),
 # then `hearth bench` 7B NF4 (the engine's layer and bitsandbytes') beside AWQ. Carry [".whl"]

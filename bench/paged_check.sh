@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The paged KV cache (issue 8) on the H200, before it replaces the flat cache's measured figures:
+# The paged KV cache on one GPU, before it replaces the flat cache's measured figures:
 # each step under its own `timeout`, in order of need, about 9 minutes for all:
 #  1. the GPU tests of every path the block table touches (kernel against reference, graph
 #     against eager, the fused write, speculative verify blocks, AWQ decode), ~3 min;
-#  2. issue 8's TTFT targets (prefix_ttft.py, Qwen2.5-7B shape, bf16), ~1.5 min;
+#  2. the TTFT targets (prefix_ttft.py, Qwen2.5-7B shape, bf16), ~1.5 min;
 #  3. decode end to end through the paged kernel (kv_e2e.py, Llama-3.1-8B shape, AWQ weights:
 #     compare with BENCHMARKS.md's flat-cache rows), ~3 min;
 #  4. the planner against NVML again (plan_check.py: the arena adds a scratch block and the

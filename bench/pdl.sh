@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200, issue 28's decode: the int4 products launched as programmatic dependents (HEARTH_PDL).
+# One GPU, decode: the int4 products launched as programmatic dependents (HEARTH_PDL).
 # Parts: probe (what this torch and Triton offer: gdc, launch_pdl, Inductor's enable_pdl),
 # layers (pdl_layers.py: 28 layers of the 7B, AWQ and NF4, one graph, off/products/auto), tests
 # (the new test first, then the kernels' and the step's GPU tests), bench (`hearth bench`, 7B

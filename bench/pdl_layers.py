@@ -1,4 +1,4 @@
-"""A decode step's layers on the H200 under HEARTH_PDL=off, products and auto (issue 28): the
+"""A decode step's layers on one GPU under HEARTH_PDL=off, products and auto: the
 launches of a 7B layer at one row (the residual norm, the q/k/v gemv, decode attention's two
 programs over 1,024 keys, the o gemv, the norm, the gate/up gemv with SiLU * up, the down gemv)
 for every layer of the shape, distinct random weights each (AWQ group 128, or NF4), captured as

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200, issue 28's decode targets in one call: gpt-fast (its own model.py and quantize.py, random
+# One GPU, the 4-bit decode targets in one call: gpt-fast (its own model.py and quantize.py, random
 # weights; gptfast_peer.py) in bf16 and int4 on the Llama-3.1-8B shape, and `hearth bench` on the
 # same shape in bf16 and AWQ with an int4 lm_head (both sides quantize every linear, the lm_head
 # included), then 7B AWQ and NF4 for the roofline and NF4-to-AWQ figures. Results under $OUT.

@@ -1,4 +1,4 @@
-"""On a GPU: the VRAM planner against real memory (issue 9), emulating consumer cards.
+"""On a GPU: the VRAM planner against real memory, emulating consumer cards.
 
 For each model shape (random weights) and card size, a child process caps torch's allocator at the
 card minus the measured CUDA context (`--memory-limit`), loads the planner's recommended format at
@@ -7,7 +7,7 @@ while a thread polls NVML's per-process used memory every 2 ms. Reported: the pl
 peak (its total without the safety margin), the measured peak, their ratio, and the peak as a
 fraction of the card. Children run a few at a time on one GPU: NVML counts each process apart.
 
-The KV cache is planned in 16 bits (`kv_dtype="bf16"`), and for one row in int8 (issue 6: how
+The KV cache is planned in 16 bits (`kv_dtype="bf16"`), and for one row in int8 (how
 much longer a context a 12 GiB card holds with it).
 One more child checks the out-of-memory path: the 7B shape forced to bf16 on an 8 GiB card must
 fail with the planner's hint, then the recommended load in the same process must generate.
@@ -37,9 +37,9 @@ import engine  # noqa: E402, F401 (its allocator settings, before anything impor
 SHAPES = ("qwen2.5-0.5b", "qwen2.5-7b", "llama-3.1-8b")
 CARDS_GIB = (8, 12, 16, 24)
 NEW_TOKENS = 16
-# children run together where their caps fit the H200's 139 GiB: 8B + 0.5B + the OOM, then 7B
-# and issue 6's check: the longest context under a 12 GiB cap with an int8 KV cache (the bf16 one
-# is the 12 GiB row of the first wave; NF4 weights, which the planner picks there)
+# children run together where their caps fit a 140 GiB GPU: 8B + 0.5B + the OOM, then 7B
+# and the quantized cache's check: the longest context under a 12 GiB cap with an int8 KV cache
+# (the bf16 one is the 12 GiB row of the first wave; NF4 weights, which the planner picks there)
 WAVES = ([(m, c, "bf16") for m in ("llama-3.1-8b", "qwen2.5-0.5b") for c in CARDS_GIB],
          [("qwen2.5-7b", c, "bf16") for c in CARDS_GIB]
          + [("llama-3.1-8b", 12, "int8")])

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200, issue 28's TTFT with prefill chunks replayed as CUDA graphs (step/prefill_graphs.py):
+# One GPU: the TTFT with prefill chunks replayed as CUDA graphs (step/prefill_graphs.py):
 # the GPU tests; `hearth bench` TTFT rows for the Qwen2.5-7B shape in bf16 and AWQ at 512 tokens,
 # graphs on and off (HEARTH_PREFILL_GRAPHS) in the same call; the same with --compile (prefill
 # chunks now run the engine's step there too); prefill_host.py's split of one prefill.

@@ -1,4 +1,4 @@
-"""Where a short prompt's time to first token goes (issue 28: AWQ's 512-token TTFT measured
+"""Where a short prompt's time to first token goes (AWQ's 512-token TTFT measured
 about 2x bf16's while its GPU work is about 15 ms): for each quantization, the engine's round
 TTFT, then the decoder's own prefill (Decoder.forward) timed three ways: wall clock with a
 synchronize, the GPU's time between two events, and the kernels' summed time under

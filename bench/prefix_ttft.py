@@ -1,4 +1,4 @@
-"""On a GPU: issue 8's time-to-first-token targets, with random weights at a real shape.
+"""On a GPU: the time-to-first-token targets, with random weights at a real shape.
 
 1. Multi-turn: a conversation of `--history` tokens (turn 1: prompt and an 8-token answer), then
    turn 2 adds `--new` tokens. Its TTFT with the cache of turn 1 against the same prompt from an

@@ -1,4 +1,4 @@
-"""What one kernel can read from the H200's memory in the time of a decode step's layer (issue
+"""What one kernel can read from a GPU's memory in the time of a decode step's layer (issue
 28): a plain streaming read (16-byte loads, U in flight a lane, the values xor-ed and written
 only if impossible) over the bytes of each 7B int4 layer, in CUDA-graph replays cycling through
 copies larger than the L2, as int4_mma.py times the products. The ceiling the int4 kernels are

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200: what the reproducible mode costs (issue 32): `hearth bench` for the 7B shape, bf16 and AWQ,
+# One GPU: what the reproducible mode costs: `hearth bench` for the 7B shape, bf16 and AWQ,
 # with --reproducible off and on in turn (random weights, 512-token prompt, 256 new tokens,
 # median of 3). Usage (repo root, carry [".whl"]): bash bench/reproducible.sh
 set -u

@@ -1,4 +1,4 @@
-"""CPU: what the reproducible mode costs on a real model (issue 32). One process, two sessions of
+"""CPU: what the reproducible mode costs on a real model. One process, two sessions of
 the same model (--reproducible off and on), each prompt length answered 3 times by each in
 turn from a cold cache: TTFT and decode tokens/s, medians. Usage (repo root):
     python bench/reproducible_cpu.py MODEL_FOLDER 32,128,512"""

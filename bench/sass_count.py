@@ -1,5 +1,5 @@
-"""The instructions in the int4 decode gemv's main loop, read on a machine without a GPU (issue 28:
-the gemv is bound by instruction issue): each variant compiled by NVRTC to an sm_90 cubin and
+"""The instructions in the int4 decode gemv's main loop, read on a machine without a GPU (the
+gemv is bound by instruction issue): each variant compiled by NVRTC to an sm_90 cubin and
 disassembled by nvdisasm, then every loop (a backward branch to a label) counted by opcode. The
 NVRTC and nvdisasm of the CUDA wheels, fetched once:
 
@@ -7,7 +7,7 @@ NVRTC and nvdisasm of the CUDA wheels, fetched once:
         nvidia-cuda-nvdisasm && for w in /tmp/cuda/*.whl; do unzip -q -o $w -d /tmp/cuda/x; done
     python3 bench/sass_count.py --tools /tmp/cuda/x [--shape 37888 3584] [--nf4]
 
-NVRTC 12.9 here; the H200 machine's torch ships another, so counts may differ by a few there.
+NVRTC 12.9 here; the GPU machine's torch ships another, so counts may differ by a few there.
 """
 
 from __future__ import annotations

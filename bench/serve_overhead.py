@@ -1,4 +1,4 @@
-"""Issue 26 on a CPU: what `hearth serve`'s event loop costs the engine thread. A stand-in engine
+"""On a CPU: what `hearth serve`'s event loop costs the engine thread. A stand-in engine
 whose step holds the GIL for a fixed amount of Python (--python-ms when alone) and then releases
 it in time.sleep (the GPU's wait, --gpu-ms), one token per live request per step, runs under the
 real app (engine/server) with streaming clients (httpx, in a process of their own), and against

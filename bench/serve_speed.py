@@ -1,4 +1,4 @@
-"""Issue 26's speed targets, one process, one session: streaming clients of `hearth serve`'s app
+"""The speed targets, one process, one session: streaming clients of `hearth serve`'s app
 (the official async `openai` SDK over HTTP on 127.0.0.1, from a process of their own) against
 the engine's own rounds
 (`hearth bench --concurrency`'s run_round) on the same session, in turn.

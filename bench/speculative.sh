@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Speculative decoding on the H200 (issue 7) in one call of the device tool; written without a
+# Speculative decoding on one GPU in one call of the device tool; written without a
 # GPU; its first run found the padded-vocabulary crash (ids past the draft's embedding). First the GPU-only tests (verify blocks captured as CUDA graphs, the bf16
 # teacher-forced check), then `hearth bench`: the 7B target with the 0.5B draft (random weights,
 # synthetic acceptance 0.3/0.5/0.7/0.8/0.9 at K = 4; with SPEC_MORE also K = 2/6 at 0.8, and
@@ -23,7 +23,7 @@ bench() {  # label, then hearth bench arguments
     else echo "FAILED $label" | tee -a "$LOG"; tail -3 "$LOG"; fi
 }
 # one-token steps against verify blocks, per decode-attention backend: the synthetic draft's
-# acceptance depends on them agreeing (BENCHMARKS.md, the second H200 run)
+# acceptance depends on them agreeing (docs/benchmark-log.md, the second speculative GPU run)
 echo "== verify_consistency.py" | tee -a "$LOG"
 timeout 150 python3 $B/verify_consistency.py --model $B/qwen2.5-7b \
     --backends sdpa triton \

@@ -1,4 +1,4 @@
-"""The switch-off on a model of the H200's costs: the engine's own Controller, driven by rounds
+"""The switch-off on a model of measured GPU costs: the engine's own Controller, driven by rounds
 whose times come from the 7B/0.5B measurements (a plain step T, a draft step C * T, a verify
 pass of n tokens (1 + 0.026 n) T: about 2.1 T a round at K = 4, as measured) and acceptance
 drawn per proposal. A tuning aid, not a measurement: what it prints goes nowhere but here.
@@ -76,7 +76,7 @@ def run(alpha: float, entry: float, switch_off: bool, seeds: int = 300) -> list[
 
 
 if __name__ == "__main__":
-    # the draft's prefill of a 512-token prompt, in plain steps: 2.5-3.5 measured on the H200
+    # the draft's prefill of a 512-token prompt, in plain steps: 2.5-3.5 measured on a GPU
     # (2026-12-01), 10 once (a prompt and a plain stretch of 100 tokens)
     for steps in (3.0, 10.0):
         print(f"draft prefill {steps} plain steps")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# CPU: `hearth run` under OpenMP wait settings, each variant set before torch loads (BENCHMARKS.md,
-# issue 30). Usage: thread_spin.sh ROUNDS NEW_TOKENS LABEL VARIANT...  (shipped: the policy as it
+# CPU: `hearth run` under OpenMP wait settings, each variant set before torch loads
+# (docs/benchmark-log.md). Usage: thread_spin.sh ROUNDS NEW_TOKENS LABEL VARIANT...  (shipped: the policy as it
 # is; today: libgomp's default spin, 2 threads, no thread governor, the build before the policy;
 # onethread: OMP_NUM_THREADS=1; passive: OMP_WAIT_POLICY=PASSIVE, no governor; a number: that
 # GOMP_SPINCOUNT, no governor); prints one line per run: decode tokens/s, whole-process wall, load

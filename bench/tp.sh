@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tensor parallelism on 2 x H200 (issue 12) in one call of the device tool, kind nvidia-h200-x2
+# Tensor parallelism on two GPUs in one call of the device tool (a two-GPU machine)
 # (`check` and `exact` ran 2026-11-29: BENCHMARKS.md). Random weights with real shapes (bench/):
 #   1. tp_check.py, Qwen2.5-7B bf16, with and without --compile: teacher-forced tp=2 against the
 #      one-GPU fast path (logits within bf16 rounding: "agrees"), then decode tokens/s of each

@@ -3,7 +3,7 @@ backend, over one random-weight model: a plain greedy run of one-token steps, th
 sequence teacher-forced through verify blocks of T tokens; reported: the positions whose argmax
 differs, the largest relative logits difference, and the first position where they part.
 
-Why: the H200's second speculative run (BENCHMARKS.md) saw the synthetic draft's acceptance fall
+Why: in the second speculative GPU run (docs/benchmark-log.md) the synthetic draft's acceptance fell
 from 0.5-0.8 to 0.09-0.17 once the Triton kernel read bf16 caches (SDPA had before): the
 synthetic draft proposes a one-token-step run's tokens, so any argmax a verify block decides
 differently sends the sequence off that reference. This measures the suspected cause.
