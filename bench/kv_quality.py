@@ -24,12 +24,12 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.events import GenerateRequest, LoadRequest, SamplingParams, Token  # noqa: E402
 from engine.generate.session import Session  # noqa: E402
 
-HELDOUT = Path(__file__).resolve().parents[1] / "demo_model" / "heldout.txt"
+HELDOUT = Path(__file__).resolve().parents[1] / "packaging" / "demo_model" / "heldout.txt"
 
 
 def teacher_forced(session: Session, window: list[int]) -> torch.Tensor:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.cache.kv_cache import LayerKV  # noqa: E402
 from engine.kernels import decode_attention_kernel as attn  # noqa: E402

@@ -30,7 +30,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import engine  # noqa: E402, F401 (its allocator settings, before anything imports torch)
 

@@ -9,7 +9,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import engine  # noqa: E402,F401  (the thread policy, before torch)
 from engine.events import Finished, GenerateRequest, LoadRequest, SamplingParams  # noqa: E402

@@ -29,7 +29,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-DEMO = Path(__file__).resolve().parents[2] / "hearth_resources" / "demo_model"
+DEMO = Path(__file__).resolve().parents[1] / "hearth_resources" / "demo_model"
 WORDS = tuple(f" w{i}" for i in range(97)) + (' "quoted"', " é", "\n")
 
 

@@ -25,7 +25,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-DEMO = Path(__file__).resolve().parents[2] / "hearth_resources" / "demo_model"
+DEMO = Path(__file__).resolve().parents[1] / "hearth_resources" / "demo_model"
 
 
 def session_for(args):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from engine.events import GenerateRequest, LoadRequest, SamplingParams, Token  # noqa: E402

@@ -12,7 +12,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine.spec.controller import Controller  # noqa: E402
 
 T = 0.0048  # seconds a plain 7B step (bf16, CUDA graph)

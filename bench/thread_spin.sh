@@ -4,7 +4,7 @@
 # is; today: libgomp's default spin, 2 threads, no thread governor, the build before the policy;
 # onethread: OMP_NUM_THREADS=1; passive: OMP_WAIT_POLICY=PASSIVE, no governor; a number: that
 # GOMP_SPINCOUNT, no governor); prints one line per run: decode tokens/s, whole-process wall, load
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/.."
 rounds=$1; new=$2; label=$3; shift 3
 for r in $(seq "$rounds"); do
   for v in "$@"; do

@@ -425,7 +425,7 @@ def test_a_kernel_that_agrees_with_the_reference_is_kept(tiny_model, monkeypatch
 # ---------------------------------------------------------------- bytes and the auto choice
 
 
-LLAMA_8B = REPO / "packaging" / "bench" / "llama-3.1-8b" / "config.json"
+LLAMA_8B = REPO / "bench" / "llama-3.1-8b" / "config.json"
 
 
 @pytest.mark.parametrize("kv", ["bf16", *QUANTIZED])

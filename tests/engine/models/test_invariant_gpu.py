@@ -16,7 +16,7 @@ from tests.engine.models.test_invariant import pieces_work_row_by_row, same_bits
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU")
-SHAPE_7B = Path(__file__).resolve().parents[3] / "packaging" / "bench" / "qwen2.5-7b"
+SHAPE_7B = Path(__file__).resolve().parents[3] / "bench" / "qwen2.5-7b"
 
 
 @pytest.fixture(scope="module")

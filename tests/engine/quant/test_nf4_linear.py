@@ -19,7 +19,7 @@ from tests.engine.helpers import captured
 from tests.engine.quant.test_awq import CUDA, rel
 
 bnbf = pytest.importorskip("bitsandbytes.functional")
-SHAPE_05B = Path(__file__).resolve().parents[3] / "packaging" / "bench" / "qwen2.5-0.5b"
+SHAPE_05B = Path(__file__).resolve().parents[3] / "bench" / "qwen2.5-0.5b"
 
 
 def bnb_layer(N: int, K: int, seed: int = 0, quant_type: str = "nf4", blocksize: int = 64,

@@ -17,7 +17,7 @@ from tests.engine.server.test_load import CONCURRENCY, answers_alone, check_load
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU")
 REPO = Path(__file__).resolve().parents[3]
-SHAPE_7B = REPO / "packaging" / "bench" / "qwen2.5-7b"
+SHAPE_7B = REPO / "bench" / "qwen2.5-7b"
 DEMO = REPO / "hearth_resources" / "demo_model"
 
 

@@ -22,7 +22,7 @@ from tests.engine.helpers import token_ids
 
 GPU = pytest.mark.skipif(not torch.cuda.is_available(),
                          reason="needs a CUDA GPU")
-SHAPE_7B = Path(__file__).resolve().parents[3] / "packaging" / "bench" / "qwen2.5-7b"
+SHAPE_7B = Path(__file__).resolve().parents[3] / "bench" / "qwen2.5-7b"
 CHUNKS = [(0, 5), (0, 100), (0, 300), (200, 40), (333, 64), (0, 1000)]  # (start, tokens)
 
 
