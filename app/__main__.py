@@ -23,12 +23,13 @@ from app.gui_thread_gc import GuiThreadGC
 from app.history.store_opening import open_store
 from app.log_file import setup_logging
 from app.main_window import MainWindow
-from app.models.model_catalog import default_load_name
 from app.paths import RESOURCES_DIR, data_dir
 from app.startup_timer import StartupTimer
 from app.worker import worker_client
 from app.worker.worker_client import WorkerClient
 from engine.events import LoadRequest, kv_dtype_choices, quant_choices
+from engine.files import model_home
+from engine.platform import display
 
 log = logging.getLogger("hearth")
 ICON = "icons/hearth.svg"  # in RESOURCES_DIR, package data
@@ -36,9 +37,9 @@ ICON = "icons/hearth.svg"  # in RESOURCES_DIR, package data
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="hearth gui", description="Open the Hearth window.")
-    parser.add_argument("--model", help="a model folder or a cached Hugging Face repo id "
-                                        "(default: the starter model if imported, else the "
-                                        "bundled demo model)")
+    parser.add_argument("--model", help="a model folder, a name in Hearth's models folder or a "
+                                        "cached Hugging Face repo id (default: the starter model "
+                                        "if imported, else the bundled demo model)")
     parser.add_argument("--quant", default="auto", choices=quant_choices())
     parser.add_argument("--kv-dtype", default="auto", choices=kv_dtype_choices())
     parser.add_argument("--context", type=int, help="tokens of context (default: the planner's)")
@@ -65,27 +66,33 @@ def create_application() -> QApplication:
 
 def open_window(args: argparse.Namespace, settings: AppSettings | None = None) -> MainWindow:
     """The start before the window shows: the data folder, the log, the conversations (a
-    damaged or unwritable database gets a notice in the window, not a traceback), the worker."""
+    damaged or unwritable database, or an unreadable models folder, gets a notice in the
+    window, not a traceback), the worker."""
     folder = data_dir()
     log_path = setup_logging(folder)
     log.info("starting; data in %s, log in %s", folder, log_path or "none (stderr only)")
     opened = open_store(folder)
-    if opened.notice:
-        log.warning("%s", opened.notice)
+    # what the user must know of Hearth's folders: said in the window, the start goes on
+    notice = " ".join(n for n in (opened.notice, model_home.models_dir_problem()) if n)
+    if notice:
+        log.warning("%s", notice)
     command = shlex.split(args.worker_command) if args.worker_command else None
     window = MainWindow(opened.store, WorkerClient(command), settings or AppSettings())
-    if opened.notice:
-        window.show_storage_notice(opened.notice)
+    if notice:
+        window.show_storage_notice(notice)
     return window
 
 
 def load_request(args: argparse.Namespace) -> LoadRequest:
-    return LoadRequest(model=args.model or default_load_name(), quant=args.quant,
+    return LoadRequest(model=args.model or model_home.default_model(), quant=args.quant,
                        kv_dtype=args.kv_dtype, context=args.context)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if not display.has_display():  # Qt would abort with its own message
+        print(f"hearth: {display.NO_DISPLAY}", file=sys.stderr)
+        return 2
     qt_app = create_application()
     collector = GuiThreadGC(qt_app)  # Qt objects are destroyed on the GUI thread only
     window = open_window(args)

@@ -33,11 +33,3 @@ def data_dir() -> Path:
     except OSError:
         pass  # a file in its place, a read-only parent: the start goes on, and says so
     return path
-
-
-def hub_cache_dir() -> Path:
-    """The local Hugging Face hub cache; HF_HUB_CACHE and HF_HOME as huggingface_hub reads them."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface"
-    return Path(home) / "hub"

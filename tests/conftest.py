@@ -78,6 +78,20 @@ def _cached_build() -> Path | None:
     return final
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_user_models(tmp_path_factory: pytest.TempPathFactory):
+    """Hearth's models folder decides which model loads by default (the starter model once
+    imported): an empty one of the session's own, never the user's, so a test that leaves out
+    --model gets the bundled demo model wherever it runs. Subprocesses inherit it."""
+    before = os.environ.get("HEARTH_MODELS_DIR")
+    os.environ["HEARTH_MODELS_DIR"] = str(tmp_path_factory.mktemp("hearth-models"))
+    yield
+    if before is None:
+        os.environ.pop("HEARTH_MODELS_DIR", None)
+    else:
+        os.environ["HEARTH_MODELS_DIR"] = before
+
+
 @pytest.fixture(scope="session")
 def _tiny_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dest = tmp_path_factory.mktemp("tiny")

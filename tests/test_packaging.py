@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.platform import display
 from engine.serve import cli
 from engine.tools import desktop_entry, doctor
 from tests.engine.helpers import REPO
@@ -174,3 +175,67 @@ def test_install_sh_in_a_fresh_folder_answers_with_the_demo_model(tmp_path):
     assert entry_values(entry)["TryExec"] == str(hearth)
     if VALIDATE:
         validate(entry)
+
+
+def _readme_apt_packages() -> list[str]:
+    """The packages of the README's install line, read as .ci/run reads them."""
+    line = re.search(r"apt-get install -y ([^&]*)&&", (REPO / "README.md").read_text())
+    assert line, "the README's install line has no apt-get install"
+    return line.group(1).split()
+
+
+def test_readme_apt_line_names_every_library_qt_needs_for_the_window():
+    assert sorted(_readme_apt_packages()) == sorted(["python3-venv", *display.QT_PACKAGES])
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "grep -m 1 -o 'apt-get install -y [^&]*' README.md" in ci
+    assert "packaging/window_check.sh" in ci
+
+
+def test_the_x11_plugin_links_no_system_library_outside_the_apt_line():
+    """Every library Qt's xcb plugin and the Qt libraries under it link (ELF NEEDED) is either
+    bundled with PySide6, part of any Linux (libc, libstdc++, zlib) or in the table the
+    README's apt line and doctor's fix are made from."""
+    plugin, readelf = display.plugin_path("xcb"), shutil.which("readelf")
+    if plugin is None or readelf is None:
+        pytest.skip("no PySide6 xcb plugin or no readelf (binutils) here")
+    qt_lib = plugin.parents[2] / "lib"
+    base = {"libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "libz.so.1",
+            "libzstd.so.1", "libpthread.so.0", "libdl.so.2", "librt.so.1",
+            "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1"}
+    files = [plugin, *(qt_lib / f"libQt6{name}.so.6"
+                       for name in ("XcbQpa", "Gui", "Core", "DBus", "Widgets", "OpenGL"))]
+    unknown = set()
+    for path in files:
+        out = subprocess.run([readelf, "-d", str(path)], capture_output=True, text=True,
+                             check=True).stdout
+        for name in re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", out):
+            if not (qt_lib / name).exists() and name not in base:
+                unknown.add(name)
+    assert unknown - set(display.XCB_LIBRARY_PACKAGES) == set()
+
+
+def test_window_check_is_valid_bash():
+    script = REPO / "packaging" / "window_check.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    assert os.access(script, os.X_OK)
+    if shutil.which("shellcheck"):
+        proc = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout
+
+
+def test_every_resource_folder_is_a_package_of_the_wheel():
+    """setuptools treats each folder of files as a package and warns (three times in
+    `python -m build`) about any its configuration leaves out."""
+    import tomllib
+
+    from setuptools import find_namespace_packages
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = set(find_namespace_packages(where=str(REPO),
+                                        include=config["packages"]["find"]["include"]))
+    resources = REPO / "hearth_resources"
+    folders = {".".join(d.relative_to(REPO).parts) for d in [resources, *resources.rglob("*")]
+               if d.is_dir() and "__pycache__" not in d.parts
+               and any(f.is_file() for f in d.iterdir())}
+    assert folders <= found
+    assert folders <= set(config["package-data"])

@@ -24,6 +24,7 @@ from engine.plan.memory import (
     seed_kv_cache_size,
     weight_bytes,
 )
+from engine.platform.gpu import GpuInfo, GpuReport
 from engine.tools import plan_report
 
 REPO = Path(__file__).resolve().parents[1]
@@ -374,7 +375,15 @@ def test_run_plan_json(q7_folder, capsys):
     assert out["recommended"]["quant"] == "bf16" and out["kv_bytes_per_token"] == 57344
 
 
-def test_run_plan_human_and_no_card(q7_folder, capsys):
+NO_GPU = GpuReport((), "no NVIDIA driver is installed; CPU mode")
+A_GPU = GpuReport((GpuInfo(index=0, name="NVIDIA GeForce RTX 4090", uuid="GPU-0",
+                           total_bytes=24 * GiB, free_bytes=23 * GiB, used_bytes=GiB,
+                           compute_capability=(8, 9), driver_version="550.54.15",
+                           supports_bf16=True, supports_fp8=True),))
+
+
+def test_run_plan_human_and_no_card(q7_folder, capsys, monkeypatch):
+    monkeypatch.setattr(plan_report, "detect_gpus", lambda: A_GPU)  # a GPU, but none asked for
     assert plan_report.run_plan(str(q7_folder), context=4096, quant="nf4") == 0
     out = capsys.readouterr().out
     assert "nf4 weights" in out and "total" in out
@@ -414,6 +423,37 @@ def test_cli_plan_extreme_numbers_exit_2_in_one_line(q7_folder, capsys, flags):
     cap = capsys.readouterr()
     assert len(cap.err.strip().splitlines()) == 1 and "Traceback" not in cap.err
     assert cap.err.startswith("hearth")
+
+
+def test_on_the_cpu_nothing_of_cudas_is_counted():
+    s = shape(QWEN7B)
+    gpu = plan(s, "bf16", "bf16", 4096, 40 * GiB)
+    cpu = plan(s, "bf16", "bf16", 4096, 40 * GiB, device="cpu")
+    assert (cpu.cuda_context_bytes, cpu.graph_pool_bytes) == (0, 0) and cpu.fits
+    assert gpu.total_bytes - cpu.total_bytes >= CUDA_CONTEXT_BYTES
+    assert cpu.weights_bytes == gpu.weights_bytes and cpu.kv_bytes == gpu.kv_bytes
+    small = recommend(s, 4 * GiB, device="cpu")  # 15 GiB of bf16 weights in 4 GiB of RAM
+    assert (small.device, small.fits) == ("cpu", False)
+    assert "4.0 GiB of memory free" in small.note
+    short = recommend(s, 16 * GiB, device="cpu")  # the weights fit; the whole 32K cache not
+    assert short.fits and short.context < 32768 and "shortened" in short.note
+
+
+@pytest.mark.parametrize("ram_gib, code, fits", [(64, 0, True), (8, 2, False)])
+def test_run_plan_on_a_cpu_fits_against_the_computers_memory(q7_folder, capsys, monkeypatch,
+                                                            ram_gib, code, fits):
+    monkeypatch.setattr(plan_report, "detect_gpus", lambda: NO_GPU)
+    monkeypatch.setattr(plan_report, "available_ram_bytes", lambda: ram_gib * GiB)
+    for gpu in (None, "auto"):  # nothing asked, or a GPU asked for that is not there
+        assert plan_report.run_plan(str(q7_folder), gpu=gpu, context=4096,
+                                    as_json=True) == code
+        out = json.loads(capsys.readouterr().out)
+        assert (out["device"], out["fits"], out["vram_bytes"]) == ("cpu", fits, ram_gib * GiB)
+        assert (out["cuda_context_bytes"], out["graph_pool_bytes"]) == (0, 0)
+    assert plan_report.run_plan(str(q7_folder), context=4096) == code
+    out = capsys.readouterr().out
+    assert f"Runs on   the CPU, {ram_gib:.2f} GiB of memory free (no GPU: no NVIDIA" in out
+    assert "CUDA" not in out and ("  fits" in out) == fits
 
 
 def test_planner_modules_import_without_torch():

@@ -21,10 +21,11 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.get_model.hub_download import DownloadProgress
-from app.get_model.hub_listing import HubError, RepoListing, parse_repo_id
-from app.get_model.hub_search import HubModel, downloads_text
+from app.get_model.hub_search import HubModel
 from app.get_model.model_download import ModelDownload
+from engine.files.hub_download import DownloadProgress
+from engine.files.hub_listing import HubError, RepoListing, parse_repo_id
+from engine.files.model_catalog import count_text, size_text
 
 MAX_FILES_NAMED = 4
 MODEL_ROLE = Qt.ItemDataRole.UserRole
@@ -210,9 +211,9 @@ def describe(listing: RepoListing) -> str:
 
 def result_text(model: HubModel) -> str:
     """'Qwen/Qwen2.5-0.5B-Instruct · 1.2M downloads · 494M parameters · 0.99 GB in BF16'."""
-    parts = [model.repo_id, f"{downloads_text(model.downloads)} downloads"]
+    parts = [model.repo_id, f"{count_text(model.downloads)} downloads"]
     if model.num_params:
-        parts.append(f"{downloads_text(model.num_params)} parameters")
+        parts.append(f"{count_text(model.num_params)} parameters")
     if model.weights_bytes:
         parts.append(f"{size_text(model.weights_bytes)} in {'/'.join(model.dtypes[:2])}")
     return " · ".join(parts)
@@ -224,14 +225,6 @@ def _is_repo_id(text: str) -> bool:
     except HubError:
         return False
     return True
-
-
-def size_text(num_bytes: float) -> str:
-    """Decimal units, as the Hub's pages write them: 824 kB, 15.2 MB, 1.54 GB."""
-    for unit, scale, digits in (("GB", 1e9, 2), ("MB", 1e6, 1), ("kB", 1e3, 0)):
-        if num_bytes >= scale:
-            return f"{num_bytes / scale:.{digits}f} {unit}"
-    return f"{num_bytes:.0f} B"
 
 
 def _duration(seconds: float) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.get_model.hub_listing import (
+from engine.files.hub_listing import (
     REPO_ID,
     HubError,
     _host,
@@ -77,11 +77,3 @@ def _model(item) -> HubModel | None:
 
 def _count(v) -> int:
     return v if type(v) is int and 0 <= v < 2**53 else 0
-
-
-def downloads_text(n: int) -> str:
-    """A count as the Hub writes it: 1.2M, 7.6B, 950."""
-    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f}{unit}".replace(".0", "")
-    return str(n)

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.get_model import hub_download
-from app.get_model.hub_download import DownloadCancelled, DownloadProgress
-from app.get_model.hub_listing import HubError, RepoListing, fetch_listing
 from app.get_model.hub_search import search_models
-from app.paths import hub_cache_dir
+from engine.files import hub_download
+from engine.files.hub_download import DownloadCancelled, DownloadProgress
+from engine.files.hub_listing import HubError, RepoListing, fetch_listing
+from engine.files.model_home import hub_cache_dir
 
 log = logging.getLogger("hearth.download")
 POLL_INTERVAL_MS = 100

@@ -26,7 +26,6 @@ from app.app_settings import AppSettings
 from app.get_model.get_model_panel import GetModelPanel, size_text
 from app.get_model.gguf_import_job import GGUFImportJob, ImportResult
 from app.get_model.gguf_import_panel import GGUFImportPanel
-from app.get_model.hub_listing import RepoListing
 from app.get_model.model_download import ModelDownload
 from app.models import fit_check
 from app.models.fit_panel import FitPanel
@@ -38,6 +37,7 @@ from app.remote.endpoint_panel import EndpointPanel
 from app.remote.endpoints import EndpointBook, EndpointModel
 from engine.events import LoadRequest
 from engine.files import model_home
+from engine.files.hub_listing import RepoListing
 from engine.plan.memory import PlanError
 from engine.platform.gpu import GpuReport
 
@@ -272,8 +272,9 @@ class ModelPickerDialog(QDialog):
         if select is None and last is None:  # a first run: the best model this card runs
             chosen = recommended_entry(entries, self.fit_panel.gpu_report)
             select = chosen.folder if chosen is not None else None
-            if select is None and model_home.has_starter():
-                select = model_home.starter_dir()  # a real chat before the demo model
+            default = model_home.default_model()  # as the window and `hearth run` decide
+            if select is None and default is not None:
+                select = Path(default)
         for entry in entries:
             item = QListWidgetItem(f"{entry.label}  ({entry.source})\n"
                                    f"{facts_line(entry.folder, self._shape(entry.folder))}")

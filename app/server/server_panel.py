@@ -30,6 +30,7 @@ from engine.events import Failed, ServeRequest, ServerStats, ServerStopped, Serv
 from engine.remote.server_figures import ServerFigures
 
 NEEDS_MODEL = "Load a model first: the server answers with the window's model."
+READY = "Ready: Start server serves the window's model at this address."
 
 
 # the local server's key, in the system keyring like the endpoints' keys (never in the settings);
@@ -221,6 +222,8 @@ class ServerPanel(QWidget):
             self.url_label.setText("")
         if not (busy or elsewhere or self.has_model or self.is_wanted):
             self.status_label.setText(NEEDS_MODEL)
+        elif self.has_model and self.status_label.text() == NEEDS_MODEL:
+            self.status_label.setText(READY)  # the model the words asked for has come
 
     def _address(self) -> str:
         host = self.host_edit.text().strip() or "127.0.0.1"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.events import BadRequest
+from engine.files import model_home
 from engine.files.tokenizer_files import check_text_files
 from engine.formats import families
 from engine.formats.model_shape import (
@@ -49,7 +50,8 @@ class ModelFolder:
 
 
 def resolve(model: str | None) -> Path:
-    """A local folder, a Hugging Face repo id already in the local cache, or the demo model."""
+    """A local folder, a name in Hearth's models folder, a Hugging Face repo id already in the
+    local cache, or (None) the demo model."""
     if model is None:
         if not (DEMO_MODEL_DIR / "config.json").is_file():
             raise BadModel(
@@ -60,33 +62,14 @@ def resolve(model: str | None) -> Path:
     path = Path(model).expanduser()
     if path.exists():
         return path
-    cached = _hub_cache_snapshot(model)
-    if cached is not None:
-        return cached
-    raise BadModel(
-        f"model {model!r} is neither a folder nor a model in the local Hugging Face cache")
-
-
-def _hub_cache_snapshot(repo_id: str) -> Path | None:
-    if repo_id.count("/") != 1 or repo_id.startswith(("/", ".", "~")):
-        return None
-    hub = Path(os.environ.get("HF_HUB_CACHE") or Path(
-        os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub")
-    repo = hub / ("models--" + repo_id.replace("/", "--"))
-    ref = repo / "refs" / "main"
-    if ref.is_file():
-        try:
-            with ref.open("rb") as f:
-                commit = f.read(64).strip().decode("ascii", "replace")
-        except OSError:
-            commit = ""
-        # a 40-hex commit id only: anything else (`../..`, a path) would lead out of the cache
-        if len(commit) == 40 and all(c in "0123456789abcdef" for c in commit):
-            snap = repo / "snapshots" / commit
-            if snap.is_dir():
-                return snap
-    snaps = sorted((repo / "snapshots").glob("*")) if (repo / "snapshots").is_dir() else []
-    return snaps[-1] if snaps else None
+    found = model_home.named_model(model) or model_home.cached_repo(model)
+    if found is not None:
+        return found
+    if model.count("/") == 1 and not model.startswith(("/", ".", "~")):
+        raise BadModel(f"model {model!r} is neither a folder nor a model in the local Hugging "
+                       f"Face cache; `hearth pull {model}` downloads it")
+    raise BadModel(f"model {model!r} is neither a folder nor a model in Hearth's models folder "
+                   f"({model_home.models_dir()}); `hearth list` lists the models there")
 
 
 def check(model: str | None) -> ModelFolder:

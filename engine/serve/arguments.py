@@ -11,7 +11,7 @@ from importlib import metadata
 
 from engine.events import BadRequest, kv_dtype_choices, quant_choices
 from engine.generate.reproducible import WORDS
-from engine.serve import chat_cli, import_cli
+from engine.serve import chat_cli, import_cli, models_cli
 from engine.server import command as serve_command
 
 
@@ -20,6 +20,9 @@ class _Parser(argparse.ArgumentParser):
         raise BadRequest(message)
 
 
+MODEL_HELP = ("a model folder, a name in Hearth's models folder (`hearth list`) or a cached "
+              "Hugging Face repo id (default: the starter model once imported, else the "
+              "bundled demo model)")
 MAX_SEED = 2**64 - 1  # torch.Generator.manual_seed's range
 MAX_TOP_K = 2**31 - 1  # torch.topk takes an int32 k
 
@@ -79,8 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("worker", help="the engine process the app drives (JSON lines)")
 
     run = sub.add_parser("run", help="generate from a prompt")
-    run.add_argument("--model", help="model folder or cached Hugging Face repo id "
-                     "(default: the bundled demo model)")
+    run.add_argument("--model", help=MODEL_HELP)
     src = run.add_mutually_exclusive_group()
     src.add_argument("--prompt")
     src.add_argument("--messages", metavar="FILE.json", help="a JSON list of chat messages")
@@ -148,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", metavar="FILE")
 
     ev = sub.add_parser("eval", help="perplexity over a text file")
-    ev.add_argument("--model", help="model folder (default: the bundled demo model)")
+    ev.add_argument("--model", help=MODEL_HELP)
     ev.add_argument("--text", required=True, metavar="FILE")
     ev.add_argument("--quant", default="auto", help=_one_of(quant_choices()))
     ev.add_argument("--kv-dtype", default="auto", help=_one_of(kv_dtype_choices()))
@@ -156,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true")
 
     qz = sub.add_parser("quantize", help="make a 4-bit AWQ copy of a model folder")
-    qz.add_argument("--model", help="a bf16/fp16 model folder (default: the bundled demo model)")
+    qz.add_argument("--model", help=f"a bf16/fp16 model: {MODEL_HELP}")
     qz.add_argument("--method", required=True, help="awq (or rtn: plain rounding to 4 bits in "
                     "the same format, the baseline AWQ improves on)")
     qz.add_argument("--out", required=True, metavar="PATH", help="a new folder for the copy")
@@ -175,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "gptqmodel, Triton and Qt stack, and say how to fix what is missing")
     sub.add_parser("install-desktop", help="install the .desktop entry and icon for this user")
     import_cli.add_parser(sub)
+    models_cli.add_parsers(sub)
     chat_cli.add_parser(sub)
     serve_command.add_parser(sub)
     return p

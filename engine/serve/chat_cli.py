@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 from engine.events import BadRequest, Loaded, LoadProgress, LoadRequest
 from engine.serve.chat_conversation import HELP, QUOTES, Chat, Leave
+from engine.serve.chat_settings import DEFAULT_MAX_TOKENS
 
 PROMPT, MORE = ">>> ", "... "
 
@@ -19,17 +20,19 @@ PROMPT, MORE = ">>> ", "... "
 def add_parser(sub) -> None:
     p = sub.add_parser("chat", help="chat in the terminal (piped stdin: answer each message)",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", help="model folder or cached Hugging Face repo id "
-                   "(default: the bundled demo model)")
+    p.add_argument("--model", help="a model folder, a name in Hearth's models folder (`hearth "
+                   "list`) or a cached Hugging Face repo id (default: the starter model once "
+                   "imported, else the bundled demo model)")
     p.add_argument("--system", help="the system prompt to start with")
     p.add_argument("--quant", default="auto")
     p.add_argument("--kv-dtype", default="auto")
     p.add_argument("--context", type=int)
     p.add_argument("--device", default="auto")
-    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     p.add_argument("--temperature", type=float)
     p.add_argument("--top-p", type=float)
     p.add_argument("--top-k", type=int)
+    p.add_argument("--repetition-penalty", type=float)
     p.add_argument("--seed", type=int)
     p.add_argument("--endpoint", metavar="URL", help="chat with an OpenAI-compatible endpoint "
                    "(its base URL, e.g. http://host:8000/v1); --model is its model id")

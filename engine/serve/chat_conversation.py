@@ -10,21 +10,18 @@ import sys
 import threading
 from collections.abc import Callable, Iterable
 
-from engine.events import (
-    BadRequest,
-    Failed,
-    Finished,
-    GenerateRequest,
-    SamplingParams,
-    Stats,
-    Token,
-)
+from engine.events import BadRequest, Failed, Finished, GenerateRequest, Stats, Token
+from engine.serve.chat_settings import NAMES, AnswerSettings, key_of
 
 QUOTES = '"""'
 HELP = f"""\
 Type a message and press Enter. Multi-line: end a line with a backslash to go on with the next,
-or start with {QUOTES} and end with {QUOTES}. Ctrl+C stops an answer; Ctrl+C again at the prompt,
-Ctrl+D or /bye leaves.
+or start with {QUOTES} and end with {QUOTES}. Ctrl+C stops an answer (the question and what was
+answered stay in the conversation); Ctrl+C again at the prompt, Ctrl+D or /bye leaves.
+  /set NAME VALUE
+                 set one of {", ".join(NAMES[:4])},
+                 {", ".join(NAMES[4:])} for the answers to come (`/set temperature 0.2`;
+                 VALUE `default`: the model's own); /set alone shows them all
   /system TEXT   set the system prompt (an empty TEXT removes it)
   /reset         start a new conversation (the system prompt stays)
   /save FILE     write the conversation as JSON (hearth run --messages FILE reads it)
@@ -55,7 +52,7 @@ class Chat:
         self.new_cancel = new_cancel  # what a Ctrl+C sets: a flag, or one that closes a socket
         self.args = args
         self.out, self.err = out or sys.stdout, err or sys.stderr
-        self.system: str | None = args.system
+        self.settings = AnswerSettings.from_args(args)
         self.messages: list[dict] = []
         self.last: Stats | None = None
         self.num_failed = 0
@@ -71,8 +68,10 @@ class Chat:
             self.messages.clear()
             print("a new conversation", file=self.err)
         elif name == "/system":
-            self.system = rest or None
+            self.settings = self.settings.changed(f"system {rest}")
             print(f"system prompt {'set' if rest else 'removed'}", file=self.err)
+        elif name == "/set":
+            self.set(rest)
         elif name == "/stats":
             print(describe(self.last) if self.last else "no answer yet", file=self.err)
         elif name == "/save":
@@ -80,11 +79,25 @@ class Chat:
         else:
             print(f"unknown command {name}; /help lists them", file=self.err)
 
+    def set(self, command: str) -> None:
+        """`/set NAME VALUE`; `/set` alone shows the settings. A bad value: one line."""
+        if not command:
+            print(self.settings.describe(), file=self.err)
+            return
+        try:
+            self.settings = self.settings.changed(command)
+        except BadRequest as e:
+            print(f"hearth: {e}", file=self.err)
+            return
+        key = key_of(command.split()[0])
+        print(f"{key} is {self.settings.shown(key)}", file=self.err)
+
     def save(self, path: str) -> None:
         if not path:
             print("/save needs a file name", file=self.err)
             return
-        messages = ([{"role": "system", "content": self.system}] if self.system else [])
+        system = self.settings.system
+        messages = ([{"role": "system", "content": system}] if system else [])
         messages += self.messages
         try:
             with open(path, "w", encoding="utf-8") as f:
@@ -95,17 +108,13 @@ class Chat:
         print(f"saved {len(messages)} messages to {path}", file=self.err)
 
     def request(self, text: str) -> GenerateRequest:
-        a = self.args
-        req = GenerateRequest(messages=(*self.messages, {"role": "user", "content": text}),
-                              system=self.system, max_new_tokens=a.max_new_tokens,
-                              sampling=SamplingParams(a.temperature, a.top_p, a.top_k, None,
-                                                      a.seed))
-        req.validate()
-        return req
+        return self.settings.request((*self.messages, {"role": "user", "content": text}))
 
     def answer(self, text: str, cancel: threading.Event) -> str:
         """Stream one answer; returns how it ended ("eos", "cancelled", "failed", ...). A
-        finished answer joins the conversation; a stopped or failed one is left out."""
+        finished or stopped answer joins the conversation with its question, as the window
+        keeps a stopped one (what was said before the stop still counts); a failed one is left
+        out."""
         try:
             req = self.request(text)
         except BadRequest as e:
@@ -123,9 +132,10 @@ class Chat:
                 self.out.flush()
                 if event.reason == "cancelled":
                     print("[stopped]", file=self.err)
-                else:
-                    self.messages += [{"role": "user", "content": text},
-                                      {"role": "assistant", "content": "".join(parts)}]
+                # a stop before the first token keeps an empty answer: templates that want
+                # user and assistant turns to alternate still render the next question
+                self.messages += [{"role": "user", "content": text},
+                                  {"role": "assistant", "content": "".join(parts)}]
                 return event.reason
             elif isinstance(event, Failed):
                 self.out.write("\n" if parts else "")

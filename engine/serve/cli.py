@@ -23,7 +23,7 @@ from engine.events import (
     event_to_json,
 )
 from engine.generate.reproducible import reproducible_of
-from engine.serve import chat_cli, import_cli
+from engine.serve import chat_cli, import_cli, models_cli
 from engine.serve.arguments import build_parser
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT = 0, 1, 2
@@ -32,8 +32,13 @@ EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT = 0, 1, 2
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        _fill_default_model(args)
         if args.command in (None, "gui"):
+            from engine.platform import display
             from engine.platform.child_env import child_env
+
+            if not display.has_display():  # Qt would abort with its own message
+                raise BadRequest(display.NO_DISPLAY)
 
             model = getattr(args, "model", None)  # `hearth` alone has no gui options
             if model is not None:
@@ -41,7 +46,11 @@ def main(argv: list[str] | None = None) -> int:
 
                 check(model)  # a bad folder: one sentence here, not a failed load in the window
             app_args = ["--model", model] if model is not None else []
-            return subprocess.call([sys.executable, "-m", "app", *app_args], env=child_env())
+            code = subprocess.call([sys.executable, "-m", "app", *app_args], env=child_env())
+            if code < 0:  # a signal: Qt aborts where its platform plugin cannot load
+                print(f"hearth: {display.window_failure(-code)}", file=sys.stderr)
+                return EXIT_ERROR
+            return code
         if args.command == "worker":
             from engine.serve import worker
 
@@ -101,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
             return import_cli.run(args)
         if args.command == "chat":
             return chat_cli.run(args)
+        if args.command == "list":
+            return models_cli.run_list(args)
+        if args.command == "pull":
+            return models_cli.run_pull(args)
         if args.command == "serve":
             from engine.server import command as serve_command
 
@@ -126,6 +139,22 @@ def main(argv: list[str] | None = None) -> int:
               "details)", file=sys.stderr)
         return EXIT_ERROR
     return EXIT_ERROR
+
+
+# the commands that load or read a local model; `hearth gui` leaves the choice to the window,
+# which makes the same one (app/__main__.py)
+LOCAL_MODEL_COMMANDS = ("run", "chat", "serve", "plan", "bench", "eval", "quantize")
+
+
+def _fill_default_model(args) -> None:
+    """No --model: the model every front end loads by default (model_home.default_model: the
+    starter model once imported, else the bundled demo model); not for an endpoint, whose
+    --model is its own model id."""
+    if (args.command in LOCAL_MODEL_COMMANDS and args.model is None
+            and getattr(args, "endpoint", None) is None):
+        from engine.files.model_home import default_model
+
+        args.model = default_model()
 
 
 def _one_line(e: BaseException) -> str:
@@ -176,6 +205,8 @@ def _requests(args) -> tuple[LoadRequest, GenerateRequest]:
         messages = _read_messages(args.messages)
     elif args.prompt is None:
         raise BadRequest("give a --prompt or a --messages file")
+    elif not args.prompt.strip():
+        raise BadRequest("--prompt is empty; give the text to answer")
     load = LoadRequest(model=args.model, quant=args.quant, kv_dtype=args.kv_dtype,
                        context=args.context, device=args.device,
                        memory_limit_gib=args.memory_limit, draft=args.draft,

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.server import errors, guards
 from engine.server.bridge import Generation, Mailbox
+from engine.server.connections import Timeouts
 from engine.server.metrics import InFlight, Metrics
 from engine.server.model_view import ModelView
 from engine.server.prompts import chat_choices, completion_choices
@@ -31,6 +32,7 @@ class Settings:
     max_seqs: int = 1  # how many run together at most (the engine's batch)
     cors_origins: tuple[str, ...] = ()
     extra_host_names: tuple[str, ...] = ()  # more Host header names to accept (tests)
+    timeouts: Timeouts = Timeouts()  # for clients that stop reading or never finish asking
 
 
 def max_body_bytes(context: int) -> int:
@@ -44,6 +46,8 @@ def create_app(engine, model: ModelView, settings: Settings) -> FastAPI:
     metrics = app.state.metrics = Metrics(engine)
     mailbox = app.state.mailbox = Mailbox(engine)  # closed by the runner when it stops
     created = int(time.time())
+    config = getattr(engine.session, "config", None)  # None on a test's stand-in engine
+    reproducible = bool(config is not None and config.reproducible)  # hearth serve --reproducible
     errors.install(app)
 
     def known(name: str) -> None:
@@ -57,7 +61,8 @@ def create_app(engine, model: ModelView, settings: Settings) -> FastAPI:
     @app.get("/health")
     async def health():
         return {"status": "ok", "model": model.id, "max_seqs": settings.max_seqs,
-                "running": engine.num_running, "waiting": engine.num_waiting}
+                "running": engine.num_running, "waiting": engine.num_waiting,
+                "reproducible": reproducible}
 
     @app.get("/metrics")
     async def prometheus():

@@ -13,9 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from engine.events import BadRequest
+from engine.generate import template_guard
 from engine.generate.prompt import Splice, render_template
 from engine.generate.template_guard import RenderBudget
 
+MAX_RENDERS = 4  # chat templates rendering at once, each in a child process of its own
 # fill-in-the-middle markers by family, prefix/suffix/middle: a `suffix` needs one of these sets
 FIM_TOKENS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-Coder
               ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder, SantaCoder
@@ -37,6 +39,9 @@ class ModelView:
         self.tok = copy.deepcopy(tokenizer)
         self.context, self.vocab_size, self.ids = context, vocab_size, ids
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="hearth-tokenize")
+        self._renders = ThreadPoolExecutor(MAX_RENDERS, thread_name_prefix="hearth-render")
+        if getattr(self.tok, "chat_template", None):
+            template_guard.prewarm()
 
     @classmethod
     def of(cls, session, given: str | None) -> ModelView:
@@ -55,13 +60,16 @@ class ModelView:
         """`fn(*args)` on the tokenizer's thread, so the event loop keeps serving."""
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
-    def chat_ids(self, messages: list[dict]) -> list[int]:
-        """generate/prompt.py's tokenization of a chat with nothing cached: the same ids."""
+    async def chat_ids(self, messages: list[dict]) -> list[int]:
+        """generate/prompt.py's tokenization of a chat with nothing cached: the same ids. The
+        template renders on a thread of the renders' own, waiting on its child process: a
+        costly one holds up neither the event loop nor other requests' tokenizing."""
         if not getattr(self.tok, "chat_template", None):
             raise BadRequest("this model has no chat template; send a raw prompt to "
                              "/v1/completions instead")
-        text = render_template(self.tok, messages, RenderBudget(None))
-        return Splice(self.tok, []).tokenize(text)
+        text = await asyncio.get_running_loop().run_in_executor(
+            self._renders, render_template, self.tok, messages, RenderBudget(None))
+        return await self.run(Splice(self.tok, []).tokenize, text)
 
     def text_ids(self, text: str) -> list[int]:
         """`hearth run --raw`'s tokenization: the tokenizer's default, special tokens added."""
@@ -73,3 +81,4 @@ class ModelView:
 
     def close(self) -> None:
         self._thread.shutdown(wait=False, cancel_futures=True)
+        self._renders.shutdown(wait=False, cancel_futures=True)

@@ -12,8 +12,10 @@ from engine.events.requests import MAX_SEED
 from engine.server.errors import bad_request
 from engine.server.model_view import ModelView
 from engine.server.wire import (
+    COMPLETION_MAX_TOKENS,
     MAX_CHOICES,
     MAX_STOP_STRINGS,
+    MIN_SEED,
     ChatCompletionRequest,
     CompletionRequest,
 )
@@ -78,16 +80,20 @@ def _choices(body, prompts: list[list[int]], max_new: list[int]) -> list[Choice]
     if len(prompts) * n > MAX_CHOICES:
         raise bad_request(f"at most {MAX_CHOICES} choices a request (prompts times n), got "
                           f"{len(prompts) * n}", "n")
-    if body.seed is not None and not 0 <= body.seed <= MAX_SEED:
-        raise bad_request("seed must be a whole number from 0 to 2**64 - 1", "seed")
+    if body.seed is not None and not MIN_SEED <= body.seed <= MAX_SEED:
+        raise bad_request("seed must be a whole number from -2**63 to 2**64 - 1", "seed")
+    # top_p 0 is in OpenAI's range: the smallest nucleus, the most likely token alone, which
+    # top_k 1 keeps (the engine's top-p is above 0)
+    top_p, top_k = (None, 1) if body.top_p == 0 else (body.top_p, body.top_k)
     choices = []
     stop = _stops(body.stop)
     for p, ids in enumerate(prompts):
         for i in range(n):
-            # n choices of one seeded request differ from each other and repeat as a whole
+            # n choices of one seeded request differ from each other and repeat as a whole; a
+            # negative seed wraps into the engine's range, as its two's complement
             seed = None if body.seed is None else (body.seed + i) % (MAX_SEED + 1)
-            sampling = SamplingParams(body.temperature, body.top_p, body.top_k,
-                                      body.repetition_penalty, seed)
+            sampling = SamplingParams(body.temperature, top_p, top_k, body.repetition_penalty,
+                                      seed)
             req = GenerateRequest(prompt_ids=tuple(ids), max_new_tokens=max_new[p], stop=stop,
                                   sampling=sampling, ignore_eos=body.ignore_eos)
             try:
@@ -134,7 +140,7 @@ async def chat_choices(body: ChatCompletionRequest, model: ModelView) -> list[Ch
                           "response_format")
     messages = _messages(body)
     try:
-        ids = await model.run(model.chat_ids, messages)
+        ids = await model.chat_ids(messages)
     except BadRequest as e:
         raise bad_request(str(e), "messages") from None
     if body.max_completion_tokens is not None:
@@ -184,6 +190,7 @@ async def completion_choices(body: CompletionRequest, model: ModelView) -> list[
                 raise bad_request(f"prompt holds a token id outside the vocabulary (0 to "
                                   f"{model.vocab_size - 1})", "prompt")
             all_ids.append(list(p))
-    max_new = [_max_new(body.max_tokens, "max_tokens", len(ids), model.context, "prompt")
+    asked = COMPLETION_MAX_TOKENS if body.max_tokens is None else body.max_tokens
+    max_new = [_max_new(asked, "max_tokens", len(ids), model.context, "prompt")
                for ids in all_ids]
     return _choices(body, all_ids, max_new)

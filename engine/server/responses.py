@@ -84,11 +84,12 @@ def _sse(obj) -> str:
     return f"data: {text}\n\n"
 
 
-def _failure(event) -> APIError:
+def _failure(event, gen: Generation) -> APIError:
     if isinstance(event, Failed):
         message = event.error + (f" ({event.hint})" if event.hint else "")
         return APIError(400 if event.bad_input else 500, message)
-    return APIError(503, STOPPING, code="cancelled")
+    # cancelled: for its client's sake (it left, it read too slowly), else by a stop
+    return gen.ended_why or APIError(503, STOPPING, code="cancelled")
 
 
 async def stream(shape: Shape, request, include_usage: bool) -> AsyncIterator[str]:
@@ -106,7 +107,7 @@ async def stream(shape: Shape, request, include_usage: bool) -> AsyncIterator[st
                 shape.completion_tokens += event.stats.new_tokens
                 yield _sse(shape.chunk(index, finish=FINISH_REASONS[event.reason]))
             elif isinstance(event, (Finished, Failed)):  # a failure, or stopped by the server
-                e = _failure(event)
+                e = _failure(event, gen)
                 yield _sse(error_body(e.status, e.message, e.param, e.code))
                 gen.close()
                 yield _sse("[DONE]")
@@ -133,7 +134,7 @@ async def collect(shape: Shape, request) -> dict:
                 shape.completion_tokens += event.stats.new_tokens
                 finishes[index] = FINISH_REASONS[event.reason]
             elif isinstance(event, (Finished, Failed)):
-                raise _failure(event)
+                raise _failure(event, gen)
     finally:
         watcher.cancel()
         gen.close()

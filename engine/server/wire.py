@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 MAX_CHOICES = 8  # n (times the prompts of a completion): submitted together, run in one batch
 MAX_STOP_STRINGS = 4  # OpenAI's own bound
+COMPLETION_MAX_TOKENS = 16  # OpenAI's default for completions, left out or null
+MIN_SEED = -2**63  # OpenAI takes any int64
 
 
 class _Body(BaseModel):
@@ -70,7 +72,7 @@ class CompletionRequest(_Sampling):
     # a text, token ids, or several of either (each its own choice)
     prompt: str | list[str] | list[int] | list[list[int]]
     suffix: str | None = None
-    max_tokens: int | None = 16  # OpenAI's default for completions
+    max_tokens: int | None = COMPLETION_MAX_TOKENS
     logprobs: int | None = Field(None, ge=0, le=5)
     echo: bool | None = False
     best_of: int | None = Field(None, ge=1, le=MAX_CHOICES)

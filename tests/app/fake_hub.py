@@ -1,5 +1,5 @@
 """A stand-in for the Hugging Face Hub on localhost (stdlib http.server in a thread), serving
-what huggingface_hub and app/get_model/hub_download.py ask of it, the way the Hub answers:
+what huggingface_hub and engine/files/hub_download.py ask of it, the way the Hub answers:
 
   GET  /api/models?search=WORDS               search: ids holding the words, most downloaded first
   GET  /api/models/{repo}[/revision/{rev}]   model info with siblings (sizes, blob ids, LFS)
@@ -18,6 +18,8 @@ import json
 import re
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -35,6 +37,7 @@ class Lie:
     size: int | None = None  # the size it declares in the listing and the file's headers
     no_size: bool = False  # declares no size anywhere, and sends no Content-Length
     body: bytes | object | None = None  # what it streams instead (ENDLESS: without end)
+    announced: int | None = None  # the Content-Length its CDN sends with an ENDLESS body
 
 
 def is_lfs(name: str) -> bool:
@@ -119,6 +122,22 @@ class FakeHub:
                 "gated": False, "tags": [], "siblings": siblings}
 
 
+@contextmanager
+def serving(repos: dict[str, dict[str, bytes]], monkeypatch, **kwargs) -> Iterator[FakeHub]:
+    """A FakeHub that huggingface_hub and Hearth's hub code talk to (HF_ENDPOINT), with the
+    test session's offline mode (tests/conftest.py) lifted for it alone."""
+    import huggingface_hub.constants
+
+    with FakeHub(repos, **kwargs) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        # belt and braces: a call that forgot the endpoint still stays on localhost
+        monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.url)
+        monkeypatch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                            hub.url + "/{repo_id}/resolve/{revision}/{filename}")
+        yield hub
+
+
 def folder_files(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
 
@@ -187,7 +206,8 @@ def _handler(hub: FakeHub):
                 return self._send(200, b"", headers, body, length=hub.declared_size(name, data))
             served = hub.body(data, name)
             if served is ENDLESS:
-                return self._send(200, ENDLESS, {"ETag": f'"{etag}"'}, body, length=None)
+                return self._send(200, ENDLESS, {"ETag": f'"{etag}"'}, body,
+                                  length=hub.lies.get(name, Lie()).announced)
             start = 0
             match = re.match(r"bytes=(\d+)-$", self.headers.get("Range") or "")
             headers = {"ETag": f'"{etag}"', "Accept-Ranges": "bytes"}

@@ -5,19 +5,17 @@ with HF_ENDPOINT pointed at it: no test here touches the network."""
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
 
 import huggingface_hub.constants
 import pytest
 from PySide6.QtCore import Qt
 
-from app.get_model import hub_download
 from app.get_model.get_model_panel import size_text
-from app.get_model.hub_download import DownloadCancelled
-from app.get_model.hub_listing import HubError, fetch_listing
 from app.models.model_picker_dialog import ENTRY_ROLE, ModelPickerDialog
-from engine.files import model_folder
-from tests.app.fake_hub import FakeHub, folder_files
+from engine.files import hub_download, model_folder
+from engine.files.hub_download import DownloadCancelled
+from engine.files.hub_listing import HubError, fetch_listing
+from tests.app.fake_hub import folder_files, serving
 from tests.app.test_model_picker import card
 
 REPO = "hearth-test/tiny-qwen2"
@@ -29,13 +27,7 @@ EXTRAS = {"pytorch_model.bin": b"\x80" * 4000, "onnx/model.onnx": b"o" * 3000,
 def fake_hub(tiny_model, monkeypatch):
     repos = {REPO: {**folder_files(tiny_model), **EXTRAS},
              "hearth-test/pickles": {"config.json": b"{}", "pytorch_model.bin": b"\x80" * 10}}
-    with FakeHub(repos, gated=("hearth-test/gated",)) as hub:
-        monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # tests/conftest
-        # belt and braces: a call that forgot the endpoint still stays on localhost
-        monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.url)
-        monkeypatch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE",
-                            hub.url + "/{repo_id}/resolve/{revision}/{filename}")
+    with serving(repos, monkeypatch, gated=("hearth-test/gated",)) as hub:
         yield hub
 
 
@@ -167,8 +159,7 @@ def test_cancel_in_the_picker_keeps_what_arrived(qtbot, settings, fake_hub, cach
 
 def test_a_full_disk_is_refused_before_downloading(fake_hub, cache, monkeypatch):
     listing = fetch_listing(REPO)
-    monkeypatch.setattr(hub_download.shutil, "disk_usage",
-                        lambda _path: SimpleNamespace(free=1000))
+    monkeypatch.setattr(hub_download, "free_bytes", lambda _folder: 1000)
     with pytest.raises(HubError, match="needs 0.0 GB more disk space; .* has 0.0 GB free"):
         hub_download.download(listing, cache, lambda _p: None, lambda: False)
     assert not any(m == "GET" and "/cdn/" in p for m, p, _r in fake_hub.requests)

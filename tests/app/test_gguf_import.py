@@ -16,10 +16,10 @@ from PySide6.QtCore import QTimer
 
 from app import __main__ as app_main
 from app.get_model.gguf_import_job import GGUFImportJob
-from app.models.model_catalog import default_load_name, imported_entries
+from app.models.model_catalog import imported_entries
 from app.models.model_picker_dialog import ENTRY_ROLE, ModelPickerDialog
 from app.paths import DEMO_MODEL_DIR
-from engine.files.model_home import STARTER_NAME, models_dir, starter_dir
+from engine.files.model_home import STARTER_NAME, default_model, models_dir, starter_dir
 
 FAKE_IMPORT = Path(__file__).resolve().parent / "fake_import.py"
 FAKE_COMMAND = (sys.executable, str(FAKE_IMPORT))
@@ -140,7 +140,7 @@ def test_an_import_finished_with_the_picker_closed_is_announced(qtbot, make_wind
 
 
 def test_the_starter_model_is_preferred_over_the_demo_model(qtbot, settings, home):
-    assert default_load_name() is None  # no starter: the bundled demo model (LoadRequest None)
+    assert default_model() is None  # no starter: the bundled demo model (LoadRequest None)
     assert app_main.load_request(app_main.parse_args([])).model is None
     dialog = picker(qtbot, settings)
     assert dialog.selected_entry().source == "demo"

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from app.get_model.hub_listing import HubError
 from app.get_model.hub_search import search_models
 from app.models.model_picker_dialog import ModelPickerDialog
+from engine.files.hub_listing import HubError
 from tests.app import test_get_model, test_model_picker
 from tests.app.fake_hub import folder_files
 from tests.app.test_get_model import REPO

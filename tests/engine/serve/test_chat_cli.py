@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import signal
 import sys
 
 import pytest
@@ -118,7 +119,7 @@ def test_one_ctrl_c_at_the_prompt_warns_and_ctrl_d_leaves(chat):
     assert chat.exitstatus == 0
 
 
-def test_ctrl_c_stops_an_answer_and_a_second_leaves(tiny_models):
+def test_ctrl_c_stops_an_answer_and_a_second_leaves(tiny_models, tmp_path):
     child = spawn(tiny_models["qwen2"], 1900)  # an answer long enough to be stopped midway
     try:
         child.sendline("go on and on")
@@ -130,6 +131,9 @@ def test_ctrl_c_stops_an_answer_and_a_second_leaves(tiny_models):
         stats = ask(child, "/stats")
         new_tokens = int(re.search(r"(\d+) tokens, ttft", stats).group(1))
         assert 0 < new_tokens < 1900
+        kept = saved(child, tmp_path / "stopped.json")  # the turn stays, as in the window
+        assert [m["role"] for m in kept] == ["user", "assistant"]
+        assert kept[0]["content"] == "go on and on" and kept[1]["content"]
         child.sendintr()  # the second Ctrl+C: at the prompt, after the stopped answer
         child.expect(pexpect.EOF)
         child.close()
@@ -197,3 +201,88 @@ def test_read_message_joins_lines(lines, expected):
             raise EOFError from None
 
     assert read_message(read_line) == expected
+
+
+class _Recorded:
+    """What the engine used: each answer's resolved sampler settings and each rendered
+    prompt's messages (the chat template's input)."""
+
+    def __init__(self, monkeypatch):
+        from engine.generate import prompt, session
+
+        self.samplers, self.rendered = [], []
+        real_sampler, real_render = session.Sampler, prompt.render_template
+
+        def sampler(s, *args):
+            self.samplers.append(s)
+            return real_sampler(s, *args)
+
+        def render(tok, messages, budget):
+            self.rendered.append([dict(m) for m in messages])
+            return real_render(tok, messages, budget)
+
+        monkeypatch.setattr(session, "Sampler", sampler)
+        monkeypatch.setattr(prompt, "render_template", render)
+
+
+def test_set_changes_the_sampler_the_next_answer_uses(tiny_models, monkeypatch, capsys):
+    used = _Recorded(monkeypatch)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(
+        "/set temperature 0.2\n/set top-p 0.5\n/set top_k 7\n/set repetition_penalty 1.3\n"
+        "/set seed 11\n/set max_tokens 3\n/set system Be brief.\n/set temperature -1\n"
+        "/set top_k many\n/set warmth 3\n/set\nhello\n"))
+    assert cli.main(["chat", "--model", str(tiny_models["qwen2"]), "--temperature", "0.9",
+                     "--max-new-tokens", "50"]) == 0
+    [s] = used.samplers
+    assert (s.temperature, s.top_p, s.top_k, s.repetition_penalty, s.seed) == (
+        0.2, 0.5, 7, 1.3, 11)
+    assert used.rendered[-1][0] == {"role": "system", "content": "Be brief."}
+    err = capsys.readouterr().err
+    assert "temperature is 0.2" in err and "max_tokens is 3" in err
+    bad = [line for line in err.splitlines() if line.startswith("hearth: ")]
+    assert len(bad) == 3  # each bad value: one line, and the setting stays
+    assert "temperature stays 0.2" in bad[0] and "top_k takes a whole number" in bad[1]
+    assert "/set knows temperature" in bad[2]
+    shown = err[err.index("  temperature"):]
+    for line in ("temperature        0.2", "top_p              0.5", "top_k              7",
+                 "repetition_penalty 1.3", "max_tokens         3", "seed               11",
+                 "system             'Be brief.'"):
+        assert line in shown
+
+
+def test_set_default_gives_a_setting_back_to_the_model(tiny_models, monkeypatch):
+    used = _Recorded(monkeypatch)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("/set temperature default\nhi\n"))
+    assert cli.main(["chat", "--model", str(tiny_models["qwen2"]), "--temperature", "0",
+                     "--max-new-tokens", "2"]) == 0
+    [s] = used.samplers
+    assert s.temperature > 0  # the model's (or the engine's) default, not the flag's greedy 0
+
+
+class _CtrlCAtFirstToken(io.StringIO):
+    """stdout that presses Ctrl+C (a real SIGINT) once the answer's first text arrives."""
+
+    pressed = False
+
+    def write(self, text: str) -> int:
+        if text.strip() and not self.pressed:
+            self.pressed = True
+            os.kill(os.getpid(), signal.SIGINT)
+        return super().write(text)
+
+
+def test_ctrl_c_keeps_the_question_and_the_partial_answer(tiny_models, monkeypatch, capsys):
+    used = _Recorded(monkeypatch)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("My name is Ada, tell me a long story\n"
+                                                  "What is my name?\n"))
+    out = _CtrlCAtFirstToken()
+    monkeypatch.setattr(sys, "stdout", out)
+    assert cli.main(["chat", "--model", str(tiny_models["qwen2"]), "--temperature", "0",
+                     "--max-new-tokens", "1500"]) == 0
+    assert "[stopped]" in capsys.readouterr().err
+    question = {"role": "user", "content": "My name is Ada, tell me a long story"}
+    assert used.rendered[0] == [question]
+    kept, partial, asked = used.rendered[-1]  # the next question's prompt
+    assert (kept, asked) == (question, {"role": "user", "content": "What is my name?"})
+    assert partial["role"] == "assistant" and partial["content"].strip()
+    assert out.getvalue().startswith(partial["content"] + "\n")  # all that was shown, no more

@@ -40,7 +40,8 @@ CHAT_CASES = [  # (change to a valid chat body, the param named)
     ({"n": 9}, "n"),
     ({"temperature": 3}, "temperature"),
     ({"temperature": "hot"}, "temperature"),
-    ({"seed": -1}, "seed"),
+    ({"seed": 2**64}, "seed"),
+    ({"seed": -2**63 - 1}, "seed"),
     ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ({"stop": ""}, "stop"),
     ({"max_tokens": 0}, "max_tokens"),
@@ -61,11 +62,6 @@ CHAT_CASES = [  # (change to a valid chat body, the param named)
 def test_invalid_chat_parameters_are_400_naming_the_parameter(server, change, param):
     e = error_of(post(server, "/chat/completions", {**CHAT, **change}), 400)
     assert e["type"] == "invalid_request_error" and e["param"] == param
-
-
-def test_top_p_zero_is_400_with_the_engines_sentence(server):
-    e = error_of(post(server, "/chat/completions", {**CHAT, "top_p": 0}), 400)
-    assert "top-p" in e["message"]
 
 
 def test_a_prompt_longer_than_the_context_is_400_never_truncated(server):

@@ -1,7 +1,8 @@
 """What a Hugging Face repo holds and which of its files Hearth would download: the file list
 with sizes from the Hub API, and config.json for the planner, before any weight is fetched.
 Whatever the Hub (or HF_ENDPOINT) answers is checked here before it can become a path.
-Blocking network calls: model_download.py runs them off the GUI thread."""
+Blocking network calls: the window's "Get a model" runs them off the GUI thread
+(app/get_model/model_download.py), `hearth pull` in the foreground (serve/pull_cli.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from engine.files.model_folder import SUPPORTED_ARCHITECTURES
+from engine.files.model_home import is_commit_id
 
 # beside the *.safetensors weights (and their index), what loading and chatting need
 SMALL_FILES = frozenset({
@@ -24,7 +26,6 @@ SMALL_FILES = frozenset({
 REPO_PART = r"\w(?:[\w.-]{0,94}\w)?"  # as huggingface_hub's \b[\w.-]{1,96}\b
 REPO_ID = re.compile(rf"{REPO_PART}/{REPO_PART}", re.ASCII)  # fullmatch: `$` passes a "\n"
 HUB_URL = re.compile(r"^https?://[^/]+/([^/]+/[^/?#]+)")
-COMMIT_ID = re.compile(r"[0-9a-f]{40}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 # characters that change where a path points on some OS (`\` and `C:` on Windows), or end it
 UNSAFE_NAME_CHARS = re.compile(r"[\\:\x00-\x1f\x7f]")
@@ -36,6 +37,11 @@ LISTING_TIMEOUT_S = 30.0
 
 class HubError(Exception):
     """A check or download that cannot go on: one sentence for the user."""
+
+
+class RepoRefused(HubError):
+    """The repo asked for is not one Hearth can have: not a repo id, not on the Hub (or gated),
+    no safetensors weights or no config.json. Bad input, where the rest is a network's fault."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +89,7 @@ def parse_repo_id(text: str) -> str:
     match = HUB_URL.match(text)
     repo_id = match.group(1) if match else text
     if not REPO_ID.fullmatch(repo_id) or "--" in repo_id or ".." in repo_id:
-        raise HubError(f"{text!r} is not a Hugging Face repo id; write it as org/name, "
+        raise RepoRefused(f"{text!r} is not a Hugging Face repo id; write it as org/name, "
                        "for example Qwen/Qwen2.5-0.5B-Instruct")
     return repo_id
 
@@ -98,11 +104,6 @@ def wanted(names: list[str]) -> list[str]:
     small = [n for n in top if n in SMALL_FILES or n.endswith(".safetensors.index.json")]
     small.sort(key=lambda n: n == "config.json")
     return sorted(weights) + small
-
-
-def is_commit_id(text: object) -> bool:
-    """40 lowercase hex digits: the only revision that may name a folder in the cache."""
-    return isinstance(text, str) and COMMIT_ID.fullmatch(text) is not None
 
 
 def is_sha256(text: object) -> bool:
@@ -138,11 +139,12 @@ def fetch_listing(text: str) -> RepoListing:
         names = wanted(list(found))
         if not any(n.endswith(".safetensors") for n in names):
             others = ", ".join(sorted(n for n in found if n.endswith((".bin", ".gguf", ".pt")))[:3])
-            raise HubError(f"{repo_id} has no safetensors weights"
+            raise RepoRefused(f"{repo_id} has no safetensors weights"
                            + (f" (only {others})" if others else "")
                            + "; Hearth loads safetensors only")
         if "config.json" not in names:
-            raise HubError(f"{repo_id} has no config.json, so it is not a transformers model")
+            raise RepoRefused(f"{repo_id} has no config.json, so it is not a transformers "
+                              "model")
         # read into memory, not the cache: nothing is kept yet
         url = hf_hub_url(repo_id, "config.json", revision=commit, endpoint=endpoint())
         config = _json(get_bounded(url, MAX_CONFIG_BYTES, f"config.json of {repo_id}"),
@@ -152,7 +154,10 @@ def fetch_listing(text: str) -> RepoListing:
     except HubError:
         raise
     except Exception as e:
-        raise HubError(explain(e, repo_id)) from e
+        from huggingface_hub import errors
+
+        missing = isinstance(e, (errors.RepositoryNotFoundError, errors.GatedRepoError))
+        raise (RepoRefused if missing else HubError)(explain(e, repo_id)) from e
     files = tuple(found[n] for n in names)
     return RepoListing(repo_id, commit, files, len(found) - len(names), config)
 
