@@ -1,4 +1,4 @@
-"""BatchRun: many generations of one Session at once, in continuous batches (issue 25).
+"""BatchRun: many generations of one Session at once, in continuous batches.
 
 Every request is a sequence with its own blocks in the session's arena (batch/scheduler.py plans
 each step under a token budget: running decodes first, then chunked prefill of waiting sequences;

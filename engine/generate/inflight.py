@@ -1,4 +1,4 @@
-"""A step's sampled tokens while they are still on the device (issue 25): the next step is
+"""A step's sampled tokens while they are still on the device: the next step is
 planned and launched before they reach the host, its decode rows reading them there, so that the
 GPU does not wait between steps for the host's planning, inputs and events. Until resolve()
 copies them over (one copy, which waits for their step only), each sequence holds UNKNOWN at

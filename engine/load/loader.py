@@ -266,7 +266,7 @@ def _random_bnb_on_meta(config, quant: str, device: torch.device, dtype: torch.d
 
 def _own_nf4(model, quant: str, device: torch.device, backends: Backends | None) -> None:
     """bitsandbytes' NF4 layers on a GPU swapped for the engine's (quant/nf4_linear.py: the same
-    codes, run by the int4 kernels' codebook variant; against bitsandbytes' decode on the H200 in
+    codes, run by the int4 kernels' codebook variant, faster than bitsandbytes' layers:
     BENCHMARKS.md); a session's int4 kernel other than "mma" keeps bitsandbytes' layers."""
     if quant != "nf4" or device.type != "cuda":
         return

@@ -5,7 +5,7 @@ weights in the chosen format, a paged KV arena for the whole context (cache/kv_c
 rounded up to whole blocks; blocks the live conversation does not use hold cached prefixes of
 earlier ones), a prefill-chunk workspace, the CUDA context, the decode graph pool, an optional
 draft model and a safety margin (each part's bytes: plan/sizes.py, whose allowances are to be
-calibrated against NVML peaks on the H200, issue 9).
+calibrated against NVML peaks: bench/plan_check.py).
 """
 
 from __future__ import annotations
@@ -275,7 +275,7 @@ def largest_prefill_chunk(shape: ModelShape, quant: str, kv_dtype: str, context:
     """The longest prefill pass that still fits, its activations within `most_activation_bytes`
     where given (what a batch's KV arena leaves free): fewer, larger passes shorten time to first
     token, and a step's token budget under continuous batching is this pass, so a wave of
-    prompts prefills in fewer steps that stall the running decodes (BENCHMARKS.md, issue 25)."""
+    prompts prefills in fewer steps that stall the running decodes."""
     for chunk in choices:
         p = plan(shape, quant, kv_dtype, context, vram_bytes, prefill_chunk=chunk)
         if p.fits and (most_activation_bytes is None

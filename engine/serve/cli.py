@@ -1,5 +1,5 @@
 """The `hearth` command. Arguments and the model folder are checked before torch is imported,
-so bad input fails at once with one sentence and exit code 2 (DESIGN.md: the CLI contract).
+so bad input fails at once with one sentence and exit code 2 (the CLI contract).
 The argument tree is serve/arguments.py.
 """
 

@@ -1,4 +1,4 @@
-"""The next token of every row of a batched step (issue 25), each row by its own request's
+"""The next token of every row of a batched step, each row by its own request's
 Sampler (step/sampling.py): its temperature, top-p, top-k, repetition penalty and seeded
 generator. A row's token is the one its Sampler would choose alone, whatever else shares the
 batch: a seeded request gives the same tokens in any batch. Greedy rows without a penalty take

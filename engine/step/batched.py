@@ -1,4 +1,4 @@
-"""The decode step of N sequences at once (continuous batching, issue 25): FamilyStep.batch over
+"""The decode step of N sequences at once (continuous batching): FamilyStep.batch over
 rows of block tables, eager or as CUDA graphs captured per (rows, KV bucket) on first use, a step
 padded to the next of GRAPH_SIZES rows. One sequence alone keeps the Decoder's own step (its
 graphs, its speed): generate/batch_run.py calls this for two rows or more.

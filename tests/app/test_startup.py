@@ -1,6 +1,6 @@
 """The window appears and says how long it took: `python -m app --startup-check` in a fresh
-process, until it says the window painted. How soon is a benchmark (BENCHMARKS.md), never a
-timed assertion here."""
+process, until it says the window painted. How soon is a benchmark (docs/benchmark-log.md),
+never a timed assertion here."""
 
 from __future__ import annotations
 

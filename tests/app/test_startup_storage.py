@@ -1,7 +1,7 @@
-"""The start with a conversations database that is damaged or cannot be written (issue 22, item 6),
-or a models folder that cannot be read: the app starts, the window says what happened and where
-the user's file is, that file is kept as it was, and what SQLite can still read is back in the
-window. Through the app's own start-up path
+"""The start with a conversations database that is damaged or cannot be written, or a models
+folder that cannot be read: the app starts, the window says what happened and where the user's
+file is, that file is kept as it was, and what SQLite can still read is back in the window.
+Through the app's own start-up path
 (app.__main__.open_window), with the fake worker; one case also as a real `python -m app`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hostile model folders (issue 22, item 7): each is refused by `hearth run` and, where it reads
+"""Hostile model folders: each is refused by `hearth run` and, where it reads
 the file, `hearth plan`, with exit 2 and exactly one line on stderr naming the file and the
 problem, within a few seconds; a FIFO named model.safetensors must not hang."""
 
