@@ -99,7 +99,7 @@ class Chat:
         req = GenerateRequest(messages=(*self.messages, {"role": "user", "content": text}),
                               system=self.system, max_new_tokens=a.max_new_tokens,
                               sampling=SamplingParams(a.temperature, a.top_p, a.top_k, None,
-                                                      a.seed))
+                                                      a.seed), stop_on_repetition=True)
         req.validate()
         return req
 
@@ -121,6 +121,8 @@ class Chat:
                 self.last = event.stats
                 self.out.write("\n")
                 self.out.flush()
+                if event.reason == "repetition":
+                    print("[cut: the answer was repeating itself]", file=self.err)
                 if event.reason == "cancelled":
                     print("[stopped]", file=self.err)
                 else:
