@@ -36,7 +36,7 @@ def model_defaults(gen_config: dict, model_type: str | None) -> dict:
         out[key] = int(value) if key == "top_k" else float(value)
         if source not in sources:
             sources.append(source)
-    out["source"] = " and ".join(sources)
+    out["source"] = " and ".join(filter(None, (", ".join(sources[:-1]), sources[-1])))
     return out
 
 

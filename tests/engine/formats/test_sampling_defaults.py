@@ -22,7 +22,7 @@ def test_generation_config_wins_setting_by_setting():
     d = model_defaults(gen, "qwen2")
     # temperature and top_k: the file's; top_p: Qwen2's preset; the penalty: the engine's
     assert values(d) == (0.6, 0.8, 50, ENGINE_DEFAULTS["repetition_penalty"])
-    assert d["source"] == ("generation_config.json and the Qwen2 family's preset and Hearth's "
+    assert d["source"] == ("generation_config.json, the Qwen2 family's preset and Hearth's "
                            "defaults")
 
 
