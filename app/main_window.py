@@ -171,7 +171,9 @@ class MainWindow(PickerWiring, QMainWindow):
         self.controller.set_client(client)
 
     def open_conversation_settings(self, conversation_id: int) -> ConversationSettingsDialog:
-        dialog = ConversationSettingsDialog(self.store.conversation(conversation_id), self)
+        loaded = self.controller.loaded  # the defaults it shows are this model's
+        dialog = ConversationSettingsDialog(self.store.conversation(conversation_id), self,
+                                            loaded.sampling if loaded is not None else {})
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.accepted.connect(lambda: self._on_settings_dialog_accepted(dialog))
         dialog.open()

@@ -231,7 +231,7 @@ class ChatController(ConversationBrowser):
         request = GenerateRequest(
             messages=history, system=settings.system_prompt or None,
             max_new_tokens=settings.max_new_tokens, sampling=sampling or settings.sampling(),
-            prompt_lookup=self.prompt_lookup,
+            prompt_lookup=self.prompt_lookup, stop_on_repetition=True,
             num_speculative_tokens=self.num_speculative_tokens if self.prompt_lookup else None,
         )
         self._streaming = self.store.add_message(

@@ -32,7 +32,8 @@ def title_of(text: str) -> str:
 
 @dataclass(frozen=True)
 class ChatSettings:
-    """Per-conversation settings; None leaves a value to the model's generation_config.json."""
+    """Per-conversation settings; None leaves a value to the model's default (its
+    generation_config.json, else its family's preset: engine/formats/sampling_defaults.py)."""
 
     system_prompt: str = ""
     max_new_tokens: int = 1024

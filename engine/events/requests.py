@@ -155,6 +155,9 @@ class GenerateRequest:
     """Exactly one of `prompt`, `messages` or `prompt_ids` (token ids, sent as they are).
 
     `raw` tokenizes the prompt as is, no template. `ignore_eos` (benchmarks) runs to max tokens.
+    `stop_on_repetition` ends an answer that repeats itself (generate/loop_guard.py) with the
+    finish reason "repetition": the window, `hearth chat` and `hearth run` ask for it; the
+    server's API only where its request does (a client may want the tokens as they come).
     Speculation: a session loaded with a draft uses it; `prompt_lookup` proposes from n-gram
     matches in the conversation instead; `num_speculative_tokens` fixes K for this request
     (None: the session's choice, adaptive unless fixed at load; 0: no speculation).
@@ -173,6 +176,7 @@ class GenerateRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     prompt_lookup: bool = False
     num_speculative_tokens: int | None = None
+    stop_on_repetition: bool = False
 
     def validate(self) -> None:
         if sum(x is not None for x in (self.prompt, self.messages, self.prompt_ids)) != 1:

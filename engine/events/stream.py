@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 # "unloaded" ends an unload command's stream; the others end a generation (or a cancelled load)
-FINISH_REASONS = ("eos", "stop_string", "max_tokens", "cancelled", "unloaded")
+# "repetition": the answer was repeating itself (generate/loop_guard.py), where the request asked
+# for the guard
+FINISH_REASONS = ("eos", "stop_string", "max_tokens", "repetition", "cancelled", "unloaded")
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,10 @@ class Loaded:
     # the load's resolved configuration (EngineConfig.as_dict: placement, KV dtype, prefill
     # chunk, backend settings and the decode path they came to); {} from remote endpoints
     config: dict = field(default_factory=dict, hash=False, compare=False)
+    # what a generation's unset sampling settings take: temperature, top_p, top_k (0: off),
+    # repetition_penalty and their "source" (formats/sampling_defaults.py); {} where unknown (a
+    # remote endpoint's)
+    sampling: dict = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ in one pass where the family step takes each of them (models/prefill_batch.py), 
 at a time through the Decoder's own prefill path, and its one-token rows together:
 one row through the Decoder's own step (its graphs: a single chat pays nothing for batching),
 two or more through step/batched.py. Each request keeps its own sampler (sampling parameters,
-seed), detokenizer, stop strings, eos and token limit, and its events go to its own sink, ending
-in one Finished or Failed. A step's tokens reach the host while the next step runs
-(generate/inflight.py), and its events go out then. Speculative decoding is not here: a
+seed), detokenizer, stop strings, eos, loop guard and token limit, and its events go to its own
+sink, ending in one Finished or Failed. A step's tokens reach the host while the next step runs
+(batch/inflight.py), and its events go out then. Speculative decoding is not here: a
 speculative request decodes plainly in the batch, and hand_off gives it back to the service
 (service/engine.py) to speculate alone once it is the last one left.
 """
@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 import torch
 
+from engine.batch.inflight import UNKNOWN, InFlight
 from engine.batch.scheduler import Scheduler, TooLong
 from engine.batch.sequence import Seq, State
 from engine.events import (
@@ -33,9 +34,8 @@ from engine.events import (
     PrefillProgress,
     Token,
 )
-from engine.generate import session_events
+from engine.generate import loop_guard, session_events
 from engine.generate.generation import Generation, new_generation, resumed_generation
-from engine.generate.inflight import UNKNOWN, InFlight
 from engine.generate.resume import Resume
 from engine.generate.template_guard import RenderCancelled
 from engine.models import prefill_batch
@@ -268,9 +268,11 @@ class BatchRun:
             gen.sink(Token("", (tid,)))
             return self._end(gen, "eos")
         piece, stopped = gen.stop.feed(gen.detok.add(tid))
-        if stopped or gen.n_new >= gen.seq.max_new_tokens:
+        reason = loop_guard.end_reason(gen.req, gen.seq.output_ids, stopped,
+                                       gen.n_new >= gen.seq.max_new_tokens)
+        if reason:
             gen.sink(Token(piece + ("" if stopped else gen.stop.flush()), (tid,)))
-            return self._end(gen, "stop_string" if stopped else "max_tokens")
+            return self._end(gen, reason)
         gen.sink(Token(piece, (tid,)))
         now = time.perf_counter()
         if now - gen.last_stats > STATS_INTERVAL_S:

@@ -36,7 +36,7 @@ from engine.events import (
     Stats,
     Token,
 )
-from engine.generate import session_events
+from engine.generate import loop_guard, session_events
 from engine.generate.detokenizer import StopMatcher, detokenizer_for
 from engine.generate.prompt import Prompt
 from engine.generate.prompt import build as build_prompt
@@ -188,7 +188,7 @@ class Session:
             raise BadRequest(f"the prompt has {len(ids)} tokens but the context holds "
                              f"{lm.context}")
         tensor = torch.tensor(ids, dtype=torch.long, device=lm.device)  # one copy, two uses
-        sampler = Sampler(resolve(req.sampling, lm.gen_config), vocab, lm.device, tensor)
+        sampler = Sampler(resolve(req.sampling, lm.sampling_defaults), vocab, lm.device, tensor)
         return CheckedPrompt(ids, tensor, dropped, min(req.max_new_tokens, lm.context - len(ids)),
                              sampler)
 
@@ -305,10 +305,10 @@ class Session:
                     return (yield Finished("eos", stats()))
                 piece, stopped = stop.feed(detok.add(tid))
                 text += piece
-                if stopped or n_new == max_new:
+                reason = loop_guard.end_reason(req, generated, stopped, n_new == max_new)
+                if reason:
                     text += "" if stopped else stop.flush()
                     yield Token(text, tuple(shown))
-                    reason = "stop_string" if stopped else "max_tokens"
                     return (yield Finished(reason, stats()))
             yield Token(text, tuple(shown))
             if cancel.is_set():

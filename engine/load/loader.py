@@ -22,6 +22,7 @@ from engine.events import BadRequest, LoadProgress, LoadRequest
 from engine.files.model_folder import ModelFolder
 from engine.formats import weights
 from engine.load import checkpoint_checks
+from engine.formats.sampling_defaults import model_defaults
 from engine.load.memory_limit import (  # noqa: F401 (callers and tests import them here)
     apply_memory_limit,
     clear_memory_limit,
@@ -54,6 +55,11 @@ class LoadedModel:
     @property
     def weights_bytes(self) -> int:
         return self.model.get_memory_footprint()
+
+    @property
+    def sampling_defaults(self) -> dict:
+        """What a request's unset sampling settings take (formats/sampling_defaults.py)."""
+        return model_defaults(self.gen_config, self.folder.family)
 
 
 def choose_device(req: LoadRequest) -> torch.device:

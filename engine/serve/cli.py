@@ -217,7 +217,7 @@ def _requests(args) -> tuple[LoadRequest, GenerateRequest]:
                           raw=args.raw, max_new_tokens=args.max_new_tokens, stop=tuple(args.stop),
                           sampling=SamplingParams(args.temperature, args.top_p, args.top_k,
                                                   args.repetition_penalty, args.seed),
-                          prompt_lookup=args.prompt_lookup)
+                          prompt_lookup=args.prompt_lookup, stop_on_repetition=True)
     load.validate()
     gen.validate()
     return load, gen

@@ -95,7 +95,8 @@ def _choices(body, prompts: list[list[int]], max_new: list[int]) -> list[Choice]
             sampling = SamplingParams(body.temperature, top_p, top_k, body.repetition_penalty,
                                       seed)
             req = GenerateRequest(prompt_ids=tuple(ids), max_new_tokens=max_new[p], stop=stop,
-                                  sampling=sampling, ignore_eos=body.ignore_eos)
+                                  sampling=sampling, ignore_eos=body.ignore_eos,
+                                  stop_on_repetition=body.stop_on_repetition)
             try:
                 req.validate()
             except BadRequest as e:

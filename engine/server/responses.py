@@ -15,7 +15,10 @@ from engine.events import Failed, Finished, Token
 from engine.server.bridge import Generation
 from engine.server.errors import APIError, error_body
 
-FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "max_tokens": "length"}
+# a loop cut short (the stop_on_repetition extension) is "stop", not "length": a client that
+# reads "length" as "ask for more" would ask the model to go on repeating itself
+FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "max_tokens": "length",
+                  "repetition": "stop"}
 STOPPING = "the server is stopping; the request was cancelled"
 _MARK = "\x00hearth-text\x00"  # stands for a token's text in a chunk's template
 _MARK_JSON = json.dumps(_MARK)

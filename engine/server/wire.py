@@ -55,6 +55,8 @@ class _Sampling(_Body):
     top_k: int | None = Field(None, ge=0)
     repetition_penalty: float | None = Field(None, gt=0)
     ignore_eos: bool = False
+    # Hearth's own: end an answer that repeats itself (finish_reason "stop"); off unless asked
+    stop_on_repetition: bool = False
 
 
 class ChatCompletionRequest(_Sampling):

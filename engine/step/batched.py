@@ -68,7 +68,7 @@ class BatchedDecoder:
         # tokens, positions, each row's bucket, its split count, where its token is on the
         # device (step's on_device): one host-to-device copy a step,
         # from pinned memory (a pageable copy waits for the GPU, and the step before may still
-        # run: generate/inflight.py); two buffers in turn, the one before last long copied
+        # run: batch/inflight.py); two buffers in turn, the one before last long copied
         pin = device.type == "cuda"
         self._staging = [torch.zeros(5, self.max_rows, dtype=torch.long, pin_memory=pin)
                          for _ in range(2)]

@@ -29,24 +29,12 @@ class ResolvedSampling:
         return self.temperature == 0
 
 
-ENGINE_DEFAULTS = dict(temperature=0.7, top_p=0.95, top_k=0, repetition_penalty=1.0)
-
-
-def resolve(params, gen_config: dict) -> ResolvedSampling:
-    """Request value, else generation_config.json's, else the engine's default."""
-    model = {}
-    if gen_config.get("do_sample") is False:
-        model["temperature"] = 0.0
-    elif gen_config.get("do_sample"):
-        for key in ("temperature", "top_p", "top_k", "repetition_penalty"):
-            if gen_config.get(key) is not None:
-                model[key] = gen_config[key]
-    if gen_config.get("repetition_penalty") is not None:
-        model["repetition_penalty"] = gen_config["repetition_penalty"]
-
+def resolve(params, defaults: dict) -> ResolvedSampling:
+    """The request's value for each setting, else the model's default (`defaults`: formats/
+    sampling_defaults.py model_defaults, the values the window shows); no seed: a random one."""
     def pick(key):
         value = getattr(params, key)
-        return value if value is not None else model.get(key, ENGINE_DEFAULTS[key])
+        return value if value is not None else defaults[key]
 
     seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little")
     return ResolvedSampling(float(pick("temperature")), float(pick("top_p")),

@@ -8,6 +8,7 @@ from engine.formats.families.registry import (
     GGUF_ARCHITECTURES,
     Family,
     ModuleNames,
+    SamplingPreset,
     awq_types,
     by_architecture,
     fast_path_types,
@@ -25,6 +26,6 @@ for _module in (llama, qwen, generic, planned):
     for _family in _module.FAMILIES:
         register(_family)
 
-__all__ = ["ARCHITECTURES", "GGUF_ARCHITECTURES", "Family", "ModuleNames", "awq_types",
-           "by_architecture", "fast_path_types", "get", "listing", "planned_as", "register",
-           "registered", "tensor_parallel_types", "unregister"]
+__all__ = ["ARCHITECTURES", "GGUF_ARCHITECTURES", "Family", "ModuleNames", "SamplingPreset",
+           "awq_types", "by_architecture", "fast_path_types", "get", "listing", "planned_as",
+           "register", "registered", "tensor_parallel_types", "unregister"]

@@ -46,6 +46,18 @@ class ModuleNames:
 
 
 @dataclass(frozen=True)
+class SamplingPreset:
+    """A family's sampling where a model's generation_config.json does not say (a GGUF import
+    has none): None leaves that setting to the engine's default (formats/sampling_defaults.py).
+    temperature 0 is greedy."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None  # 0: off
+    repetition_penalty: float | None = None
+
+
+@dataclass(frozen=True)
 class Family:
     model_type: str  # config.json's model_type
     name: str  # in messages: "Qwen2"
@@ -62,6 +74,7 @@ class Family:
     tied_by_default: bool = False  # lm_head is the embedding when config.json is silent
     gated_mlp: bool = True  # gate and up projections; else one up projection
     planned_prefixes: tuple[str, ...] = ()  # other model_types the planner sizes like this one
+    sampling: SamplingPreset = SamplingPreset()  # what its models answer well with by default
 
     @property
     def loads(self) -> bool:
