@@ -21,8 +21,8 @@ from engine.config.backends import Backends
 from engine.events import BadRequest, LoadProgress, LoadRequest
 from engine.files.model_folder import ModelFolder
 from engine.formats import weights
-from engine.load import checkpoint_checks
 from engine.formats.sampling_defaults import model_defaults
+from engine.load import checkpoint_checks
 from engine.load.memory_limit import (  # noqa: F401 (callers and tests import them here)
     apply_memory_limit,
     clear_memory_limit,
