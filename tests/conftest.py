@@ -92,6 +92,13 @@ def _no_user_models(tmp_path_factory: pytest.TempPathFactory):
         os.environ["HEARTH_MODELS_DIR"] = before
 
 
+@pytest.fixture(autouse=True)
+def _fresh_models_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch):
+    """And one of each test's own: a test that imports or downloads into the models folder
+    (the starter, through the window or the CLI) must not make it the default of the next."""
+    monkeypatch.setenv("HEARTH_MODELS_DIR", str(tmp_path_factory.mktemp("hearth-models")))
+
+
 @pytest.fixture(scope="session")
 def _tiny_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dest = tmp_path_factory.mktemp("tiny")
