@@ -141,7 +141,10 @@ def test_install_ps1_parses():
                     reason="HEARTH_SKIP_INSTALL_TEST=1 (CI runs it)")
 def test_install_sh_in_a_fresh_folder_answers_with_the_default_model(tmp_path):
     """One full install (pip, about a minute); everything else about it is checked here too."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    # the fresh machine's own folders: not the test session's models folder (conftest), which
+    # would take the starter away from XDG_DATA_HOME
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "HEARTH_MODELS_DIR", "HEARTH_DATA_DIR")}
     env.update(HEARTH_TORCH_SPEC="torch==2.13.0",  # the CPU build on local disk, never CUDA
                HEARTH_PYTHON=sys.executable, XDG_DATA_HOME=str(tmp_path / "share"),
                HEARTH_BIN_DIR=str(tmp_path / "bin"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
