@@ -16,6 +16,7 @@ import math
 import queue
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -61,9 +62,10 @@ class _Renderer:
     """One child process and the thread that reads its replies."""
 
     def __init__(self):
+        self.errors = tempfile.TemporaryFile()  # the child's stderr: why it did not start
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "engine.generate.template_guard"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            stdout=subprocess.PIPE, stderr=self.errors)
         self.replies: queue.SimpleQueue = queue.SimpleQueue()
         self.ready = False
         self.compiled: str | None = None  # the template the child compiled last
@@ -97,7 +99,10 @@ class _Renderer:
         except RenderTooCostly:
             pass
         if not self.ready:
-            raise RuntimeError("the chat template renderer did not start")
+            self.errors.seek(0)
+            last = self.errors.read().decode(errors="replace").strip().splitlines()[-1:]
+            raise RuntimeError("the chat template renderer did not start"
+                               + (f": {last[0][:300]}" if last else ""))
 
     def ask(self, request: dict, max_s: float, cancel: threading.Event | None,
             too_late: str) -> dict:
@@ -234,11 +239,18 @@ def _cpu_limit(max_s: float) -> None:
         resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
+def _without_nones(messages: list[dict]) -> list[dict]:
+    """What apply_chat_template does to messages before rendering (transformers 5.25's
+    _normalize_chat_messages; 5.17, within the pin, has no such function): keys whose value is
+    None are dropped, since templates test whether a key is there (`content: null` beside
+    tool_calls would render "None")."""
+    return [{k: v for k, v in m.items() if v is not None} for m in messages]
+
+
 def _serve() -> None:
     """The child: one JSON request a line on stdin, one reply a line on stdout, until EOF."""
     from transformers.utils.chat_template_utils import (
         _compile_jinja_template,
-        _normalize_chat_messages,
         render_jinja_template,
     )
 
@@ -257,7 +269,7 @@ def _serve() -> None:
                 # what tokenizer.apply_chat_template(messages, tokenize=False,
                 # add_generation_prompt=True) does around the same call
                 rendered, _ = render_jinja_template(
-                    conversations=[_normalize_chat_messages(request["messages"])],
+                    conversations=[_without_nones(request["messages"])],
                     chat_template=request["render"], add_generation_prompt=True,
                     **request["kwargs"])
                 text = rendered[0]

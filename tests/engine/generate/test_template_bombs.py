@@ -147,6 +147,18 @@ def test_a_real_template_renders_as_transformers_does_under_the_budget(tok):
     _renders_as_transformers(tok)
 
 
+def test_keys_that_are_none_render_as_transformers_renders_them(tok):
+    """apply_chat_template drops None values (an OpenAI client's `tool_calls: null`); the child
+    does it itself, as its transformers may predate the function that does it there."""
+    messages = [{"role": "user", "content": "hi", "name": None},
+                {"role": "assistant", "content": "hello", "tool_calls": None},
+                {"role": "user", "content": "again"}]
+    plain = [{k: v for k, v in m.items() if v is not None} for m in messages]
+    expected = tok.apply_chat_template(plain, tokenize=False, add_generation_prompt=True)
+    assert finishes(render_template, tok, messages, RenderBudget()) == expected
+    assert "None" not in expected
+
+
 def _one_error_line(err: str) -> str:
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("hearth:")]
