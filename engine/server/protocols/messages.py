@@ -52,8 +52,10 @@ def _block_text(value, where: str) -> str:
     """A text: a string, or text blocks (a system prompt, a tool result's content)."""
     if isinstance(value, str):
         return value
+    if not isinstance(value, list):
+        raise bad_request(f"{where} must be a string or a list of text blocks", where)
     texts = []
-    for j, block in enumerate(value or ()):
+    for j, block in enumerate(value):
         if not isinstance(block, dict) or block.get("type") != "text" or \
                 not isinstance(block.get("text"), str):
             kind = block.get("type") if isinstance(block, dict) else type(block).__name__
@@ -131,6 +133,8 @@ def to_chat(body: CountTokensRequest) -> dict:
         chat.update(max_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
                     top_k=body.top_k, stop=body.stop_sequences, **extensions(body))
         fmt = (body.output_config or {}).get("format")
+        if fmt and not isinstance(fmt, dict):
+            raise bad_request("output_config.format must be an object", "output_config")
         if fmt:
             chat["response_format"] = {"type": fmt.get("type"), "json_schema": {
                 "name": "output", "schema": fmt.get("schema")}}

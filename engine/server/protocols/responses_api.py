@@ -114,6 +114,8 @@ def _tools(body: ResponsesRequest) -> dict:
 
 def _response_format(text: dict | None) -> dict | None:
     fmt = (text or {}).get("format")
+    if fmt and not isinstance(fmt, dict):
+        raise bad_request("text.format must be an object", "text")
     if not fmt or fmt.get("type") == "text":
         return None
     if fmt.get("type") == "json_schema":

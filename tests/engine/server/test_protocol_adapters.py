@@ -62,6 +62,10 @@ def test_an_anthropic_tool_round_trip_reads_as_openai_messages_and_tools():
         messages.to_chat(body.model_copy(update={"tools": [{"type": "web_search_20250305",
                                                             "name": "web_search"}]}))
     assert e.value.status == 400 and "client tools" in e.value.message
+    odd = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x", "content": 5}]}
+    with pytest.raises(APIError) as e:
+        messages.to_chat(body.model_copy(update={"messages": [messages.AnthropicMessage(**odd)]}))
+    assert e.value.status == 400
 
 
 def test_openai_tool_calls_come_out_as_anthropic_tool_use_blocks_whole_and_streamed():
@@ -111,6 +115,9 @@ def test_responses_function_items_read_as_openai_messages_and_come_back_as_items
     assert chat["tool_choice"] == {"type": "function", "function": {"name": "w"}}
     assert chat["response_format"] == {"type": "json_schema", "json_schema": {
         "name": "out", "schema": SCHEMA}}
+    with pytest.raises(APIError) as e:
+        responses_api.to_chat(body.model_copy(update={"text": {"format": "json"}}), [])
+    assert (e.value.status, e.value.param) == (400, "text")
     items = responses_api.from_chat({"content": None, "tool_calls": [CALL]}, "resp-1")
     assert items == [{"type": "function_call", "id": "fc_call_1", "call_id": "call_1",
                       "name": "get_weather", "arguments": CALL["function"]["arguments"],
