@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from engine.server.errors import bad_request
+from engine.server.protocols.thinking import split
 from engine.server.wire import _Body, extensions
 
 # what a chat request's parameters are called here, for the refusals that name one
@@ -141,13 +142,22 @@ def to_chat(body: CountTokensRequest) -> dict:
     return chat
 
 
+def thinking_block(thinking: str) -> dict:
+    # no signature: nothing checks a local model's thinking when a client sends it back
+    return {"type": "thinking", "thinking": thinking, "signature": ""}
+
+
 def from_chat(message: dict) -> list[dict]:
-    """A chat.completion message as content blocks: the adapter to Anthropic's shape (a text
-    block, even an empty one when there is nothing else, then a tool_use block per call)."""
+    """A chat.completion message as content blocks: the adapter to Anthropic's shape (a thinking
+    block where the answer opened with <think>, a text block, even an empty one when there is
+    nothing else, then a tool_use block per call)."""
     blocks = []
     calls = message.get("tool_calls") or []
-    if message.get("content") or not calls:
-        blocks.append({"type": "text", "text": message.get("content") or ""})
+    text, thinking = split(message.get("content") or "")
+    if thinking is not None:
+        blocks.append(thinking_block(thinking))
+    if text or not (calls or blocks):
+        blocks.append({"type": "text", "text": text})
     for call in calls:
         function = call["function"]
         blocks.append({"type": "tool_use", "id": call["id"], "name": function["name"],

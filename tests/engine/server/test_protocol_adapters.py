@@ -150,3 +150,23 @@ def test_kept_responses_are_bounded_in_count_and_size_and_an_unknown_id_is_a_400
     with pytest.raises(APIError):
         kept.history("huge")
     assert kept.history(None) == []
+
+
+def test_an_answer_that_thinks_gets_a_thinking_block_whole_and_streamed_alike():
+    answer = "<think>\nThe user greets me.</think>\n\nHello <b>there</b>"
+    assert messages.from_chat({"content": answer}) == [
+        {"type": "thinking", "thinking": "\nThe user greets me.", "signature": ""},
+        {"type": "text", "text": "Hello <b>there</b>"}]
+    assert messages.from_chat({"content": "a <think> b"}) == [
+        {"type": "text", "text": "a <think> b"}]
+    for size in (1, 3, 7):  # the tags cut anywhere between the pieces
+        blocks, lines = messages_stream._Blocks(), []
+        for i in range(0, len(answer), size):
+            lines += messages_stream._deltas(blocks, {"content": answer[i:i + size]})
+        lines += messages_stream._texts(blocks, blocks.split.flush()) + blocks.stop()
+        events = _events(lines)
+        assert [e["content_block"]["type"] for e in events
+                if e["type"] == "content_block_start"] == ["thinking", "text"]
+        deltas = [e["delta"] for e in events if e["type"] == "content_block_delta"]
+        assert "".join(d.get("thinking", "") for d in deltas) == "\nThe user greets me."
+        assert "".join(d.get("text", "") for d in deltas) == "Hello <b>there</b>"
