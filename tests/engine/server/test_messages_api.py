@@ -142,6 +142,13 @@ def test_errors_come_in_anthropics_shape(url):
                    json={"model": "demo_model", "messages": [{"role": "user", "content": "x"}]})
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
     assert "max_tokens" in r.json()["error"]["message"]
+    # the guards in front of every route answer in the route's protocol too
+    r = httpx.post(url + "/messages", headers={"x-api-key": API_KEY, "Host": "evil.example"},
+                   json={}, timeout=60)
+    assert r.status_code == 403 and r.json()["error"]["type"] == "permission_error"
+    r = httpx.post(url + "/messages", headers={"x-api-key": API_KEY}, timeout=60,
+                   content=b"x" * (2 << 20))
+    assert r.status_code == 413 and r.json()["error"]["type"] == "request_too_large"
 
 
 def test_every_listed_route_is_served(url):
