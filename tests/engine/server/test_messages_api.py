@@ -161,10 +161,10 @@ def test_a_client_that_leaves_mid_stream_frees_its_place(url):
     headers = {"Authorization": f"Bearer {API_KEY}"}
     before = metric(url, "hearth_tokens_generated_total", headers)
     with claude(url).messages.stream(
-            model="demo_model", max_tokens=600, messages=[{"role": "user", "content": "Hi"}],
+            model="demo_model", max_tokens=1000, messages=[{"role": "user", "content": "Hi"}],
             extra_body={"temperature": 0, "ignore_eos": True}) as stream:
         for n, _ in enumerate(stream.text_stream):
             if n == 10:
                 break
     wait_idle(url)  # its request stops at the next step once the connection is gone
-    assert metric(url, "hearth_tokens_generated_total", headers) - before < 600
+    assert metric(url, "hearth_tokens_generated_total", headers) - before < 1000
