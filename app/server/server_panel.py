@@ -27,6 +27,7 @@ from app.remote.endpoint_keys import EndpointKeys
 from app.server.server_watch import ServerWatch
 from app.worker.worker_client import WorkerClient
 from engine.events import Failed, ServeRequest, ServerStats, ServerStopped, ServeStopRequest
+from engine.events.requests import SERVER_ROUTES
 from engine.remote.server_figures import ServerFigures
 
 NEEDS_MODEL = "Load a model first: the server answers with the window's model."
@@ -73,6 +74,11 @@ class ServerPanel(QWidget):
         url_row = QHBoxLayout()
         url_row.addWidget(self.url_label, 1)
         url_row.addWidget(self.copy_url_button)
+        # what the server answers under its address, by protocol, for pointing a client at it
+        self.routes_label = QLabel("\n".join(f"{protocol}: {' · '.join(paths)}"
+                                              for protocol, paths in SERVER_ROUTES))
+        self.routes_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.routes_label.setWordWrap(True)
         self.stats_label = QLabel("")
         self.status_label = QLabel(NEEDS_MODEL)
         self.status_label.setWordWrap(True)
@@ -85,6 +91,7 @@ class ServerPanel(QWidget):
         layout.addWidget(self.keep_check)
         layout.addWidget(self.start_button)
         layout.addLayout(url_row)
+        layout.addWidget(self.routes_label)
         layout.addWidget(self.stats_label)
         layout.addWidget(self.status_label)
         layout.addStretch(1)

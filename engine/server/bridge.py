@@ -116,6 +116,7 @@ class Generation:
         self.queue = Output(BUFFERED_PER_CHOICE * len(choices), self._overflowed)
         self.open = {c.index for c in choices}  # choices without a terminal event yet
         self.ended_why: APIError | None = None  # why the server cancelled it, where it did
+        self.reasons: dict[int, str] = {}  # each ended choice's Finished reason ("stop_string")
         self._t_start = time.perf_counter()
         self._t_last: dict[int, float] = {}
 
@@ -152,6 +153,8 @@ class Generation:
             self._t_last[index] = now
         elif isinstance(event, (Finished, Failed)):
             self.open.discard(index)
+            if isinstance(event, Finished):
+                self.reasons[index] = event.reason
         return index, event
 
     @property

@@ -16,6 +16,7 @@ from engine.events import BadRequest
 from engine.generate import template_guard
 from engine.generate.prompt import Splice, render_template
 from engine.generate.template_guard import RenderBudget
+from engine.server.errors import APIError
 
 MAX_RENDERS = 4  # chat templates rendering at once, each in a child process of its own
 # fill-in-the-middle markers by family, prefix/suffix/middle: a `suffix` needs one of these sets
@@ -55,6 +56,12 @@ class ModelView:
 
     def knows(self, model: str) -> bool:
         return model in self.ids
+
+    def require(self, name: str) -> None:
+        """A 404 for a model this server does not serve."""
+        if not self.knows(name):
+            raise APIError(404, f"The model {name[:200]!r} does not exist; this server serves "
+                           f"{self.id!r}", "model", "model_not_found")
 
     async def run(self, fn, *args):
         """`fn(*args)` on the tokenizer's thread, so the event loop keeps serving."""

@@ -82,6 +82,15 @@ class Shape:
         return self._envelope(choices, self.usage())
 
 
+def start(state, choices, prefix: str, model_name: str, chat: bool = True,
+          num_per_prompt: int = 1) -> Shape:
+    """Submit a request's choices to the app's engine (`app.state`) -> the Shape its answer is
+    read through."""
+    gen = Generation(state.engine, choices, state.metrics, prefix, state.mailbox)
+    gen.start()
+    return Shape(chat, gen, model_name, num_per_prompt)
+
+
 def _sse(obj) -> str:
     text = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)
     return f"data: {text}\n\n"

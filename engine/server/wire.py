@@ -59,6 +59,14 @@ class _Sampling(_Body):
     stop_on_repetition: bool = False
 
 
+EXTENSIONS = ("repetition_penalty", "ignore_eos", "stop_on_repetition")
+
+
+def extensions(body) -> dict:
+    """The extensions another protocol's request carries, as a chat request's fields."""
+    return {name: getattr(body, name) for name in EXTENSIONS}
+
+
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = None
