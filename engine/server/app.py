@@ -80,7 +80,7 @@ def create_app(engine, model: ModelView, settings: Settings) -> FastAPI:
     async def answer(chat: bool, body, request: Request, choices):
         gen = Generation(engine, choices, metrics, "chatcmpl" if chat else "cmpl", mailbox)
         gen.start()
-        shape = Shape(chat, gen, body.model, body.n or 1)
+        shape = Shape(chat, gen, body.model, body.n or 1, model)
         if body.stream:
             usage = bool(body.stream_options and body.stream_options.include_usage)
             return StreamingResponse(stream(shape, request, usage),
