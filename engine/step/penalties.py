@@ -58,9 +58,14 @@ class OpenAIPenalties:
         row i also counts proposals[:i], the tokens that precede position i if accepted."""
         if self.counts is None:
             return None
-        rows = self.counts.expand(proposals.numel() + 1, -1).clone()
-        if proposals.numel():
-            marks = torch.zeros(rows[1:].shape, dtype=torch.float32, device=rows.device)
-            marks.scatter_(1, proposals[:, None], 1.0)  # one_hot would sync to validate
-            rows[1:] += marks.cumsum(0)
-        return rows
+        return self.counts + proposal_counts(proposals, self.counts.numel())
+
+
+def proposal_counts(proposals: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """proposals [K] -> [K + 1, V] float: row i counts each token among proposals[:i]."""
+    rows = torch.zeros(proposals.numel() + 1, vocab_size, dtype=torch.float32,
+                       device=proposals.device)
+    if proposals.numel():
+        rows[1:].scatter_(1, proposals[:, None], 1.0)  # one_hot would sync to validate
+        rows[1:] = rows[1:].cumsum(0)
+    return rows

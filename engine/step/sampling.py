@@ -16,7 +16,7 @@ import torch
 
 from engine.events import Token
 from engine.step.logprobs import LogprobRecorder, token_event
-from engine.step.penalties import OpenAIPenalties
+from engine.step.penalties import OpenAIPenalties, proposal_counts
 
 
 @dataclass(frozen=True)
@@ -137,12 +137,7 @@ class Sampler:
         also holds proposals[:i], the tokens that precede position i if accepted."""
         if self.seen is None:
             return None
-        rows = self.seen.expand(proposals.numel() + 1, -1).clone()
-        if proposals.numel():
-            marks = torch.zeros(rows[1:].shape, dtype=torch.int32, device=rows.device)
-            marks.scatter_(1, proposals[:, None], 1)  # one_hot would sync to validate
-            rows[1:] |= marks.cumsum(0) > 0  # row i + 1: proposals[:i + 1]
-        return rows
+        return self.seen | (proposal_counts(proposals, self.seen.numel()) > 0)
 
     def target_logits(self, logits: torch.Tensor, proposals: torch.Tensor) -> torch.Tensor:
         """Verified logits [K + 1, V] -> the target's next-token logits at each position, as
