@@ -88,6 +88,10 @@ class Shape:
                 "top_logprobs": [{pieces[t][0]: lp for t, lp in top} for _, top in event.logprobs],
                 "text_offset": offsets}
 
+    def keep_logprobs(self, index: int, part: dict) -> None:
+        """A part of a whole answer's logprobs (`logprobs`' answer), in order."""
+        self._logprobs.setdefault(index, []).append(part)
+
     def _whole_logprobs(self, index: int) -> dict | None:
         parts = self._logprobs.get(index)
         if parts is None:
@@ -179,8 +183,7 @@ async def collect(shape: Shape, request) -> dict:
             if isinstance(event, Token):
                 texts[index].append(event.text)
                 if event.logprobs:
-                    shape._logprobs.setdefault(index, []).append(
-                        await shape.logprobs(index, event))
+                    shape.keep_logprobs(index, await shape.logprobs(index, event))
             elif isinstance(event, Finished) and event.reason in FINISH_REASONS:
                 shape.completion_tokens += event.stats.new_tokens
                 finishes[index] = FINISH_REASONS[event.reason]
