@@ -69,14 +69,15 @@ def check_openai_sampling(s: SamplingParams) -> None:
     per token (ids past the vocabulary are the Session's check), 0 to MAX_LOGPROBS logprobs."""
     for name in ("presence_penalty", "frequency_penalty"):
         v = getattr(s, name)
-        if not (math.isfinite(v) and -2 <= v <= 2):
+        if not (type(v) in (int, float) and math.isfinite(v) and -2 <= v <= 2):
             raise BadRequest(f"{name.replace('_', ' ')} must be from -2 to 2, got {v}")
     if len(s.logit_bias) > MAX_LOGIT_BIAS:
         raise BadRequest(f"logit_bias takes at most {MAX_LOGIT_BIAS} tokens, got "
                          f"{len(s.logit_bias)}")
     for pair in s.logit_bias:
-        if not (len(pair) == 2 and type(pair[0]) is int and pair[0] >= 0
-                and math.isfinite(pair[1]) and -100 <= pair[1] <= 100):
+        if not (isinstance(pair, tuple) and len(pair) == 2 and type(pair[0]) is int
+                and pair[0] >= 0 and type(pair[1]) in (int, float) and math.isfinite(pair[1])
+                and -100 <= pair[1] <= 100):
             raise BadRequest(f"logit_bias maps token ids (0 or more) to biases from -100 to 100, "
                              f"got {short_repr(pair)}")
     if s.logprobs is not None and not (type(s.logprobs) is int

@@ -108,6 +108,20 @@ def test_a_logit_bias_past_the_vocabulary_is_bad_input(llama):
     assert isinstance(end, Failed) and end.bad_input and "logit_bias" in end.error
 
 
+@pytest.mark.parametrize("sampling, words", [
+    (dict(presence_penalty=2.5), "presence penalty"),
+    (dict(frequency_penalty=float("nan")), "frequency penalty"),
+    (dict(logit_bias=((3, 100.5),)), "logit_bias"),
+    (dict(logit_bias=((-1, 1.0),)), "logit_bias"),
+    (dict(logit_bias=tuple((i, 1.0) for i in range(301))), "at most 300"),
+    (dict(logprobs=21), "logprobs"),
+])
+def test_options_out_of_range_are_bad_input(llama, sampling, words):
+    session, _ = llama
+    (end,) = session.generate(ask(**sampling))
+    assert isinstance(end, Failed) and end.bad_input and words in end.error
+
+
 ROWS = [dict(temperature=0.0, logprobs=2),
         dict(temperature=0.9, seed=11, frequency_penalty=1.0, logprobs=0),
         dict(temperature=0.7, top_p=0.9, seed=12, presence_penalty=-0.5,
