@@ -100,6 +100,10 @@ _KINDS = {  # annotation -> (accepts the JSON value, converts it, what it must b
     "tuple[str, ...]": (_list_of(lambda v: isinstance(v, str)), tuple, "a list of strings"),
     "tuple[int, ...]": (_list_of(_is_int), tuple, "a list of whole numbers"),
     "tuple[dict, ...]": (_list_of(lambda v: isinstance(v, dict)), tuple, "a list of objects"),
+    "tuple[tuple[int, float], ...]": (
+        _list_of(lambda v: isinstance(v, list) and len(v) == 2 and _is_int(v[0])
+                 and _is_number(v[1])),
+        lambda v: tuple((int(i), float(b)) for i, b in v), "a list of [token id, bias] pairs"),
 }
 _NULL_IS_EMPTY = {"tuple[str, ...]": tuple, "SamplingParams": SamplingParams}
 

@@ -66,6 +66,9 @@ class Token:
     name: ClassVar[str] = "token"
     text: str
     token_ids: tuple[int, ...]
+    # where the request asked for logprobs, one (logprob, top) per id: the chosen token's log
+    # probability and the likeliest tokens' (id, logprob) pairs, most likely first
+    logprobs: tuple[tuple[float, tuple[tuple[int, float], ...]], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,8 @@ TERMINAL = (Finished, Failed, Loaded)
 
 def event_to_json(ev) -> str:
     body = {"event": ev.name, **dataclasses.asdict(ev)}
+    if isinstance(ev, Token) and ev.logprobs is None:
+        del body["logprobs"]  # a token line stays as it was where none were asked for
     line = json.dumps(body, ensure_ascii=False)
     try:
         line.encode("utf-8")
@@ -167,4 +172,6 @@ def event_from_json(line: str):
     for key in ("token_ids", "notes"):
         if key in obj:
             obj[key] = tuple(obj[key])
+    if obj.get("logprobs") is not None:
+        obj["logprobs"] = tuple((lp, tuple(map(tuple, top))) for lp, top in obj["logprobs"])
     return cls(**obj)

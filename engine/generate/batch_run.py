@@ -118,8 +118,8 @@ class BatchRun:
         req, seq = gen.req, gen.seq
         speculates = (req.prompt_lookup or req.num_speculative_tokens
                       or self.session.draft is not None) and req.num_speculative_tokens != 0
-        if not speculates or gen.cancel.is_set() or not seq.output_ids \
-                or seq.state is not State.RUNNING or seq.num_pending != 1:
+        if not speculates or gen.sampler.logprobs is not None or gen.cancel.is_set() \
+                or not seq.output_ids or seq.state is not State.RUNNING or seq.num_pending != 1:
             return None
         self._resolve()
         self._flush()  # its last token goes out from here (and may end it)
@@ -265,15 +265,15 @@ class BatchRun:
         gen.n_new += 1
         lm = self.session.lm
         if tid in lm.eos_ids and not gen.req.ignore_eos:
-            gen.sink(Token("", (tid,)))
+            gen.sink(gen.sampler.token("", (tid,)))
             return self._end(gen, "eos")
         piece, stopped = gen.stop.feed(gen.detok.add(tid))
         reason = loop_guard.end_reason(gen.req, gen.seq.output_ids, stopped,
                                        gen.n_new >= gen.seq.max_new_tokens)
         if reason:
-            gen.sink(Token(piece + ("" if stopped else gen.stop.flush()), (tid,)))
+            gen.sink(gen.sampler.token(piece + ("" if stopped else gen.stop.flush()), (tid,)))
             return self._end(gen, reason)
-        gen.sink(Token(piece, (tid,)))
+        gen.sink(gen.sampler.token(piece, (tid,)))
         now = time.perf_counter()
         if now - gen.last_stats > STATS_INTERVAL_S:
             gen.last_stats = now

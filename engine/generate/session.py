@@ -236,7 +236,7 @@ class Session:
             proposer = self.synthetic or DraftModel(self.draft, self.lm.model.config.vocab_size)
         elif req.num_speculative_tokens:
             raise BadRequest("speculative tokens need a draft model (--draft) or prompt lookup")
-        if proposer is None or k == 0:
+        if proposer is None or k == 0 or sampler.logprobs is not None:  # one token a step
             return PlainDecoding(self.decoder, self.cache, sampler)
         max_k = k or MAX_ADAPTIVE_K
         self.decoder.capture_blocks(range(2, max_k + 2))  # once; a no-op without CUDA graphs
@@ -301,16 +301,16 @@ class Session:
                 shown.append(tid)
                 generated.append(tid)
                 if tid in self.lm.eos_ids and not req.ignore_eos:
-                    yield Token(text, tuple(shown))
+                    yield sampler.token(text, shown)
                     return (yield Finished("eos", stats()))
                 piece, stopped = stop.feed(detok.add(tid))
                 text += piece
                 reason = loop_guard.end_reason(req, generated, stopped, n_new == max_new)
                 if reason:
                     text += "" if stopped else stop.flush()
-                    yield Token(text, tuple(shown))
+                    yield sampler.token(text, shown)
                     return (yield Finished(reason, stats()))
-            yield Token(text, tuple(shown))
+            yield sampler.token(text, shown)
             if cancel.is_set():
                 tail = stop.flush()
                 if tail:

@@ -216,11 +216,20 @@ def _requests(args) -> tuple[LoadRequest, GenerateRequest]:
     gen = GenerateRequest(prompt=args.prompt, messages=messages, system=args.system,
                           raw=args.raw, max_new_tokens=args.max_new_tokens, stop=tuple(args.stop),
                           sampling=SamplingParams(args.temperature, args.top_p, args.top_k,
-                                                  args.repetition_penalty, args.seed),
+                                                  args.repetition_penalty, args.seed,
+                                                  logprobs=_logprobs(args)),
                           prompt_lookup=args.prompt_lookup, stop_on_repetition=True)
     load.validate()
     gen.validate()
     return load, gen
+
+
+def _logprobs(args) -> int | None:
+    """--logprobs, shown in --json's token events, from the local engine."""
+    if args.logprobs is not None and (not args.json or args.endpoint is not None):
+        raise BadRequest("--logprobs shows in the token events of --json, from a local model; "
+                         "add --json" + (" and leave out --endpoint" if args.endpoint else ""))
+    return args.logprobs
 
 
 def _speculation(s) -> str:

@@ -25,6 +25,20 @@ FIM_TOKENS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5
               ("<PRE>", "<SUF>", "<MID>"))  # Code Llama
 
 
+def gpt2_byte_chars() -> dict[int, str]:
+    """Byte-level BPE's table (GPT-2's): every byte as the printable character that stands for
+    it in the vocabulary's tokens."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[b] = chr(b)
+        else:
+            chars[b], extra = chr(256 + extra), extra + 1
+    return chars
+
+
 def model_ids(given: str | None, folder: Path) -> tuple[str, ...]:
     """The listed id first (the folder's name, or a Hugging Face repo id as given), then every
     other name a client may use: the path as given to --model, and the folder's full path."""
@@ -41,6 +55,7 @@ class ModelView:
         self.context, self.vocab_size, self.ids = context, vocab_size, ids
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="hearth-tokenize")
         self._renders = ThreadPoolExecutor(MAX_RENDERS, thread_name_prefix="hearth-render")
+        self._byte_of: dict[str, int] | None = None  # byte-level BPE's character -> its byte
         if getattr(self.tok, "chat_template", None):
             template_guard.prewarm()
 
@@ -81,6 +96,22 @@ class ModelView:
     def text_ids(self, text: str) -> list[int]:
         """`hearth run --raw`'s tokenization: the tokenizer's default, special tokens added."""
         return list(self.tok(text)["input_ids"])
+
+    def token_pieces(self, ids: list[int]) -> list[tuple[str, list[int]]]:
+        """Each token as (its text, its bytes), on the tokenizer's thread: a byte-level BPE
+        token's own bytes (part of a character, perhaps), else the bytes of its decoded text."""
+        if self._byte_of is None:
+            byte_level = type(self.tok.backend_tokenizer.decoder).__name__ == "ByteLevel" \
+                if getattr(self.tok, "backend_tokenizer", None) is not None else False
+            self._byte_of = {c: b for b, c in gpt2_byte_chars().items()} if byte_level else {}
+        out = []
+        for token_id, piece in zip(ids, self.tok.convert_ids_to_tokens(ids), strict=True):
+            if self._byte_of and all(c in self._byte_of for c in piece):
+                raw = bytes(self._byte_of[c] for c in piece)
+            else:
+                raw = self.tok.decode([token_id]).encode()
+            out.append((raw.decode("utf-8", "replace"), list(raw)))
+        return out
 
     def fim_tokens(self) -> tuple[str, str, str] | None:
         vocab = self.tok.get_vocab()

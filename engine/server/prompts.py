@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.events import BadRequest, GenerateRequest, SamplingParams
-from engine.events.requests import MAX_SEED
+from engine.events.requests import MAX_LOGIT_BIAS, MAX_SEED, short_repr
 from engine.server.errors import bad_request
 from engine.server.model_view import ModelView
 from engine.server.wire import (
@@ -38,14 +38,26 @@ def _text(value: str, param: str) -> str:
 
 
 def _refuse_unsupported(body) -> None:
-    for name in ("presence_penalty", "frequency_penalty"):
-        if getattr(body, name):
-            raise bad_request(f"{name} is not supported by this server; leave it out or send 0 "
-                              "(repetition_penalty is)", name)
-    if body.logit_bias:
-        raise bad_request("logit_bias is not supported by this server", "logit_bias")
     if body.stream_options is not None and not body.stream:
         raise bad_request("stream_options is only allowed with stream: true", "stream_options")
+
+
+def _logit_bias(body, vocab_size: int) -> tuple[tuple[int, float], ...]:
+    """OpenAI's logit_bias, {"token id": bias}: ids in the vocabulary, biases in [-100, 100]."""
+    bias = body.logit_bias or {}
+    if len(bias) > MAX_LOGIT_BIAS:
+        raise bad_request(f"logit_bias takes at most {MAX_LOGIT_BIAS} tokens, got {len(bias)}",
+                          "logit_bias")
+    pairs = []
+    for key, value in bias.items():
+        if not (key.isascii() and key.isdigit() and int(key) < vocab_size):
+            raise bad_request(f"logit_bias keys are token ids from 0 to {vocab_size - 1}, got "
+                              f"{short_repr(key)}", "logit_bias")
+        if not -100 <= value <= 100:
+            raise bad_request(f"logit_bias values are from -100 to 100, got {value}",
+                              "logit_bias")
+        pairs.append((int(key), float(value)))
+    return tuple(pairs)
 
 
 def _stops(stop) -> tuple[str, ...]:
@@ -75,7 +87,9 @@ def _max_new(asked: int | None, param: str, num_prompt: int, context: int, where
     return asked
 
 
-def _choices(body, prompts: list[list[int]], max_new: list[int]) -> list[Choice]:
+def _choices(body, prompts: list[list[int]], max_new: list[int], vocab_size: int,
+             logprobs: int | None) -> list[Choice]:
+    """`logprobs`: the top tokens reported beside each chosen one; None: no logprobs."""
     n = body.n or 1
     if len(prompts) * n > MAX_CHOICES:
         raise bad_request(f"at most {MAX_CHOICES} choices a request (prompts times n), got "
@@ -87,13 +101,16 @@ def _choices(body, prompts: list[list[int]], max_new: list[int]) -> list[Choice]
     top_p, top_k = (None, 1) if body.top_p == 0 else (body.top_p, body.top_k)
     choices = []
     stop = _stops(body.stop)
+    openai_options = {"presence_penalty": body.presence_penalty or 0.0,
+                      "frequency_penalty": body.frequency_penalty or 0.0,
+                      "logit_bias": _logit_bias(body, vocab_size), "logprobs": logprobs}
     for p, ids in enumerate(prompts):
         for i in range(n):
             # n choices of one seeded request differ from each other and repeat as a whole; a
             # negative seed wraps into the engine's range, as its two's complement
             seed = None if body.seed is None else (body.seed + i) % (MAX_SEED + 1)
             sampling = SamplingParams(body.temperature, top_p, top_k, body.repetition_penalty,
-                                      seed)
+                                      seed, **openai_options)
             req = GenerateRequest(prompt_ids=tuple(ids), max_new_tokens=max_new[p], stop=stop,
                                   sampling=sampling, ignore_eos=body.ignore_eos,
                                   stop_on_repetition=body.stop_on_repetition)
@@ -131,9 +148,8 @@ def _messages(body: ChatCompletionRequest) -> list[dict]:
 
 async def chat_choices(body: ChatCompletionRequest, model: ModelView) -> list[Choice]:
     _refuse_unsupported(body)
-    if body.logprobs or body.top_logprobs:
-        raise bad_request("logprobs are not available from this server yet",
-                          "logprobs" if body.logprobs else "top_logprobs")
+    if body.top_logprobs is not None and not body.logprobs:
+        raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
     if body.tools:
         raise bad_request("tools are not supported by this server", "tools")
     if body.response_format and body.response_format.get("type", "text") != "text":
@@ -149,7 +165,8 @@ async def chat_choices(body: ChatCompletionRequest, model: ModelView) -> list[Ch
     else:
         asked, param = body.max_tokens, "max_tokens"
     max_new = _max_new(asked, param, len(ids), model.context, "messages")
-    return _choices(body, [ids], [max_new])
+    return _choices(body, [ids], [max_new], model.vocab_size,
+                    (body.top_logprobs or 0) if body.logprobs else None)
 
 
 def _prompt_list(prompt) -> list[str | list[int]]:
@@ -162,8 +179,6 @@ def _prompt_list(prompt) -> list[str | list[int]]:
 
 async def completion_choices(body: CompletionRequest, model: ModelView) -> list[Choice]:
     _refuse_unsupported(body)
-    if body.logprobs is not None:
-        raise bad_request("logprobs are not available from this server yet", "logprobs")
     if body.echo:
         raise bad_request("echo is not supported by this server", "echo")
     if body.best_of is not None and body.best_of != (body.n or 1):
@@ -194,4 +209,4 @@ async def completion_choices(body: CompletionRequest, model: ModelView) -> list[
     asked = COMPLETION_MAX_TOKENS if body.max_tokens is None else body.max_tokens
     max_new = [_max_new(asked, "max_tokens", len(ids), model.context, "prompt")
                for ids in all_ids]
-    return _choices(body, all_ids, max_new)
+    return _choices(body, all_ids, max_new, model.vocab_size, body.logprobs)

@@ -7,6 +7,7 @@ include_usage, one chunk with empty choices and the usage (every other chunk `us
 from __future__ import annotations
 
 import asyncio
+import codecs
 import json
 import time
 from collections.abc import AsyncIterator
@@ -27,12 +28,15 @@ _MARK_JSON = json.dumps(_MARK)
 class Shape:
     """Chat (`delta` / `message`) or text completion (`text`) bodies of one request."""
 
-    def __init__(self, chat: bool, gen: Generation, model: str, num_per_prompt: int):
-        self.chat, self.gen, self.model = chat, gen, model
+    def __init__(self, chat: bool, gen: Generation, model: str, num_per_prompt: int,
+                 view=None):
+        self.chat, self.gen, self.model, self.view = chat, gen, model, view  # view: ModelView
         self.created = int(time.time())
         self.prompt_tokens = sum(c.prompt_tokens for c in gen.choices) // max(num_per_prompt, 1)
         self.completion_tokens = 0
         self._text_sse: dict[int, tuple[str, str]] = {}  # by choice: the bytes around the text
+        self._logprobs: dict[int, list[dict]] = {}  # by choice: the parts of a whole answer's
+        self._chars: dict[int, tuple[int, object]] = {}  # by choice: text_offset's count so far
 
     def usage(self) -> dict:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
@@ -45,15 +49,57 @@ class Shape:
                 "system_fingerprint": None, "choices": choices, "usage": usage}
 
     def chunk(self, index: int, text: str | None = None, role: bool = False,
-              finish: str | None = None) -> dict:
+              finish: str | None = None, logprobs: dict | None = None) -> dict:
         if self.chat:
             delta = {"role": "assistant", "content": ""} if role else (
                 {"content": text} if text is not None else {})
-            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+            choice = {"index": index, "delta": delta, "logprobs": logprobs,
+                      "finish_reason": finish}
         else:
-            choice = {"index": index, "text": text or "", "logprobs": None,
+            choice = {"index": index, "text": text or "", "logprobs": logprobs,
                       "finish_reason": finish}
         return self._envelope([choice], chunk=True)
+
+    async def logprobs(self, index: int, event: Token) -> dict:
+        """A Token event's logprobs in this API's shape: chat's {"content": [{token, logprob,
+        bytes, top_logprobs}]}, or completions' tokens, token_logprobs, top_logprobs and
+        text_offset (characters into this choice's text)."""
+        wanted = list(dict.fromkeys(i for tid, (_, top) in zip(event.token_ids, event.logprobs,
+                                                               strict=True)
+                                    for i in (tid, *(t for t, _ in top))))
+        pieces = dict(zip(wanted, await self.view.run(self.view.token_pieces, wanted),
+                          strict=True))
+        if self.chat:
+            def entry(token_id: int, logprob: float) -> dict:
+                return {"token": pieces[token_id][0], "logprob": logprob,
+                        "bytes": pieces[token_id][1]}
+            return {"content": [{**entry(tid, lp), "top_logprobs": [entry(*t) for t in top]}
+                                for tid, (lp, top) in zip(event.token_ids, event.logprobs,
+                                                          strict=True)], "refusal": None}
+        chars, decoder = self._chars.get(index) or (
+            0, codecs.getincrementaldecoder("utf-8")("replace"))
+        offsets = []
+        for tid in event.token_ids:  # where each token starts in the text, a partial character
+            offsets.append(chars)  # counted where it ends
+            chars += len(decoder.decode(bytes(pieces[tid][1])))
+        self._chars[index] = (chars, decoder)
+        return {"tokens": [pieces[tid][0] for tid in event.token_ids],
+                "token_logprobs": [lp for lp, _ in event.logprobs],
+                "top_logprobs": [{pieces[t][0]: lp for t, lp in top} for _, top in event.logprobs],
+                "text_offset": offsets}
+
+    def keep_logprobs(self, index: int, part: dict) -> None:
+        """A part of a whole answer's logprobs (`logprobs`' answer), in order."""
+        self._logprobs.setdefault(index, []).append(part)
+
+    def _whole_logprobs(self, index: int) -> dict | None:
+        parts = self._logprobs.get(index)
+        if parts is None:
+            return None
+        if self.chat:
+            return {"content": [e for p in parts for e in p["content"]], "refusal": None}
+        return {key: [v for p in parts for v in p[key]] for key in
+                ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
 
     def text_sse(self, index: int, text: str) -> str:
         """`_sse(self.chunk(index, text))`, the same characters, without building and encoding
@@ -74,10 +120,10 @@ class Shape:
         for i in sorted(texts):
             if self.chat:
                 message = {"role": "assistant", "content": texts[i], "refusal": None}
-                choices.append({"index": i, "message": message, "logprobs": None,
-                                "finish_reason": finishes[i]})
+                choices.append({"index": i, "message": message,
+                                "logprobs": self._whole_logprobs(i), "finish_reason": finishes[i]})
             else:
-                choices.append({"index": i, "text": texts[i], "logprobs": None,
+                choices.append({"index": i, "text": texts[i], "logprobs": self._whole_logprobs(i),
                                 "finish_reason": finishes[i]})
         return self._envelope(choices, self.usage())
 
@@ -88,7 +134,7 @@ def start(state, choices, prefix: str, model_name: str, chat: bool = True,
     read through."""
     gen = Generation(state.engine, choices, state.metrics, prefix, state.mailbox)
     gen.start()
-    return Shape(chat, gen, model_name, num_per_prompt)
+    return Shape(chat, gen, model_name, num_per_prompt, state.model)
 
 
 def _sse(obj) -> str:
@@ -113,7 +159,10 @@ async def stream(shape: Shape, request, include_usage: bool) -> AsyncIterator[st
                 yield _sse(shape.chunk(c.index, role=True))
         while not gen.done:
             index, event = await gen.next()
-            if isinstance(event, Token) and event.text:
+            if isinstance(event, Token) and event.logprobs:
+                yield _sse(shape.chunk(index, event.text,
+                                       logprobs=await shape.logprobs(index, event)))
+            elif isinstance(event, Token) and event.text:
                 yield shape.text_sse(index, event.text)
             elif isinstance(event, Finished) and event.reason in FINISH_REASONS:
                 shape.completion_tokens += event.stats.new_tokens
@@ -142,6 +191,8 @@ async def collect(shape: Shape, request) -> dict:
             index, event = await gen.next()
             if isinstance(event, Token):
                 texts[index].append(event.text)
+                if event.logprobs:
+                    shape.keep_logprobs(index, await shape.logprobs(index, event))
             elif isinstance(event, Finished) and event.reason in FINISH_REASONS:
                 shape.completion_tokens += event.stats.new_tokens
                 finishes[index] = FINISH_REASONS[event.reason]

@@ -33,10 +33,10 @@ def error_of(r: httpx.Response, status: int) -> dict:
 
 
 CHAT_CASES = [  # (change to a valid chat body, the param named)
-    ({"presence_penalty": 0.5}, "presence_penalty"),
-    ({"frequency_penalty": -1}, "frequency_penalty"),
-    ({"logprobs": True}, "logprobs"),
-    ({"top_logprobs": 2}, "top_logprobs"),
+    ({"presence_penalty": 2.5}, "presence_penalty"),
+    ({"frequency_penalty": -3}, "frequency_penalty"),
+    ({"top_logprobs": 2}, "top_logprobs"),  # without logprobs: true
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({"n": 9}, "n"),
     ({"temperature": 3}, "temperature"),
     ({"temperature": "hot"}, "temperature"),
@@ -54,7 +54,11 @@ CHAT_CASES = [  # (change to a valid chat body, the param named)
     ({"messages": [{"role": "user", "content": "\ud800"}]}, "messages[0].content"),
     ({"stream_options": {"include_usage": True}}, "stream_options"),
     ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-    ({"logit_bias": {"1": 5}}, "logit_bias"),
+    ({"logit_bias": {"4096": 5}}, "logit_bias"),  # past the demo model's vocabulary
+    ({"logit_bias": {"-1": 5}}, "logit_bias"),
+    ({"logit_bias": {"hello": 5}}, "logit_bias"),
+    ({"logit_bias": {"1": 101}}, "logit_bias"),
+    ({"logit_bias": {str(i): 1 for i in range(301)}}, "logit_bias"),
 ]
 
 
@@ -86,7 +90,8 @@ COMPLETION_CASES = [
     ({"prompt": ""}, "prompt"),
     ({"prompt": []}, "prompt"),
     ({"echo": True}, "echo"),
-    ({"logprobs": 2}, "logprobs"),
+    ({"logprobs": 6}, "logprobs"),
+    ({"logit_bias": {"1": -100.5}}, "logit_bias"),
     ({"best_of": 3}, "best_of"),
     ({"prompt": ["a", "b", "c"], "n": 3}, "n"),
 ]
