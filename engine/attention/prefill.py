@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
-from engine.attention import decode_attention
+from engine.attention import decode_attention, sliding_window
 from engine.cache.kv_cache import KVCache
 
 ATTN_IMPLEMENTATION = "hearth"
@@ -56,7 +56,11 @@ def hearth_attention(module, query, key, value, attention_mask, scaling=None, dr
     # written first, read back after: a token is quantized (int8/fp8) before anything reads it,
     # its own query included, so results do not depend on how tokens were grouped into passes
     cache.write(layer, step.positions, key, value)
-    how = step.attention
+    how, window = step.attention, kwargs.get("sliding_window")
+    if window is not None and step.end > window:  # a local layer past its window (Gemma 3)
+        out = sliding_window.attend(query, cache.layer(layer), step.positions, step.end, window,
+                                    scaling if scaling is not None else query.shape[-1] ** -0.5)
+        return out.view(1, T, query.shape[1], query.shape[3]), None
     if T == 1 and how != "sdpa":  # split-context decode, reading int8/fp8 as stored
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         out = decode_attention.attend(query, cache.layer(layer), step.positions, step.end, scale,

@@ -122,7 +122,8 @@ class ModelShape:
             raise PlanError(f"config.json has sliding_window = {json.dumps(window)[:40]}; it "
                             "must be a positive whole number (or null, or use_sliding_window "
                             "false)")
-        in_force = on and isinstance(window, int) and window < max_pos
+        # a family that masks its local layers (sliding_layers) runs past the window
+        in_force = on and isinstance(window, int) and window < max_pos and not fam.sliding_layers
         q, k = heads * hd, kv * hd
         mlp = ((inter, hidden, 2), (hidden, inter, 1)) if fam.gated_mlp else (
             (inter, hidden, 1), (hidden, inter, 1))
@@ -142,7 +143,8 @@ class ModelShape:
                    _DTYPES.get(str(c.get("dtype") or c.get("torch_dtype") or cfg.get("dtype")
                                    or cfg.get("torch_dtype")), "fp32"),  # HF's default: fp32
                    tuple((o, i, n) for (o, i), n in lin.items()), vocab * hidden,
-                   0 if tied else vocab * hidden, layers * (2 * hidden + bias + qk_norm) + hidden,
+                   0 if tied else vocab * hidden, layers * (fam.layer_norms * hidden + bias + qk_norm)
+                   + hidden,
                    method, group, dq)
 
     @classmethod

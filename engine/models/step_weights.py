@@ -95,7 +95,9 @@ def supports(model) -> bool:
     if not in_family(model):
         return False
     n = family_of(model).names
-    return model.get_submodule(n.layers)[0].get_submodule(n.o).bias is None
+    # the step's attention is SDPA's: no soft-capping of attention logits (Gemma 2's)
+    softcap = getattr(model.config, "attn_logit_softcapping", None)
+    return model.get_submodule(n.layers)[0].get_submodule(n.o).bias is None and softcap is None
 
 
 def weights_of(model) -> StepWeights:
@@ -106,16 +108,28 @@ def weights_of(model) -> StepWeights:
     num_heads = cfg.num_attention_heads
     lm_head = model.get_submodule(n.lm_head)
     rotary = model.get_submodule(n.rotary)
+    inv_freq, rope_scale = rope_of(rotary)
     layers = model.get_submodule(n.layers)
     return StepWeights(
         num_heads=num_heads, num_kv_heads=cfg.num_key_value_heads,
         head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // num_heads,
         eps=cfg.rms_norm_eps, scaling=layers[0].get_submodule(n.attn).scaling,
-        rope_scale=float(getattr(rotary, "attention_scaling", 1.0)),
+        rope_scale=rope_scale,
         embed=model.get_submodule(n.embed).weight, norm=model.get_submodule(n.norm).weight,
-        inv_freq=rotary.inv_freq.float(),
+        inv_freq=inv_freq,
         lm_head=lm_head.weight if _is_plain(lm_head) else lm_head,
         layers=[_params(layer, family) for layer in layers])
+
+
+def rope_of(rotary, layer_type: str | None = None) -> tuple[torch.Tensor, float]:
+    """A rotary embedding's inverse frequencies [D/2] (fp32) and attention scaling; where it
+    holds one set per layer type (Gemma 3: local and global bases), `layer_type`'s, the global
+    layers' by default."""
+    if layer_type is None and hasattr(rotary, "inv_freq"):
+        return rotary.inv_freq.float(), float(getattr(rotary, "attention_scaling", 1.0))
+    kind = layer_type or "full_attention"
+    return (getattr(rotary, f"{kind}_inv_freq").float(),
+            float(getattr(rotary, f"{kind}_attention_scaling", 1.0)))
 
 
 def _is_plain(*mods) -> bool:

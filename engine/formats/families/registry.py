@@ -73,6 +73,10 @@ class Family:
     qk_norm: bool = False  # an RMSNorm over each q and k head before RoPE (Qwen3)
     tied_by_default: bool = False  # lm_head is the embedding when config.json is silent
     gated_mlp: bool = True  # gate and up projections; else one up projection
+    # sliding-window layers beside global ones (config.json's layer_types): the step masks each
+    # to its own window, so the context is not capped at the window (load/loader.py)
+    sliding_layers: bool = False
+    layer_norms: int = 2  # RMSNorms a decoder layer holds (Gemma 3: four), for the planner
     planned_prefixes: tuple[str, ...] = ()  # other model_types the planner sizes like this one
     sampling: SamplingPreset = SamplingPreset()  # what its models answer well with by default
 
