@@ -114,7 +114,7 @@ def test_the_entry_decides_the_path(testllama, one_thread):
     families.register(_renamed_llama(fast_path=False, tensor_parallel=False))
     slow = Session.load(LoadRequest(str(testllama), device="cpu"))
     assert slow.decoder.mode == "generic"
-    assert any("the fused step covers Llama, Mistral, Qwen2 and Qwen3" in n
+    assert any("the fused step covers Llama, Mistral, Qwen2, Qwen3 and Gemma 3" in n
                for n in slow.loaded_event().notes)
     assert token_ids(list(slow.generate(greedy_request(n=16)))) == token_ids(
         list(fast.generate(greedy_request(n=16))))
