@@ -214,7 +214,7 @@ def random_model(folder: ModelFolder, req: LoadRequest, backends: Backends | Non
                  ) -> LoadedModel:
     """A model with real shapes and random weights, from config.json alone (benchmarks)."""
     library_noise.skip_torchao()
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
     checkpoint_checks.check_rope(folder)
     device, quant, compute_dtype = _placement(req, folder, random_weights=True)
@@ -233,8 +233,8 @@ def random_model(folder: ModelFolder, req: LoadRequest, backends: Backends | Non
         model = _random_bnb_on_meta(config, quant, device, compute_dtype)
     else:
         with torch.device(device):
-            model = AutoModelForCausalLM.from_config(config, dtype=compute_dtype,
-                                                     attn_implementation="sdpa").eval()
+            model = language_model.from_config(config, folder.architecture,
+                                               dtype=compute_dtype).eval()
         if quantized:
             from engine.quant.bnb import quantize_linears
 

@@ -1,11 +1,12 @@
-"""Gemma 3's step: the family step (models/layers.py) with Gemma's math where it differs.
+"""Gemma 2 and 3's step: the family step (models/layers.py) with Gemma's math where it differs.
 
 Every RMSNorm scales by (1 + weight) in fp32 before the cast back (the weights are made so here,
 once: the model's own stay as they are for transformers' modules); a norm after attention and
 one after the MLP, before each residual add; the embedding times sqrt(hidden); GELU (tanh) in
 place of SiLU; the logits soft-capped where the config says. Local layers (layer_types
 "sliding_attention") take RoPE of their own base and attend within their window
-(attention/sliding_window.py); global layers run the family step's attention unchanged.
+(attention/sliding_window.py); global layers run the family step's attention unchanged, but
+where the attention logits are soft-capped (Gemma 2), which only sliding_window computes.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class GemmaParts:
     rope: dict[str, tuple[torch.Tensor, float]]  # layer type -> (inv_freq, attention scaling)
     embed_scale: torch.Tensor  # sqrt(hidden) in the embedding's dtype, as transformers rounds it
     softcap: float | None  # final_logit_softcapping
+    attn_softcap: float | None  # attn_logit_softcapping (Gemma 2): every layer's attention
 
 
 def step_of(model, cache: KVCache) -> FamilyStep:
@@ -53,7 +55,8 @@ def _gemma(model, w: StepWeights) -> GemmaParts:
     layers = model.get_submodule(n.layers)
     for p in w.layers:
         p.ln_in, p.ln_post = _plus_one(p.ln_in), _plus_one(p.ln_post)
-        p.q_norm, p.k_norm = _plus_one(p.q_norm), _plus_one(p.k_norm)
+        if p.q_norm is not None:  # Gemma 3's; Gemma 2 has none
+            p.q_norm, p.k_norm = _plus_one(p.q_norm), _plus_one(p.k_norm)
     w.norm = _plus_one(w.norm)
     kinds = list(cfg.layer_types)
     rotary = model.get_submodule(n.rotary)
@@ -64,7 +67,8 @@ def _gemma(model, w: StepWeights) -> GemmaParts:
         kinds=kinds, windows=[cfg.sliding_window if k != GLOBAL else None for k in kinds],
         rope={k: rope_of(rotary, k) for k in set(kinds)},
         embed_scale=embed.embed_scale.to(embed.weight.dtype),
-        softcap=getattr(cfg, "final_logit_softcapping", None))
+        softcap=getattr(cfg, "final_logit_softcapping", None),
+        attn_softcap=getattr(cfg, "attn_logit_softcapping", None))
 
 
 class GemmaStep(FamilyStep):
@@ -109,14 +113,18 @@ class GemmaStep(FamilyStep):
                                                    self.embed.device, self.embed.dtype)
                             for k in self.gemma.rope}
 
-    # ---- attention: the family step's for global layers, windowed for local ones
+    # ---- attention: the family step's for global layers, windowed for local ones (and for
+    # every layer where the logits are soft-capped: the family step's kernels do not cap)
 
     def _by_layer(self, full: Attention, local: Attention) -> Attention:
-        return lambda i, q, kv: (full if self.gemma.windows[i] is None else local)(i, q, kv)
+        g = self.gemma
+        return lambda i, q, kv: (full if g.windows[i] is None and g.attn_softcap is None
+                                 else local)(i, q, kv)
 
     def _window(self, i: int, q: torch.Tensor, kv: LayerKV, pos: torch.Tensor,
                 kv_len: int) -> torch.Tensor:
-        return sliding_window.attend(q, kv, pos, kv_len, self.gemma.windows[i], self.scaling)
+        return sliding_window.attend(q, kv, pos, kv_len, self.gemma.windows[i], self.scaling,
+                                     self.gemma.attn_softcap)
 
     def _bucket_attention(self, pos: torch.Tensor, kv_len: int, T: int) -> Attention:
         return self._by_layer(super()._bucket_attention(pos, kv_len, T),

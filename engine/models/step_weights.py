@@ -94,10 +94,11 @@ def supports(model) -> bool:
     (Llama's attention_bias) decodes through transformers' modules on one device."""
     if not in_family(model):
         return False
-    n = family_of(model).names
-    # the step's attention is SDPA's: no soft-capping of attention logits (Gemma 2's)
-    softcap = getattr(model.config, "attn_logit_softcapping", None)
-    return model.get_submodule(n.layers)[0].get_submodule(n.o).bias is None and softcap is None
+    family = family_of(model)
+    # the family step's attention is SDPA's: soft-capped attention logits only on Gemma's step
+    capped = getattr(model.config, "attn_logit_softcapping", None) is not None
+    bias = model.get_submodule(family.names.layers)[0].get_submodule(family.names.o).bias
+    return bias is None and (family.sliding_layers or not capped)
 
 
 def weights_of(model) -> StepWeights:
@@ -124,8 +125,8 @@ def weights_of(model) -> StepWeights:
 def rope_of(rotary, layer_type: str | None = None) -> tuple[torch.Tensor, float]:
     """A rotary embedding's inverse frequencies [D/2] (fp32) and attention scaling; where it
     holds one set per layer type (Gemma 3: local and global bases), `layer_type`'s, the global
-    layers' by default."""
-    if layer_type is None and hasattr(rotary, "inv_freq"):
+    layers' by default; where it holds one set, that one for every type (Gemma 2)."""
+    if hasattr(rotary, "inv_freq"):
         return rotary.inv_freq.float(), float(getattr(rotary, "attention_scaling", 1.0))
     kind = layer_type or "full_attention"
     return (getattr(rotary, f"{kind}_inv_freq").float(),

@@ -1,9 +1,10 @@
-"""Gemma 3 on the engine's own step: Llama's projections, with four norms a layer (the ones
+"""Gemma 2 and Gemma 3 on the engine's own step: Llama's projections, with four norms a layer (the ones
 around attention and around the MLP), each scaling by (1 + weight); RMSNorm over each q and k
 head; the embedding scaled by sqrt(hidden); GELU (tanh) gating; and sliding-window layers
 between global ones, each kind with its own RoPE base. The 4B-27B checkpoints are
 Gemma3ForConditionalGeneration: the loader takes their language model and leaves the vision
-tower on disk."""
+tower on disk. Gemma 2 has no q/k head norms, one RoPE base, and soft-caps its attention logits
+(its attention is computed without SDPA: attention/sliding_window.py)."""
 
 from __future__ import annotations
 
@@ -23,4 +24,8 @@ GEMMA3_TEXT = Family(
 GEMMA3 = Family("gemma3", "Gemma 3 (multimodal)", ("Gemma3ForConditionalGeneration",),
                 qk_norm=True, tied_by_default=True, sliding_layers=True, layer_norms=4)
 
-FAMILIES = (GEMMA3_TEXT, GEMMA3)
+GEMMA2 = Family(
+    "gemma2", "Gemma 2", ("Gemma2ForCausalLM",), names=GEMMA3_NAMES, fast_path=True,
+    tied_by_default=True, sliding_layers=True, layer_norms=4)
+
+FAMILIES = (GEMMA3_TEXT, GEMMA3, GEMMA2)

@@ -1,8 +1,8 @@
-"""Gemma 3 on the engine's own step (models/gemma_step.py) against transformers, fp32 on the CPU:
-local layers of a 16-token window between global ones, prompts several windows long. Greedy
-tokens equal transformers' token for token; bf16 logits within bf16's own distance from fp32;
-batched rows give what each gives alone; a Gemma3ForConditionalGeneration checkpoint loads its
-language model alone."""
+"""Gemma 3 and Gemma 2 on the engine's own step (models/gemma_step.py) against transformers, fp32
+on the CPU: local layers of a 16-token window between global ones, prompts several windows long.
+Greedy tokens equal transformers' token for token; bf16 logits within bf16's own distance from
+fp32; batched rows give what each gives alone; a Gemma3ForConditionalGeneration checkpoint loads
+its language model alone; Gemma 2's soft-capped attention on the step as in transformers."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from engine.generate.session import Session
 from engine.models.gemma_step import GemmaStep
 from tests.engine.generate.test_batch_run import concurrent_equals_alone, teacher_forced_rows
 from tests.engine.helpers import PROMPT, greedy_request, hf_greedy, token_ids
-from tests.fixtures import gemma3
+from tests.fixtures import gemma
 
 LONG_PROMPT = (PROMPT + " ") * 5
 N_NEW = 40
@@ -23,9 +23,10 @@ N_NEW = 40
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory, tokenizer_dir):
     root = tmp_path_factory.mktemp("gemma3")
-    return {"causal": gemma3.build(root / "causal", tokenizer_dir),
-            "conditional": gemma3.build(root / "conditional", tokenizer_dir, conditional=True),
-            "bf16": gemma3.build(root / "bf16", tokenizer_dir, dtype="bfloat16")}
+    return {"causal": gemma.build(root / "causal", tokenizer_dir),
+            "conditional": gemma.build(root / "conditional", tokenizer_dir, conditional=True),
+            "bf16": gemma.build(root / "bf16", tokenizer_dir, dtype="bfloat16"),
+            "gemma2": gemma.build(root / "gemma2", tokenizer_dir, gemma2=True)}
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,7 @@ def reference(folders):
 def test_greedy_equals_transformers_past_four_windows(session, reference):
     assert isinstance(session.decoder.family, GemmaStep) and session.decoder.mode == "static"
     n_prompt = len(session.prompt_ids(greedy_request(LONG_PROMPT)))
-    assert n_prompt >= 4 * gemma3.WINDOW
+    assert n_prompt >= 4 * gemma.WINDOW
     got = token_ids(list(session.generate(greedy_request(LONG_PROMPT, n=N_NEW))))
     assert len(set(reference)) >= 8  # the random model wanders: a wrong layer would show
     assert got == reference
@@ -91,3 +92,14 @@ def test_batched_rows_equal_each_row_alone(session):
     assert session.can_batch()
     run = concurrent_equals_alone(session)
     assert max(run.engine.batch.rows_seen) >= 5
+
+
+def test_gemma2_soft_capped_attention_on_the_step(folders):
+    path = folders["gemma2"]
+    reference = hf_greedy(path, LONG_PROMPT, N_NEW)  # transformers' eager attention: capped
+    s = Session.load(LoadRequest(str(path), device="cpu", context=512))
+    assert isinstance(s.decoder.family, GemmaStep) and s.decoder.family.gemma.attn_softcap == 5
+    assert len(set(reference)) >= 8
+    assert token_ids(list(s.generate(greedy_request(LONG_PROMPT, n=N_NEW)))) == reference
+    single, batched = teacher_forced_rows(s, n_seqs=3, steps=4)
+    assert ((batched - single).norm(dim=-1) / single.norm(dim=-1)).max() < 1e-5
