@@ -1,10 +1,10 @@
-"""Gemma 2 and Gemma 3 on the engine's own step: Llama's projections, with four norms a layer (the ones
-around attention and around the MLP), each scaling by (1 + weight); RMSNorm over each q and k
-head; the embedding scaled by sqrt(hidden); GELU (tanh) gating; and sliding-window layers
-between global ones, each kind with its own RoPE base. The 4B-27B checkpoints are
-Gemma3ForConditionalGeneration: the loader takes their language model and leaves the vision
-tower on disk. Gemma 2 has no q/k head norms, one RoPE base, and soft-caps its attention logits
-(its attention is computed without SDPA: attention/sliding_window.py)."""
+"""Gemma 2 and Gemma 3 on the engine's own step: Llama's projections, with four norms a layer
+(around attention and around the MLP), each scaling by (1 + weight); Gemma 3's RMSNorm over each
+q and k head; the embedding scaled by sqrt(hidden); GELU (tanh) gating; and sliding-window layers
+between global ones, each kind with its own RoPE base in Gemma 3. Gemma 3's 4B-27B checkpoints
+are Gemma3ForConditionalGeneration: the loader takes their language model and leaves the vision
+tower on disk. Gemma 2 soft-caps its attention logits (computed without SDPA:
+attention/sliding_window.py)."""
 
 from __future__ import annotations
 
