@@ -113,6 +113,30 @@ def test_sliding_window_rules():
     assert shape(dict(mistral, use_sliding_window=False)).sliding_window is None
 
 
+GEMMA3_12B = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
+              "text_config": dict(
+                  model_type="gemma3_text", hidden_size=3840, num_hidden_layers=48,
+                  num_attention_heads=16, num_key_value_heads=8, head_dim=256,
+                  intermediate_size=15360, vocab_size=262208, max_position_embeddings=131072,
+                  sliding_window=1024, query_pre_attn_scalar=256, torch_dtype="bfloat16",
+                  rope_scaling={"rope_type": "linear", "factor": 8.0})}
+
+
+def test_gemma3_12b_at_4_bit_fits_24_gib_past_its_window():
+    """Gemma 3's local layers are masked to their window, so the window does not cap the
+    context; the cache keeps every layer's K/V, and the planner counts all 48 layers."""
+    s = shape(GEMMA3_12B)
+    assert s.model_type == "gemma3_text" and s.sliding_window is None and s.tie_word_embeddings
+    # four norms a layer and the q/k head norms: 48 (4 x 3840 + 2 x 256) + 3840
+    assert s.other_params == 48 * (4 * 3840 + 2 * 256) + 3840
+    assert abs(s.total_params - 11.77e9) < 0.01e9  # the language model of the 12B checkpoint
+    per_token = 48 * 2 * 8 * 256 * 2  # layers x (K, V) x KV heads x head_dim x bf16 bytes
+    assert kv_bytes_per_token(s, "bf16") == per_token == 384 * 1024
+    p = plan(s, "nf4", "bf16", 32768, 24 * GiB)
+    assert p.context == 32768 and not p.notes and p.kv_bytes == 32768 * per_token  # 12 GiB
+    assert p.fits and p.total_bytes < 24 * GiB and p.max_context > 32768
+
+
 def test_bad_configs_raise_plan_error():
     with pytest.raises(PlanError, match="hidden_size"):
         shape({"num_hidden_layers": 2})

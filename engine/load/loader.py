@@ -20,9 +20,9 @@ from engine.config import overrides
 from engine.config.backends import Backends
 from engine.events import BadRequest, LoadProgress, LoadRequest
 from engine.files.model_folder import ModelFolder
-from engine.formats import weights
+from engine.formats import families, weights
 from engine.formats.sampling_defaults import model_defaults
-from engine.load import checkpoint_checks
+from engine.load import checkpoint_checks, language_model
 from engine.load.memory_limit import (  # noqa: F401 (callers and tests import them here)
     apply_memory_limit,
     clear_memory_limit,
@@ -132,7 +132,7 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
     """`tokenizer`: the folder's, where the caller has read it already (a draft's check);
     `backends`: the session's settings (the int4 kernel; None: the developer overrides)."""
     library_noise.skip_torchao()  # before transformers' quantizer registry loads
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+    from transformers import BitsAndBytesConfig
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # progress travels as LoadProgress events instead
@@ -168,8 +168,8 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
         model = awq_loader.load_model(folder, device, compute_dtype, forced=forced)
     else:
         with library_noise.quiet_load_report():
-            model, info = AutoModelForCausalLM.from_pretrained(
-                folder.path, output_loading_info=True, **kwargs)
+            model, info = language_model.from_pretrained(folder.path, folder.architecture,
+                                                         **kwargs)
         checkpoint_checks.refuse_missing_weights(model, info, folder)
         model.eval()
     _own_nf4(model, quant, device, backends)
@@ -178,7 +178,7 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
     attention.register()
     model.set_attn_implementation(attention.ATTN_IMPLEMENTATION)
 
-    context, notes = _context(folder.config, req.context)
+    context, notes = _context(folder, req.context)
     notes += head_notes + ([slow] if slow else [])
     stage("ready", 3)
     return LoadedModel(folder, model, tokenizer, gen_config, _eos_ids(model, tokenizer, gen_config),
@@ -214,11 +214,12 @@ def random_model(folder: ModelFolder, req: LoadRequest, backends: Backends | Non
                  ) -> LoadedModel:
     """A model with real shapes and random weights, from config.json alone (benchmarks)."""
     library_noise.skip_torchao()
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
     checkpoint_checks.check_rope(folder)
     device, quant, compute_dtype = _placement(req, folder, random_weights=True)
-    config = AutoConfig.from_pretrained(folder.path, trust_remote_code=False)
+    config = language_model.text_config(
+        AutoConfig.from_pretrained(folder.path, trust_remote_code=False))
     torch.manual_seed(0)
     quantized = quant in ("nf4", "int8")
     if quant == "awq":  # random 4-bit codes made on the device: no 16-bit copy ever exists
@@ -232,8 +233,8 @@ def random_model(folder: ModelFolder, req: LoadRequest, backends: Backends | Non
         model = _random_bnb_on_meta(config, quant, device, compute_dtype)
     else:
         with torch.device(device):
-            model = AutoModelForCausalLM.from_config(config, dtype=compute_dtype,
-                                                     attn_implementation="sdpa").eval()
+            model = language_model.from_config(config, folder.architecture,
+                                               dtype=compute_dtype).eval()
         if quantized:
             from engine.quant.bnb import quantize_linears
 
@@ -242,7 +243,7 @@ def random_model(folder: ModelFolder, req: LoadRequest, backends: Backends | Non
     head_notes = _quantize_lm_head(model, req, device, compute_dtype)
     attention.register()
     model.set_attn_implementation(attention.ATTN_IMPLEMENTATION)
-    context, notes = _context(folder.config, req.context)
+    context, notes = _context(folder, req.context)
     notes += head_notes
     gen = {"eos_token_id": config.eos_token_id}
     return LoadedModel(folder, model, None, gen, _eos_ids(model, None, gen), device, quant,
@@ -310,18 +311,20 @@ def _eos_ids(model, tokenizer, gen_config: dict) -> frozenset[int]:
     return frozenset(ids)
 
 
-def _context(config: dict, requested: int | None) -> tuple[int, list[str]]:
-    """The cache length: requested or a chat-sized default, capped by the model's limits."""
-    notes = []
+def _context(folder: ModelFolder, requested: int | None) -> tuple[int, list[str]]:
+    """The cache length: requested or a chat-sized default, capped by the model's limits (and
+    a sliding window, unless the family masks each windowed layer: sliding_layers)."""
+    notes, text = [], folder.config.get("text_config")
+    config = {**folder.config, **text} if isinstance(text, dict) else folder.config
     native = config.get("max_position_embeddings")  # a whole number: model_folder checked it
     native = native if isinstance(native, int) else DEFAULT_MAX_CONTEXT
     context = requested or min(native, DEFAULT_MAX_CONTEXT)
     if context > native:
         raise BadRequest(f"context {context} is longer than the model's {native} positions")
     window = config.get("sliding_window")
-    if config.get("use_sliding_window") is not False and isinstance(window, int) and (
-            window < context):
-        # the engine's attention is full attention: stay inside the window instead of faking it
+    masked = getattr(families.get(folder.family), "sliding_layers", False)
+    if not masked and config.get("use_sliding_window") is not False and isinstance(
+            window, int) and window < context:
         notes.append(f"context capped at the model's sliding window of {window} tokens")
-        context = window
+        context = window  # all of its attention is windowed: stay inside the window
     return context, notes

@@ -2,7 +2,7 @@
 config.json and GGUF call it, its transformers classes, the module names the fast path, tensor
 parallelism and AWQ read, and what the planner must know. No torch: the app may import it."""
 
-from engine.formats.families import generic, llama, planned, qwen
+from engine.formats.families import gemma, generic, llama, phi, planned, qwen
 from engine.formats.families.registry import (
     ARCHITECTURES,
     GGUF_ARCHITECTURES,
@@ -22,7 +22,7 @@ from engine.formats.families.registry import (
 )
 
 # in the order messages list them; a test registers its own family beside them
-for _module in (llama, qwen, generic, planned):
+for _module in (llama, qwen, gemma, phi, generic, planned):
     for _family in _module.FAMILIES:
         register(_family)
 

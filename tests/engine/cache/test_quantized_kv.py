@@ -331,7 +331,7 @@ def test_multi_turn_reuse_with_a_quantized_cache(kv, tiny_model):
 
 
 @pytest.mark.parametrize("kv", QUANTIZED)
-@pytest.mark.parametrize("arch", ["qwen2", "phi3"])  # the fused block; transformers' modules
+@pytest.mark.parametrize("arch", ["qwen2", "gemma"])  # the fused block; transformers' modules
 def test_speculative_decoding_over_a_quantized_cache(kv, arch, tiny_models):
     """Teacher-forced: a verify block's logits equal single steps' (every token is quantized
     before any query reads it, so both read the same bytes); then greedy with a draft and with
