@@ -122,8 +122,11 @@ class CallReader:
         found = [(self.pending.find(m), m) for m in openers if m in self.pending]
         if found:  # the template's newline before a call is no content either
             at, m = min(found)
-            self._content(self.pending[:at].rstrip())
-            self.pending, self.marker, self.stage = self.pending[at + len(m):], m, "open"
+            before = self.pending[:at].rstrip()
+            self._content(before)
+            # the space before goes with the marker: back into the content if no call follows
+            self.marker = self.pending[len(before):at] + m
+            self.pending, self.stage = self.pending[at + len(m):], "open"
             return True
         keep = _held_back(self.pending, openers)
         ready = self.pending[:len(self.pending) - keep]

@@ -47,13 +47,14 @@ CHAT_CASES = [  # (change to a valid chat body, the param named)
     ({"max_tokens": 0}, "max_tokens"),
     ({"max_completion_tokens": 5000}, "max_completion_tokens"),
     ({"messages": []}, "messages"),
-    ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+    ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
      "messages[0].content"),
     ({"messages": [{"role": "user"}]}, "messages[0].content"),
     ({"messages": [{"role": "user", "content": "\ud800"}]}, "messages[0].content"),
     ({"stream_options": {"include_usage": True}}, "stream_options"),
-    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ({"tools": [{"type": "function", "function": {"name": "no spaces"}}]},
+     "tools[0].function.name"),
     ({"logit_bias": {"1": 5}}, "logit_bias"),
 ]
 
