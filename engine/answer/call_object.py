@@ -90,9 +90,7 @@ class CallObject:
 
     def _close(self) -> None:
         self.done = True
-        if self.stage == "tail":
-            return
-        if self.stage == "arguments":  # a scalar value the outer brace ended
+        if self.stage in ("tail", "arguments"):  # arguments: a scalar the outer brace ended
             return
         try:
             obj = json.loads(self.raw)

@@ -7,7 +7,7 @@ import secrets
 import string
 from dataclasses import dataclass
 
-_ALNUM = string.ascii_letters + string.digits
+ID_CHARS = string.ascii_letters + string.digits
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class CallArguments:
 def call_id(length: int = 24) -> str:
     """OpenAI's shape (`call_` and random letters and digits); Mistral's templates want exactly
     nine letters and digits, and get `length=9` without the prefix."""
-    body = "".join(secrets.choice(_ALNUM) for _ in range(length))
+    body = "".join(secrets.choice(ID_CHARS) for _ in range(length))
     return body if length == 9 else f"call_{body}"
 
 

@@ -10,10 +10,12 @@ grammar that will enforce them takes its schema from `ToolUse.call_schema()`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
 
+from engine.answer.parts import ID_CHARS
 from engine.events import BadRequest
 
 MAX_TOOLS = 128  # OpenAI's own bound
@@ -191,3 +193,26 @@ def with_instruction(messages: list[dict], instruction: str | None) -> list[dict
         first = {**messages[0], "content": f"{messages[0]['content']}\n\n{instruction}"}
         return [first, *messages[1:]]
     return [{"role": "system", "content": instruction}, *messages]
+
+
+def fit_call_ids(messages: list[dict], length: int) -> list[dict]:
+    """Call ids in the history in the family's shape: Mistral's templates refuse any but nine
+    letters and digits, and a client sends back OpenAI's `call_...`. An id of another shape is
+    replaced by one derived from it, alike in the call and in the result that answers it."""
+    if length != 9:
+        return messages
+
+    def fit(i: str) -> str:
+        if len(i) == length and i.isalnum():
+            return i
+        digest = hashlib.sha256(i.encode()).digest()
+        return "".join(ID_CHARS[b % len(ID_CHARS)] for b in digest[:length])
+
+    out = []
+    for m in messages:
+        if m.get("tool_calls"):
+            m = {**m, "tool_calls": [{**c, "id": fit(c["id"])} for c in m["tool_calls"]]}
+        if m.get("tool_call_id") is not None:
+            m = {**m, "tool_call_id": fit(m["tool_call_id"])}
+        out.append(m)
+    return out

@@ -159,6 +159,7 @@ async def chat_choices(body: ChatCompletionRequest, model: ModelView) -> list[Ch
         messages = _messages(body)
     except tool_request.RequestError as e:
         raise bad_request(str(e), e.param) from None
+    messages = tool_request.fit_call_ids(messages, model.tool_syntax.id_length)
     if tools is not None:
         messages = tool_request.with_instruction(messages, tools.instruction())
         if tools.template_tools() is not None:

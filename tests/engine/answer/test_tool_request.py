@@ -8,6 +8,7 @@ import pytest
 from engine.answer.tool_request import (
     RequestError,
     assistant_calls,
+    fit_call_ids,
     template_kwargs,
     tool_use,
     with_instruction,
@@ -74,3 +75,13 @@ def test_the_instruction_joins_the_system_message_or_makes_one():
     assert with_instruction(msgs, "Call.")[0] == {"role": "system", "content": "Call."}
     sys_first = [{"role": "system", "content": "Be brief."}, *msgs]
     assert with_instruction(sys_first, "Call.")[0]["content"] == "Be brief.\n\nCall."
+
+
+def test_mistral_history_ids_become_nine_letters_and_digits_alike_in_call_and_result():
+    history = [{"role": "assistant", "content": None, "tool_calls": assistant_calls(
+        [{"id": "call_abc", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        0)}, {"role": "tool", "tool_call_id": "call_abc", "content": "1"}]
+    fitted = fit_call_ids(history, 9)
+    new_id = fitted[0]["tool_calls"][0]["id"]
+    assert len(new_id) == 9 and new_id.isalnum() and fitted[1]["tool_call_id"] == new_id
+    assert fit_call_ids(history, 24) == history  # other families keep the client's ids
