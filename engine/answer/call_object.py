@@ -42,7 +42,7 @@ class CallObject:
     ("start", name), ("arguments", text); `done` once the object closed; `failed` where it
     was not a call (its text is `raw`). `rest` holds what came after the closing brace."""
 
-    def __init__(self):
+    def __init__(self, name: str | None = None):
         self.raw = ""
         self.json = JsonDepth()
         self.stage = "head"  # head -> arguments -> tail, or whole (key order unknown)
@@ -50,6 +50,12 @@ class CallObject:
         self.value_started = False
         self.done = self.failed = False
         self._ready: list[tuple[str, str]] = []
+        # the name given apart (Mistral's `name[ARGS]{...}`): only the arguments value follows,
+        # and the object ends with it
+        self.bare = name is not None
+        if self.bare:
+            self.feed(f'{{"name": {json.dumps(name)}, "arguments":')
+            self.raw = ""
 
     def feed(self, text: str) -> str:
         """Read `text`; return what follows the object's end ("" while it is open)."""
@@ -60,6 +66,9 @@ class CallObject:
                 self._head(c)
             elif self.stage == "arguments":
                 self._argument(c)
+                if self.bare and self.stage == "tail":
+                    self.done = True
+                    return text[i + 1:]
             if self.json.depth == 0:
                 self._close()
                 return text[i + 1:]

@@ -5,7 +5,8 @@ that pulls the calls out of an answer's content as it streams:
            Qwen3, Hermes and the many templates that copied them)
   llama3   a bare `{"name": ..., "parameters": {...}}` at the answer's start, after an optional
            `<|python_tag|>`, several joined by `;` (Llama 3.1 to 3.3)
-  mistral  `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (Mistral's v3 templates)
+  mistral  `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (Mistral's v3 templates), or
+           `[TOOL_CALLS]name[ARGS]{...}` once a call (the later ones)
   generic  the fallback for a template with no known syntax: the hermes tags, or a bare call
            object at the answer's start
 
@@ -15,6 +16,7 @@ one or not, and whatever turns out not to be a call goes out as content after al
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from engine.answer.call_object import CallObject
@@ -40,6 +42,8 @@ LLAMA3 = ToolSyntax("llama3", ("<|python_tag|>",), bare_at_start=True, separator
 MISTRAL = ToolSyntax("mistral", ("[TOOL_CALLS]",), in_array=True, id_length=9)
 GENERIC = ToolSyntax("generic", ("<tool_call>",), closer="</tool_call>", bare_at_start=True)
 SYNTAXES = {s.name: s for s in (HERMES, LLAMA3, MISTRAL, GENERIC)}
+ARGS = "[ARGS]"  # after a function's name, in Mistral's later form
+_NAME_BEFORE_ARGS = re.compile(r"\s*([A-Za-z0-9_-]{1,64})\[ARGS\]")
 
 
 def syntax_for(template: str | None) -> ToolSyntax:
@@ -146,6 +150,17 @@ class CallReader:
         if stripped[0] == "{":
             self.pending, self.stage, self.call = stripped, "object", CallObject()
             return True
+        if self.syntax.in_array and not self.in_array:  # perhaps name[ARGS]
+            m = _NAME_BEFORE_ARGS.match(self.pending)
+            if m:
+                self.marker += self.pending[:m.end()]
+                self.pending = self.pending[m.end():]
+                self.stage, self.call = "object", CallObject(m.group(1))
+                return True
+            head = stripped[:65 + len(ARGS)]
+            name = re.match(r"[A-Za-z0-9_-]*", head).group()
+            if len(name) <= 64 and ARGS.startswith(head[len(name):]):
+                return False  # the name, or [ARGS], still arriving
         self._give_back(self.marker + self.pending)  # not a call after all
         return True
 

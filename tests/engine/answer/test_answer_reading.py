@@ -31,6 +31,9 @@ CASES = [
     (LLAMA3, False, '{"answer": 42}', '{"answer": 42}', "", []),
     (MISTRAL, False, 'Sure. [TOOL_CALLS] [{"name": "f", "arguments": {"a": "]"}}, '
      '{"name": "g", "arguments": {}}]', "Sure.", "", [("f", '{"a": "]"}'), ("g", "{}")]),
+    (MISTRAL, False, '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]g[ARGS]{}',
+     "", "", [("get_weather", '{"city": "Paris"}'), ("g", "{}")]),
+    (MISTRAL, False, "[TOOL_CALLS] is how I call", "[TOOL_CALLS] is how I call", "", []),
     (GENERIC, False, f"{WEATHER}", "", "",
      [("get_weather", '{"city": "Paris", "days": [1, "}"]}')]),
     (GENERIC, True, f"<think>x</think><tool_call>{WEATHER}</tool_call>", "", "x",
