@@ -72,11 +72,12 @@ class ToolUse:
         return None
 
     def call_schema(self) -> dict | None:
-        """The JSON schema each call object must follow under required or a named function
-        (None otherwise): the grammar's hook. The model writes each call in its family's
-        markers (ToolSyntax.openers and closer) around an object of this schema; one call at
-        most where `parallel` is false."""
-        if not self.must_call:
+        """The JSON schema each call object must follow (None under "none"): the grammar's
+        hook. The model writes each call in its family's markers (ToolSyntax.openers and
+        closer) around an object of this schema; one call at most where `parallel` is false.
+        Under required or a named function a call must open the answer (`must_call`); under
+        auto the schema holds once an opener appears."""
+        if self.choice == "none":
             return None
         tools = self.template_tools() or []
         options = [{"type": "object", "additionalProperties": False,

@@ -23,8 +23,10 @@ def test_auto_and_none_and_no_tools():
     assert tool_use(None, None, None) is None and tool_use([], "none", None) is None
     auto = tool_use([F, G], None, None)
     assert auto.choice == "auto" and auto.template_tools() == [F, G] and auto.parallel
-    assert auto.call_schema() is None and auto.instruction() is None
-    assert tool_use([F], "none", False).template_tools() is None
+    assert auto.instruction() is None and not auto.must_call
+    assert len(auto.call_schema()["anyOf"]) == 2  # the grammar's, once an opener appears
+    none = tool_use([F], "none", False)
+    assert none.template_tools() is None and none.call_schema() is None
 
 
 def test_named_renders_that_function_alone_and_gives_its_call_schema():
