@@ -69,14 +69,17 @@ def build(tok, req: GenerateRequest, history: list[int], context: int,
     return Prompt(best[0], starts[best[1]])
 
 
-def render_template(tok, messages: list[dict], budget: RenderBudget) -> str:
+def render_template(tok, messages: list[dict], budget: RenderBudget,
+                    extra: dict | None = None) -> str:
     """The chat template's text for `messages`, as `tok.apply_chat_template` gives it, rendered
     where it can be stopped (generate/template_guard.py); whatever goes wrong in the template
-    (too slow, too long, blocked by the sandbox, raising, not parsing) is one BadRequest."""
+    (too slow, too long, blocked by the sandbox, raising, not parsing) is one BadRequest.
+    `extra`: more of apply_chat_template's arguments (`tools`, a template's own kwargs)."""
     name = f"the chat template of {getattr(tok, 'name_or_path', '') or 'this model'}"
     try:
         template = tok.get_chat_template()
-        return template_guard.render(template, messages, dict(tok.special_tokens_map), budget)
+        kwargs = {**tok.special_tokens_map, **(extra or {})}
+        return template_guard.render(template, messages, kwargs, budget)
     except RenderCancelled:
         raise
     except RenderTooCostly as e:

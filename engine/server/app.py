@@ -53,7 +53,10 @@ def create_app(engine, model: ModelView, settings: Settings) -> FastAPI:
     errors.install(app)
 
     def card(name: str) -> dict:
-        return {"id": name, "object": "model", "created": created, "owned_by": "hearth"}
+        # Hearth's own fields: how answers are read, chosen from the chat template at load
+        return {"id": name, "object": "model", "created": created, "owned_by": "hearth",
+                "tool_call_syntax": model.tool_syntax.name,
+                "reasoning": "think" if model.thinks else None}
 
     @app.get("/health")
     async def health():

@@ -12,6 +12,8 @@ import copy
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from engine.answer.reasoning import thinks
+from engine.answer.tool_syntax import syntax_for
 from engine.events import BadRequest
 from engine.generate import template_guard
 from engine.generate.prompt import Splice, render_template
@@ -49,6 +51,14 @@ def model_ids(given: str | None, folder: Path) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def _template_text(tok) -> str | None:
+    """The chat template (every named one, where a folder has several), or None."""
+    template = getattr(tok, "chat_template", None)
+    if isinstance(template, dict):
+        return "\n".join(t for t in template.values() if isinstance(t, str))
+    return template if isinstance(template, str) else None
+
+
 class ModelView:
     def __init__(self, tokenizer, context: int, vocab_size: int, ids: tuple[str, ...]):
         self.tok = copy.deepcopy(tokenizer)
@@ -56,6 +66,10 @@ class ModelView:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="hearth-tokenize")
         self._renders = ThreadPoolExecutor(MAX_RENDERS, thread_name_prefix="hearth-render")
         self._byte_of: dict[str, int] | None = None  # byte-level BPE's character -> its byte
+        template = _template_text(self.tok)
+        # how answers are read, from what the template writes: its family's call syntax, and
+        # whether it thinks; named in /v1/models
+        self.tool_syntax, self.thinks = syntax_for(template), thinks(template)
         if getattr(self.tok, "chat_template", None):
             template_guard.prewarm()
 
@@ -82,16 +96,21 @@ class ModelView:
         """`fn(*args)` on the tokenizer's thread, so the event loop keeps serving."""
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
-    async def chat_ids(self, messages: list[dict]) -> list[int]:
-        """generate/prompt.py's tokenization of a chat with nothing cached: the same ids. The
-        template renders on a thread of the renders' own, waiting on its child process: a
-        costly one holds up neither the event loop nor other requests' tokenizing."""
+    async def chat_ids(self, messages: list[dict], extra: dict | None = None) -> list[int]:
+        """generate/prompt.py's tokenization of a chat with nothing cached: the same ids."""
+        return (await self.chat_prompt(messages, extra))[0]
+
+    async def chat_prompt(self, messages: list[dict],
+                          extra: dict | None = None) -> tuple[list[int], str]:
+        """The chat's ids and the text they were read from. The template renders on a thread of
+        the renders' own, waiting on its child process: a costly one holds up neither the event
+        loop nor other requests' tokenizing. `extra`: `tools`, a template's own kwargs."""
         if not getattr(self.tok, "chat_template", None):
             raise BadRequest("this model has no chat template; send a raw prompt to "
                              "/v1/completions instead")
         text = await asyncio.get_running_loop().run_in_executor(
-            self._renders, render_template, self.tok, messages, RenderBudget(None))
-        return await self.run(Splice(self.tok, []).tokenize, text)
+            self._renders, render_template, self.tok, messages, RenderBudget(None), extra)
+        return await self.run(Splice(self.tok, []).tokenize, text), text
 
     def text_ids(self, text: str) -> list[int]:
         """`hearth run --raw`'s tokenization: the tokenizer's default, special tokens added."""

@@ -5,8 +5,11 @@ truncated), max_tokens against what is left of it. Each failure is a 400 naming 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from engine.answer import tool_request
+from engine.answer.reader import Reading
+from engine.answer.reasoning import opens_thinking
 from engine.events import BadRequest, GenerateRequest, SamplingParams
 from engine.events.requests import MAX_LOGIT_BIAS, MAX_SEED, short_repr
 from engine.server.errors import bad_request
@@ -26,6 +29,7 @@ class Choice:
     index: int
     request: GenerateRequest
     prompt_tokens: int
+    reading: Reading = Reading()  # how a chat answer's text is read (engine/answer)
 
 
 def _text(value: str, param: str) -> str:
@@ -126,11 +130,23 @@ def _messages(body: ChatCompletionRequest) -> list[dict]:
     out = []
     for i, m in enumerate(body.messages):
         role = "system" if m.role == "developer" else m.role
-        if role not in ("system", "user", "assistant"):
+        if role not in ("system", "user", "assistant", "tool"):
             raise bad_request(f"messages[{i}].role {m.role[:40]!r} is not supported: use system, "
-                              "developer, user or assistant (this server has no tool calling)",
-                              f"messages[{i}].role")
+                              "developer, user, assistant or tool", f"messages[{i}].role")
         content = m.content
+        extra = {}
+        if role == "assistant" and m.tool_calls:
+            # content null beside calls: left out, as apply_chat_template drops None keys
+            extra["tool_calls"] = tool_request.assistant_calls(m.tool_calls, i)
+        if role == "assistant" and m.reasoning_content is not None:
+            extra["reasoning_content"] = _text(m.reasoning_content,
+                                               f"messages[{i}].reasoning_content")
+        if role == "tool":
+            extra.update({k: v for k, v in (("tool_call_id", m.tool_call_id),
+                                            ("name", m.name)) if v is not None})
+        if content is None and "tool_calls" in extra:
+            out.append({"role": role, "content": None, **extra})
+            continue
         if content is None:
             raise bad_request(f"messages[{i}].content is missing", f"messages[{i}].content")
         if not isinstance(content, str):
@@ -142,7 +158,7 @@ def _messages(body: ChatCompletionRequest) -> list[dict]:
                                       f"messages[{i}].content")
                 texts.append(part.text)
             content = "\n".join(texts)
-        out.append({"role": role, "content": _text(content, f"messages[{i}].content")})
+        out.append({"role": role, "content": _text(content, f"messages[{i}].content"), **extra})
     return out
 
 
@@ -150,14 +166,22 @@ async def chat_choices(body: ChatCompletionRequest, model: ModelView) -> list[Ch
     _refuse_unsupported(body)
     if body.top_logprobs is not None and not body.logprobs:
         raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
-    if body.tools:
-        raise bad_request("tools are not supported by this server", "tools")
     if body.response_format and body.response_format.get("type", "text") != "text":
         raise bad_request("response_format other than text is not supported by this server",
                           "response_format")
-    messages = _messages(body)
     try:
-        ids = await model.chat_ids(messages)
+        tools = tool_request.tool_use(body.tools, body.tool_choice, body.parallel_tool_calls)
+        extra = tool_request.template_kwargs(body.chat_template_kwargs)
+        messages = _messages(body)
+    except tool_request.RequestError as e:
+        raise bad_request(str(e), e.param) from None
+    messages = tool_request.fit_call_ids(messages, model.tool_syntax.id_length)
+    if tools is not None:
+        messages = tool_request.with_instruction(messages, tools.instruction())
+        if tools.template_tools() is not None:
+            extra["tools"] = tools.template_tools()
+    try:
+        ids, text = await model.chat_prompt(messages, extra)
     except BadRequest as e:
         raise bad_request(str(e), "messages") from None
     if body.max_completion_tokens is not None:
@@ -165,8 +189,14 @@ async def chat_choices(body: ChatCompletionRequest, model: ModelView) -> list[Ch
     else:
         asked, param = body.max_tokens, "max_tokens"
     max_new = _max_new(asked, param, len(ids), model.context, "messages")
-    return _choices(body, [ids], [max_new], model.vocab_size,
-                    (body.top_logprobs or 0) if body.logprobs else None)
+    calls = tools is not None and tools.choice != "none"
+    reading = Reading(syntax=model.tool_syntax if calls else None, thinks=model.thinks,
+                      thinking_open=model.thinks and opens_thinking(text),
+                      max_calls=None if tools is None or tools.parallel else 1,
+                      must_call=(tools.function or "") if calls and tools.must_call else None)
+    return [replace(c, reading=reading) for c in _choices(
+        body, [ids], [max_new], model.vocab_size,
+        (body.top_logprobs or 0) if body.logprobs else None)]
 
 
 def _prompt_list(prompt) -> list[str | list[int]]:

@@ -12,6 +12,8 @@ import json
 import time
 from collections.abc import AsyncIterator
 
+from engine.answer.parts import CallStart, Content, Reasoning
+from engine.answer.reader import Reading, read_whole
 from engine.events import Failed, Finished, Token
 from engine.server.bridge import Generation
 from engine.server.errors import APIError, error_body
@@ -49,10 +51,11 @@ class Shape:
                 "system_fingerprint": None, "choices": choices, "usage": usage}
 
     def chunk(self, index: int, text: str | None = None, role: bool = False,
-              finish: str | None = None, logprobs: dict | None = None) -> dict:
+              finish: str | None = None, logprobs: dict | None = None,
+              delta: dict | None = None) -> dict:
         if self.chat:
-            delta = {"role": "assistant", "content": ""} if role else (
-                {"content": text} if text is not None else {})
+            delta = delta if delta is not None else {"role": "assistant", "content": ""} if \
+                role else ({"content": text} if text is not None else {})
             choice = {"index": index, "delta": delta, "logprobs": logprobs,
                       "finish_reason": finish}
         else:
@@ -117,11 +120,12 @@ class Shape:
 
     def whole(self, texts: dict[int, str], finishes: dict[int, str]) -> dict:
         choices = []
+        readings = {c.index: c.reading for c in self.gen.choices}
         for i in sorted(texts):
             if self.chat:
-                message = {"role": "assistant", "content": texts[i], "refusal": None}
+                message, finish = chat_message(readings[i], texts[i], finishes[i])
                 choices.append({"index": i, "message": message,
-                                "logprobs": self._whole_logprobs(i), "finish_reason": finishes[i]})
+                                "logprobs": self._whole_logprobs(i), "finish_reason": finish})
             else:
                 choices.append({"index": i, "text": texts[i], "logprobs": self._whole_logprobs(i),
                                 "finish_reason": finishes[i]})
@@ -135,6 +139,35 @@ def start(state, choices, prefix: str, model_name: str, chat: bool = True,
     gen = Generation(state.engine, choices, state.metrics, prefix, state.mailbox)
     gen.start()
     return Shape(chat, gen, model_name, num_per_prompt, state.model)
+
+
+def chat_message(reading: Reading, text: str, finish: str) -> tuple[dict, str]:
+    """A whole chat answer's message and finish_reason: the text read into content, reasoning
+    and tool calls (engine/answer); an answer without the call tool_choice asked is a 422."""
+    if reading.is_plain:
+        return {"role": "assistant", "content": text, "refusal": None}, finish
+    message, missing = read_whole(reading, text)
+    if missing is not None:
+        raise APIError(422, missing, "tool_choice", "tool_call_missing")
+    out = {"role": "assistant", "content": message.content or (None if message.calls else ""),
+           "refusal": None}
+    if reading.thinks:
+        out["reasoning_content"] = message.reasoning or None
+    if message.calls:
+        out["tool_calls"] = message.calls
+    return out, "tool_calls" if message.calls and finish == "stop" else finish
+
+
+def _delta(part) -> dict:
+    """One part of an answer as a chat chunk's delta, in OpenAI's shape."""
+    if isinstance(part, Content):
+        return {"content": part.text}
+    if isinstance(part, Reasoning):
+        return {"reasoning_content": part.text}
+    if isinstance(part, CallStart):
+        return {"tool_calls": [{"index": part.index, "id": part.id, "type": "function",
+                                "function": {"name": part.name, "arguments": ""}}]}
+    return {"tool_calls": [{"index": part.index, "function": {"arguments": part.text}}]}
 
 
 def _sse(obj) -> str:
@@ -153,20 +186,39 @@ def _failure(event, gen: Generation) -> APIError:
 async def stream(shape: Shape, request, include_usage: bool) -> AsyncIterator[str]:
     gen = shape.gen
     watcher = asyncio.create_task(gen.watch_disconnect(request))
+    # a reader per chat choice whose text is more than content (calls, thinking)
+    readers = {c.index: c.reading.reader() for c in gen.choices
+               if shape.chat and not c.reading.is_plain}
     try:
         if shape.chat:
             for c in gen.choices:
                 yield _sse(shape.chunk(c.index, role=True))
         while not gen.done:
             index, event = await gen.next()
-            if isinstance(event, Token) and event.logprobs:
+            reader = readers.get(index)
+            if isinstance(event, Token) and event.logprobs and reader is None:
                 yield _sse(shape.chunk(index, event.text,
                                        logprobs=await shape.logprobs(index, event)))
-            elif isinstance(event, Token) and event.text:
+            elif isinstance(event, Token) and event.text and reader is None:
                 yield shape.text_sse(index, event.text)
+            elif isinstance(event, Token) and event.text:
+                for part in reader.feed(event.text):
+                    yield _sse(shape.chunk(index, delta=_delta(part)))
             elif isinstance(event, Finished) and event.reason in FINISH_REASONS:
                 shape.completion_tokens += event.stats.new_tokens
-                yield _sse(shape.chunk(index, finish=FINISH_REASONS[event.reason]))
+                finish = FINISH_REASONS[event.reason]
+                if reader is not None:
+                    held = reader.finish()
+                    missing = reader.missing_call()
+                    if missing is not None:  # and the prose held back is not sent
+                        yield _sse(error_body(422, missing, "tool_choice", "tool_call_missing"))
+                        gen.close()
+                        yield _sse("[DONE]")
+                        return
+                    for part in held:
+                        yield _sse(shape.chunk(index, delta=_delta(part)))
+                    finish = "tool_calls" if reader.called and finish == "stop" else finish
+                yield _sse(shape.chunk(index, finish=finish))
             elif isinstance(event, (Finished, Failed)):  # a failure, or stopped by the server
                 e = _failure(event, gen)
                 yield _sse(error_body(e.status, e.message, e.param, e.code))

@@ -30,6 +30,9 @@ class ChatMessage(_Body):
     role: str
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # an assistant's earlier calls
+    tool_call_id: str | None = None  # a tool message: the call it answers
+    reasoning_content: str | None = None  # an assistant's earlier thinking (vLLM's field)
 
 
 class StreamOptions(_Body):
@@ -75,6 +78,9 @@ class ChatCompletionRequest(_Sampling):
     top_logprobs: int | None = Field(None, ge=0, le=20)
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    # passed to the chat template (vLLM's extension), e.g. {"enable_thinking": false}
+    chat_template_kwargs: dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
 
 
