@@ -118,6 +118,7 @@ class BatchRun:
         req, seq = gen.req, gen.seq
         speculates = (req.prompt_lookup or req.num_speculative_tokens
                       or self.session.draft is not None) and req.num_speculative_tokens != 0
+        speculates = speculates and gen.sampler.grammar is None  # a grammar follows each token
         if not speculates or gen.cancel.is_set() or not seq.output_ids \
                 or seq.state is not State.RUNNING or seq.num_pending != 1:
             return None
@@ -268,8 +269,8 @@ class BatchRun:
             gen.sink(Token("", (tid,)))
             return self._end(gen, "eos")
         piece, stopped = gen.stop.feed(gen.detok.add(tid))
-        reason = loop_guard.end_reason(gen.req, gen.seq.output_ids, stopped,
-                                       gen.n_new >= gen.seq.max_new_tokens)
+        reason = loop_guard.end_reason(gen.req, gen.seq.output_ids, stopped, gen.n_new,
+                                       gen.seq.max_new_tokens, gen.sampler)
         if reason:
             gen.sink(Token(piece + ("" if stopped else gen.stop.flush()), (tid,)))
             return self._end(gen, reason)

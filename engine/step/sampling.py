@@ -42,7 +42,10 @@ def resolve(params, defaults: dict) -> ResolvedSampling:
 
 
 class Sampler:
-    """One per generation: holds the seeded generator and the seen-token mask for the penalty."""
+    """One per generation: holds the seeded generator and the seen-token mask for the penalty,
+    and a constrained request's grammar state (grammar/matcher.py; None: unconstrained)."""
+
+    grammar = None  # a GrammarState, set by the generation that makes this Sampler
 
     def __init__(self, s: ResolvedSampling, vocab_size: int, device: torch.device,
                  prompt_ids: torch.Tensor):
@@ -55,14 +58,27 @@ class Sampler:
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         """logits: [V] for the last position -> next token id, [1] int64 on the device."""
-        logits = self.penalize(logits.float(), self.seen)
+        logits = self.penalize(self.constrain(logits.float()), self.seen)
         if self.s.is_greedy:
             token = logits.argmax(-1, keepdim=True)
         else:
             token = self.race(self.filter(logits).softmax(-1))
         if self.seen is not None:
             self.seen[token] = True
+        self.follow(token)
         return token
+
+    def constrain(self, logits: torch.Tensor) -> torch.Tensor:
+        """[V] logits with what the grammar does not allow next at -inf (unconstrained: as is)."""
+        if self.grammar is None:
+            return logits
+        return logits.masked_fill(~self.grammar.allowed(logits.device), float("-inf"))
+
+    def follow(self, token: torch.Tensor) -> None:
+        """The grammar takes the chosen token: the next mask depends on it, so a constrained
+        request reads its token on the host here (one sync a step, for it alone)."""
+        if self.grammar is not None:
+            self.grammar.accept(int(token.reshape(-1)[0].item()))
 
     def penalize(self, logits: torch.Tensor, seen: torch.Tensor | None) -> torch.Tensor:
         """logits, seen: [..., V] (seen broadcasts); None or a penalty of 1: unchanged."""
