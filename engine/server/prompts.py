@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.events import BadRequest, GenerateRequest, SamplingParams
+from engine.events import BadRequest, GenerateRequest, GrammarSpec, SamplingParams
 from engine.events.requests import MAX_SEED
+from engine.server import response_format
 from engine.server.errors import bad_request
 from engine.server.model_view import ModelView
 from engine.server.wire import (
@@ -75,7 +76,8 @@ def _max_new(asked: int | None, param: str, num_prompt: int, context: int, where
     return asked
 
 
-def _choices(body, prompts: list[list[int]], max_new: list[int]) -> list[Choice]:
+def _choices(body, prompts: list[list[int]], max_new: list[int],
+             grammar: GrammarSpec | None = None) -> list[Choice]:
     n = body.n or 1
     if len(prompts) * n > MAX_CHOICES:
         raise bad_request(f"at most {MAX_CHOICES} choices a request (prompts times n), got "
@@ -96,7 +98,8 @@ def _choices(body, prompts: list[list[int]], max_new: list[int]) -> list[Choice]
                                       seed)
             req = GenerateRequest(prompt_ids=tuple(ids), max_new_tokens=max_new[p], stop=stop,
                                   sampling=sampling, ignore_eos=body.ignore_eos,
-                                  stop_on_repetition=body.stop_on_repetition)
+                                  stop_on_repetition=body.stop_on_repetition,
+                                  grammar=grammar)
             try:
                 req.validate()
             except BadRequest as e:
@@ -136,9 +139,7 @@ async def chat_choices(body: ChatCompletionRequest, model: ModelView) -> list[Ch
                           "logprobs" if body.logprobs else "top_logprobs")
     if body.tools:
         raise bad_request("tools are not supported by this server", "tools")
-    if body.response_format and body.response_format.get("type", "text") != "text":
-        raise bad_request("response_format other than text is not supported by this server",
-                          "response_format")
+    grammar = await response_format.grammar(body.response_format, model)
     messages = _messages(body)
     try:
         ids = await model.chat_ids(messages)
@@ -149,7 +150,7 @@ async def chat_choices(body: ChatCompletionRequest, model: ModelView) -> list[Ch
     else:
         asked, param = body.max_tokens, "max_tokens"
     max_new = _max_new(asked, param, len(ids), model.context, "messages")
-    return _choices(body, [ids], [max_new])
+    return _choices(body, [ids], [max_new], grammar)
 
 
 def _prompt_list(prompt) -> list[str | list[int]]:
@@ -168,6 +169,7 @@ async def completion_choices(body: CompletionRequest, model: ModelView) -> list[
         raise bad_request("echo is not supported by this server", "echo")
     if body.best_of is not None and body.best_of != (body.n or 1):
         raise bad_request("best_of is not supported by this server; leave it out", "best_of")
+    grammar = await response_format.grammar(body.response_format, model)
     prompts = _prompt_list(body.prompt)
     if not prompts or any(len(p) == 0 for p in prompts):
         raise bad_request("the prompt is empty", "prompt")
@@ -194,4 +196,4 @@ async def completion_choices(body: CompletionRequest, model: ModelView) -> list[
     asked = COMPLETION_MAX_TOKENS if body.max_tokens is None else body.max_tokens
     max_new = [_max_new(asked, "max_tokens", len(ids), model.context, "prompt")
                for ids in all_ids]
-    return _choices(body, all_ids, max_new)
+    return _choices(body, all_ids, max_new, grammar)
