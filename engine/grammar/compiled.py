@@ -45,6 +45,15 @@ def grammar_text(spec: GrammarSpec) -> str:
         raise BadRequest(f"the {spec.kind.replace('_', ' ')} does not compile: {e}") from None
 
 
+def check(spec: GrammarSpec) -> None:
+    """BadRequest where the grammar cannot compile for any tokenizer (before a model loads)."""
+    spec.validate()
+    error = llguidance.LLMatcher.validate_grammar(grammar_text(spec))
+    if error:
+        raise BadRequest(f"the {spec.kind.replace('_', ' ')} does not compile: "
+                         f"{one_line(error)}")
+
+
 def fingerprint(tokenizer) -> str:
     """What identifies a tokenizer's vocabulary, whichever copy of it: the server tokenizes with
     a copy of the engine's, and a grammar compiled for one serves the other."""

@@ -1,6 +1,7 @@
 """`hearth run --json-schema FILE`: the file read as a JSON schema for the answer (a grammar the
 sampler holds it to, engine/grammar/). Bad input is one sentence: a file that is not there, not
-a file, too large, not UTF-8, not JSON, or not a schema object."""
+a file, too large, not UTF-8, not JSON, not a schema object, or a schema that does not
+compile (checked before the model loads)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from engine.events import BadRequest, GrammarSpec
 from engine.events.grammar_spec import MAX_SOURCE_CHARS
+from engine.grammar import compiled
 
 
 def read(path: str) -> GrammarSpec:
@@ -33,4 +35,6 @@ def read(path: str) -> GrammarSpec:
         raise BadRequest(f"cannot read --json-schema {path}: {e.strerror or e}") from None
     if not isinstance(schema, (dict, bool)):
         raise BadRequest(f"--json-schema {path} holds no JSON schema object")
-    return GrammarSpec.from_schema(schema)
+    spec = GrammarSpec.from_schema(schema)
+    compiled.check(spec)  # before the model loads
+    return spec
