@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from engine.events import BadRequest, GenerateRequest, GrammarSpec, SamplingParams
 from engine.events.requests import MAX_SEED
-from engine.server import response_format
+from engine.grammar import compiled, response_format
 from engine.server.errors import bad_request
 from engine.server.model_view import ModelView
 from engine.server.wire import (
@@ -108,6 +108,18 @@ def _choices(body, prompts: list[list[int]], max_new: list[int],
     return choices
 
 
+async def _grammar(fmt: dict | None, model: ModelView) -> GrammarSpec | None:
+    """response_format's grammar, compiled here on the tokenizer's thread (the engine finds it
+    cached): a 400 with the reason where it cannot be."""
+    try:
+        spec = response_format.spec_of(fmt)
+        if spec is not None:
+            await model.run(compiled.compile, model.tok, model.vocab_size, spec)
+    except BadRequest as e:
+        raise bad_request(str(e), "response_format") from None
+    return spec
+
+
 def _messages(body: ChatCompletionRequest) -> list[dict]:
     out = []
     for i, m in enumerate(body.messages):
@@ -139,7 +151,7 @@ async def chat_choices(body: ChatCompletionRequest, model: ModelView) -> list[Ch
                           "logprobs" if body.logprobs else "top_logprobs")
     if body.tools:
         raise bad_request("tools are not supported by this server", "tools")
-    grammar = await response_format.grammar(body.response_format, model)
+    grammar = await _grammar(body.response_format, model)
     messages = _messages(body)
     try:
         ids = await model.chat_ids(messages)
@@ -169,7 +181,7 @@ async def completion_choices(body: CompletionRequest, model: ModelView) -> list[
         raise bad_request("echo is not supported by this server", "echo")
     if body.best_of is not None and body.best_of != (body.n or 1):
         raise bad_request("best_of is not supported by this server; leave it out", "best_of")
-    grammar = await response_format.grammar(body.response_format, model)
+    grammar = await _grammar(body.response_format, model)
     prompts = _prompt_list(body.prompt)
     if not prompts or any(len(p) == 0 for p in prompts):
         raise bad_request("the prompt is empty", "prompt")
