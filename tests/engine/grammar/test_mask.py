@@ -114,3 +114,12 @@ def test_a_grammar_that_does_not_compile_is_bad_input_with_the_reason(tok, spec,
     with pytest.raises(BadRequest, match=reason) as e:
         compiled.compile(tok, len(tok), spec)
     assert "\n" not in str(e.value)
+
+
+def test_the_workers_json_lines_carry_a_requests_grammar():
+    from engine.events import GenerateRequest, request_from_json, request_to_json
+
+    req = GenerateRequest(prompt="x", grammar=GrammarSpec.from_schema({"type": "object"}))
+    assert request_from_json(request_to_json(req)) == req
+    with pytest.raises(BadRequest, match="grammar.kind"):
+        request_from_json('{"command": "generate", "prompt": "x", "grammar": {"kind": 3}}')
