@@ -44,6 +44,17 @@ def test_chat_with_a_json_schema_answers_to_it(server, strict):
     jsonschema.validate(json.loads(choice["message"]["content"]), SCHEMA)
 
 
+def test_a_streamed_constrained_answer_equals_the_whole_one(server):
+    c = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=120)
+    args = dict(model="demo_model", messages=QUESTION, temperature=0, max_tokens=80,
+                response_format=schema_format(SCHEMA))
+    whole = c.chat.completions.create(**args).choices[0].message.content
+    chunks = list(c.chat.completions.create(stream=True, **args))
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == whole
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "stop"
+    jsonschema.validate(json.loads(whole), SCHEMA)
+
+
 def test_completions_take_json_object_and_json_schema(server):
     r = post(server, "completions", prompt='{"fruit": "apple", "weight": 3} is', temperature=0,
              max_tokens=80, n=2, seed=5, response_format=schema_format(SCHEMA))
