@@ -7,9 +7,12 @@ from __future__ import annotations
 import ipaddress
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from engine.formats import kv_dtypes, weights
+
+if TYPE_CHECKING:
+    from engine.events.grammar_spec import GrammarSpec
 
 
 class BadRequest(ValueError):
@@ -208,8 +211,11 @@ class GenerateRequest:
     prompt_lookup: bool = False
     num_speculative_tokens: int | None = None
     stop_on_repetition: bool = False
+    grammar: GrammarSpec | None = None  # the answer's form (events/grammar_spec.py)
 
     def validate(self) -> None:
+        if self.grammar is not None:
+            self.grammar.validate()
         if sum(x is not None for x in (self.prompt, self.messages, self.prompt_ids)) != 1:
             raise BadRequest("give exactly one of a prompt, a list of messages or token ids")
         if self.raw and self.messages is not None:

@@ -118,7 +118,7 @@ class BatchRun:
         req, seq = gen.req, gen.seq
         speculates = (req.prompt_lookup or req.num_speculative_tokens
                       or self.session.draft is not None) and req.num_speculative_tokens != 0
-        if not speculates or gen.sampler.logprobs is not None or gen.cancel.is_set() \
+        if not speculates or gen.sampler.one_token_a_step or gen.cancel.is_set() \
                 or not seq.output_ids or seq.state is not State.RUNNING or seq.num_pending != 1:
             return None
         self._resolve()
@@ -268,8 +268,8 @@ class BatchRun:
             gen.sink(gen.sampler.token("", (tid,)))
             return self._end(gen, "eos")
         piece, stopped = gen.stop.feed(gen.detok.add(tid))
-        reason = loop_guard.end_reason(gen.req, gen.seq.output_ids, stopped,
-                                       gen.n_new >= gen.seq.max_new_tokens)
+        reason = loop_guard.end_reason(gen.req, gen.seq.output_ids, stopped, gen.n_new,
+                                       gen.seq.max_new_tokens, gen.sampler)
         if reason:
             gen.sink(gen.sampler.token(piece + ("" if stopped else gen.stop.flush()), (tid,)))
             return self._end(gen, reason)

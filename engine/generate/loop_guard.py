@@ -10,6 +10,8 @@ zeros in an array, a ruler of dashes) from counting until it is plainly stuck.
 
 from __future__ import annotations
 
+from engine.generate import constrained
+
 MAX_PERIOD = 256  # the longest repeated span looked for, in tokens
 MIN_REPEATS = 4
 MIN_LOOP_TOKENS = 64
@@ -43,12 +45,16 @@ def repeats(ids: list[int]) -> bool:
             return True
 
 
-def end_reason(req, generated: list[int], stopped: bool, at_limit: bool) -> str | None:
-    """Why an answer ends at its newest token (generated[-1]) other than eos, or None where it
-    goes on: a stop string (`stopped`), a loop where the request asked for the guard (never with
-    ignore_eos: a benchmark runs to its limit), or the token limit (`at_limit`)."""
+def end_reason(req, generated: list[int], stopped: bool, n_new: int, max_new: int,
+               sampler=None) -> str | None:
+    """Why an answer ends at its newest token (generated[-1], its n_new-th) other than the
+    model's eos, or None where it goes on: its grammar complete (the sampler's, "eos": the
+    answer ended where it should), a stop string (`stopped`), a loop where the request asked
+    for the guard (never with ignore_eos: a benchmark runs to its limit), or the token limit."""
+    if constrained.complete(sampler, n_new):
+        return "eos"
     if stopped:
         return "stop_string"
     if req.stop_on_repetition and not req.ignore_eos and repeats(generated):
         return "repetition"
-    return "max_tokens" if at_limit else None
+    return "max_tokens" if n_new >= max_new else None

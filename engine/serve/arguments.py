@@ -107,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with --json: each token event carries its log probability (of the "
                      "model's raw logits) and the N likeliest tokens'")
     run.add_argument("--raw", action="store_true", help="no chat template: tokenize as is")
+    run.add_argument("--json-schema", metavar="FILE", help="a JSON schema the answer follows "
+                     "(a grammar holds every token to it)")
     run.add_argument("--json", action="store_true", help="one JSON event per line")
     run.add_argument("--endpoint", metavar="URL", help="stream from an OpenAI-compatible "
                      "endpoint (its base URL, e.g. http://host:8000/v1); --model is its model id")

@@ -193,6 +193,16 @@ def _read_messages(path: str) -> tuple[dict, ...]:
     return tuple(messages)
 
 
+def _grammar(args):
+    if getattr(args, "json_schema", None) is None:
+        return None
+    if args.endpoint is not None:
+        raise BadRequest("--json-schema holds a local model to a schema; leave out --endpoint")
+    from engine.serve import schema_file
+
+    return schema_file.read(args.json_schema)
+
+
 def _requests(args) -> tuple[LoadRequest, GenerateRequest]:
     if args.num_speculative_tokens is not None and not (args.draft or args.prompt_lookup):
         raise BadRequest("--num-speculative-tokens needs --draft PATH or --prompt-lookup")
@@ -218,7 +228,8 @@ def _requests(args) -> tuple[LoadRequest, GenerateRequest]:
                           sampling=SamplingParams(args.temperature, args.top_p, args.top_k,
                                                   args.repetition_penalty, args.seed,
                                                   logprobs=_logprobs(args)),
-                          prompt_lookup=args.prompt_lookup, stop_on_repetition=True)
+                          prompt_lookup=args.prompt_lookup, stop_on_repetition=True,
+                          grammar=_grammar(args))
     load.validate()
     gen.validate()
     return load, gen

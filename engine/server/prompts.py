@@ -10,8 +10,9 @@ from dataclasses import dataclass, replace
 from engine.answer import tool_request
 from engine.answer.reader import Reading
 from engine.answer.reasoning import opens_thinking
-from engine.events import BadRequest, GenerateRequest, SamplingParams
+from engine.events import BadRequest, GenerateRequest, GrammarSpec, SamplingParams
 from engine.events.requests import MAX_LOGIT_BIAS, MAX_SEED, short_repr
+from engine.grammar import compiled, response_format
 from engine.server.errors import bad_request
 from engine.server.model_view import ModelView
 from engine.server.wire import (
@@ -92,7 +93,7 @@ def _max_new(asked: int | None, param: str, num_prompt: int, context: int, where
 
 
 def _choices(body, prompts: list[list[int]], max_new: list[int], vocab_size: int,
-             logprobs: int | None) -> list[Choice]:
+             logprobs: int | None, grammar: GrammarSpec | None = None) -> list[Choice]:
     """`logprobs`: the top tokens reported beside each chosen one; None: no logprobs."""
     n = body.n or 1
     if len(prompts) * n > MAX_CHOICES:
@@ -117,13 +118,26 @@ def _choices(body, prompts: list[list[int]], max_new: list[int], vocab_size: int
                                       seed, **openai_options)
             req = GenerateRequest(prompt_ids=tuple(ids), max_new_tokens=max_new[p], stop=stop,
                                   sampling=sampling, ignore_eos=body.ignore_eos,
-                                  stop_on_repetition=body.stop_on_repetition)
+                                  stop_on_repetition=body.stop_on_repetition,
+                                  grammar=grammar)
             try:
                 req.validate()
             except BadRequest as e:
                 raise bad_request(str(e)) from None
             choices.append(Choice(len(choices), req, len(ids)))
     return choices
+
+
+async def _grammar(fmt: dict | None, model: ModelView) -> GrammarSpec | None:
+    """response_format's grammar, compiled here on the tokenizer's thread (the engine finds it
+    cached): a 400 with the reason where it cannot be."""
+    try:
+        spec = response_format.spec_of(fmt)
+        if spec is not None:
+            await model.run(compiled.compile, model.tok, model.vocab_size, spec)
+    except BadRequest as e:
+        raise bad_request(str(e), "response_format") from None
+    return spec
 
 
 def _messages(body: ChatCompletionRequest) -> list[dict]:
@@ -166,9 +180,7 @@ async def chat_choices(body: ChatCompletionRequest, model: ModelView) -> list[Ch
     _refuse_unsupported(body)
     if body.top_logprobs is not None and not body.logprobs:
         raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
-    if body.response_format and body.response_format.get("type", "text") != "text":
-        raise bad_request("response_format other than text is not supported by this server",
-                          "response_format")
+    grammar = await _grammar(body.response_format, model)
     try:
         tools = tool_request.tool_use(body.tools, body.tool_choice, body.parallel_tool_calls)
         extra = tool_request.template_kwargs(body.chat_template_kwargs)
@@ -196,7 +208,7 @@ async def chat_choices(body: ChatCompletionRequest, model: ModelView) -> list[Ch
                       must_call=(tools.function or "") if calls and tools.must_call else None)
     return [replace(c, reading=reading) for c in _choices(
         body, [ids], [max_new], model.vocab_size,
-        (body.top_logprobs or 0) if body.logprobs else None)]
+        (body.top_logprobs or 0) if body.logprobs else None, grammar)]
 
 
 def _prompt_list(prompt) -> list[str | list[int]]:
@@ -213,6 +225,7 @@ async def completion_choices(body: CompletionRequest, model: ModelView) -> list[
         raise bad_request("echo is not supported by this server", "echo")
     if body.best_of is not None and body.best_of != (body.n or 1):
         raise bad_request("best_of is not supported by this server; leave it out", "best_of")
+    grammar = await _grammar(body.response_format, model)
     prompts = _prompt_list(body.prompt)
     if not prompts or any(len(p) == 0 for p in prompts):
         raise bad_request("the prompt is empty", "prompt")
@@ -239,4 +252,4 @@ async def completion_choices(body: CompletionRequest, model: ModelView) -> list[
     asked = COMPLETION_MAX_TOKENS if body.max_tokens is None else body.max_tokens
     max_new = [_max_new(asked, "max_tokens", len(ids), model.context, "prompt")
                for ids in all_ids]
-    return _choices(body, all_ids, max_new, model.vocab_size, body.logprobs)
+    return _choices(body, all_ids, max_new, model.vocab_size, body.logprobs, grammar)

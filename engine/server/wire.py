@@ -92,3 +92,4 @@ class CompletionRequest(_Sampling):
     logprobs: int | None = Field(None, ge=0, le=5)
     echo: bool | None = False
     best_of: int | None = Field(None, ge=1, le=MAX_CHOICES)
+    response_format: dict[str, Any] | None = None  # as chat's (grammar/response_format.py)

@@ -59,7 +59,10 @@ def openai_options(params) -> dict:
 
 
 class Sampler:
-    """One per generation: holds the seeded generator and the seen-token mask for the penalty."""
+    """One per generation: holds the seeded generator and the seen-token mask for the penalty,
+    and a constrained request's grammar state (grammar/matcher.py; None: unconstrained)."""
+
+    grammar = None  # a GrammarState, set by the generation that makes this Sampler
 
     def __init__(self, s: ResolvedSampling, vocab_size: int, device: torch.device,
                  prompt_ids: torch.Tensor):
@@ -78,10 +81,16 @@ class Sampler:
         return (self.s.is_greedy and self.seen is None and self.rules is None
                 and self.logprobs is None)
 
+    @property
+    def one_token_a_step(self) -> bool:
+        """Whether this request decodes without speculation: its logprobs are recorded a step
+        at a time, and its grammar's next mask depends on each token taken."""
+        return self.logprobs is not None or self.grammar is not None
+
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         """logits: [V] for the last position -> next token id, [1] int64 on the device."""
         raw = logits
-        logits = self.penalize(logits.float(), self.seen)
+        logits = self.penalize(self.constrain(logits.float()), self.seen)
         if self.rules is not None:
             logits = self.rules.apply(logits)
         if self.s.is_greedy:
@@ -94,12 +103,25 @@ class Sampler:
             self.rules.add(token)
         if self.logprobs is not None:
             self.logprobs.record(raw, token)
+        self.follow(token)
         return token
 
     def token(self, text: str, ids) -> Token:
         """The Token event of ids this sampler chose, oldest first, with their logprobs where
         the request asked for them (a request with logprobs decodes plainly, a token a step)."""
         return token_event(text, ids, self.logprobs)
+
+    def constrain(self, logits: torch.Tensor) -> torch.Tensor:
+        """[V] logits with what the grammar does not allow next at -inf (unconstrained: as is)."""
+        if self.grammar is None:
+            return logits
+        return logits.masked_fill(~self.grammar.allowed(logits.device), float("-inf"))
+
+    def follow(self, token: torch.Tensor) -> None:
+        """The grammar takes the chosen token: the next mask depends on it, so a constrained
+        request reads its token on the host here (one sync a step, for it alone)."""
+        if self.grammar is not None:
+            self.grammar.accept(int(token.reshape(-1)[0].item()))
 
     def penalize(self, logits: torch.Tensor, seen: torch.Tensor | None) -> torch.Tensor:
         """logits, seen: [..., V] (seen broadcasts); None or a penalty of 1: unchanged."""

@@ -67,12 +67,12 @@ def test_the_guard_is_off_unless_asked_and_never_with_ignore_eos():
     loop = [9] * 100
     ask = GenerateRequest(prompt="x", stop_on_repetition=True)
     assert GenerateRequest(prompt="x").stop_on_repetition is False
-    assert end_reason(GenerateRequest(prompt="x"), loop, False, False) is None
-    assert end_reason(ask, loop, False, False) == "repetition"
+    assert end_reason(GenerateRequest(prompt="x"), loop, False, 0, 1) is None
+    assert end_reason(ask, loop, False, 0, 1) == "repetition"
     assert end_reason(GenerateRequest(prompt="x", stop_on_repetition=True, ignore_eos=True),
-                      loop, False, False) is None
-    assert end_reason(ask, loop, True, True) == "stop_string"
-    assert end_reason(ask, [1, 2, 3], False, True) == "max_tokens"
+                      loop, False, 0, 1) is None
+    assert end_reason(ask, loop, True, 1, 1) == "stop_string"
+    assert end_reason(ask, [1, 2, 3], False, 1, 1) == "max_tokens"
 
 
 # ---------------------------------------------------------------- end to end
