@@ -27,7 +27,7 @@ from app.remote.endpoint_keys import EndpointKeys
 from app.server.server_watch import ServerWatch
 from app.worker.worker_client import WorkerClient
 from engine.events import Failed, ServeRequest, ServerStats, ServerStopped, ServeStopRequest
-from engine.events.requests import SERVER_ROUTES
+from engine.events.server_routes import SERVER_ROUTES
 from engine.remote.server_figures import ServerFigures
 
 NEEDS_MODEL = "Load a model first: the server answers with the window's model."

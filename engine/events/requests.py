@@ -261,12 +261,6 @@ class CancelRequest:
         check_request_id(self.id)
 
 
-# what `hearth serve` answers under its base URL, by protocol: the window's Server tab lists them
-SERVER_ROUTES = (("OpenAI", ("/v1/chat/completions", "/v1/completions", "/v1/responses",
-                             "/v1/models")),
-                 ("Anthropic", ("/v1/messages", "/v1/messages/count_tokens")))
-
-
 @dataclass(frozen=True)
 class ServeRequest:
     """Start the OpenAI-compatible server inside the worker, on the worker's own model; port 0

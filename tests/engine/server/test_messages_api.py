@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from engine.events.requests import SERVER_ROUTES
+from engine.events.server_routes import SERVER_ROUTES
 from tests.engine.server.conftest import API_KEY, keyed_hearth_serve, metric, wait_idle
 
 anthropic = pytest.importorskip("anthropic")
