@@ -181,6 +181,21 @@ def test_install_sh_in_a_fresh_folder_answers_with_the_default_model(tmp_path):
     if VALIDATE:
         validate(entry)
 
+    # the installed copy stands alone: its code, style sheet and icon come from the venv, not
+    # from this clone (a file missing from the package would be read from the clone otherwise)
+    python = str(venv / "bin" / "python")
+    alone = subprocess.run([python, "-c", "import engine, sys; print(engine.__file__.startswith("
+                            "sys.prefix))"], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert alone.stdout.strip() == "True", alone.stderr
+    check = subprocess.run([python, "-m", "app", "--startup-check"], cwd=tmp_path,
+                           env={**env, "QT_QPA_PLATFORM": "offscreen",
+                                "XDG_CONFIG_HOME": str(tmp_path / "config")}, capture_output=True,
+                           text=True, timeout=300)
+    assert check.returncode == 0, check.stderr[-2000:]
+    assert re.search(r"^style sheet: loaded", check.stdout, re.M), check.stdout
+    assert re.search(rf"^icon: loaded \({re.escape(str(venv))}/", check.stdout, re.M), check.stdout
+
 
 def _readme_apt_packages() -> list[str]:
     """The packages of the README's install line, read as .ci/run reads them."""

@@ -110,7 +110,7 @@ PROMPTS = ["The quick brown fox", "zipfile", "one two three four five six seven 
            "explains the module"]
 def req(i):
     sampling = SamplingParams(temperature=0.0 if i % 2 else 0.8, seed=i)
-    return GenerateRequest(prompt=PROMPTS[i], raw=True, max_new_tokens=12 + 2 * i,
+    return GenerateRequest(prompt=PROMPTS[i], raw=True, max_new_tokens=6 + 2 * i,
                            ignore_eos=True, sampling=sampling)
 alone = [[t for e in session.generate(req(i)) if isinstance(e, Token) for t in e.token_ids]
          for i in range(len(PROMPTS))]
