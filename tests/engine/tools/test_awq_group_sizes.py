@@ -42,7 +42,7 @@ def smol_copies(smollm2, tmp_path_factory, one_thread):
     """SmolLM2 rounded to 4 bits (rtn) and AWQ-searched on a little calibration text."""
     root = tmp_path_factory.mktemp("smol-awq")
     out = {}
-    for method, extra in (("rtn", []), ("awq", ["--num-samples", "8", "--seq-len", "128"])):
+    for method, extra in (("rtn", []), ("awq", ["--num-samples", "4", "--seq-len", "64"])):
         out[method] = root / method
         assert cli.main(["quantize", "--model", str(smollm2), "--method", method, "--out",
                          str(out[method]), "--device", "cpu", *extra]) == 0
