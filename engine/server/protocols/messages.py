@@ -139,8 +139,11 @@ def to_chat(body: CountTokensRequest) -> dict:
         chat["tools"] = [_tool(i, t) for i, t in enumerate(body.tools)]
     if body.tool_choice:
         chat["tool_choice"] = _tool_choice(body.tool_choice)
+        if body.tool_choice.get("disable_parallel_tool_use") and body.tools:
+            chat["parallel_tool_calls"] = False
     kind = (body.thinking or {}).get("type")
-    chat.update(with_thinking(body.chat_template_kwargs, THINKING_TYPES.get(kind)))
+    chat.update(with_thinking(body.chat_template_kwargs,
+                              THINKING_TYPES.get(kind) if isinstance(kind, str) else None))
     if isinstance(body, MessagesRequest):
         chat.update(max_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
                     top_k=body.top_k, stop=body.stop_sequences, **extensions(body))

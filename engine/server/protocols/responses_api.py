@@ -64,7 +64,8 @@ def _content(value, where: str) -> str | list[dict]:
 
 
 def _reasoning_text(item: dict) -> str:
-    parts = item.get("content") or []
+    parts = item.get("content")
+    parts = parts if isinstance(parts, list) else []
     return "\n".join(p["text"] for p in parts if isinstance(p, dict) and
                      p.get("type") == "reasoning_text" and isinstance(p.get("text"), str))
 

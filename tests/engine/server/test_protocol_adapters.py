@@ -63,8 +63,12 @@ def test_an_anthropic_tool_round_trip_reads_as_openai_messages_and_tools():
         switched = messages.to_chat(body.model_copy(update={
             "thinking": {"type": kind}, "chat_template_kwargs": {"lang": "fr"}}))
         assert switched["chat_template_kwargs"] == {"lang": "fr", "enable_thinking": enable}
-    assert messages.to_chat(body.model_copy(update={"tool_choice": {"type": "any"}}))[
-        "tool_choice"] == "required"
+    odd_thinking = body.model_copy(update={"thinking": {"type": ["enabled"]}})
+    assert "chat_template_kwargs" not in messages.to_chat(odd_thinking)  # the default, no 500
+    assert "parallel_tool_calls" not in chat
+    one = messages.to_chat(body.model_copy(update={"tool_choice": {
+        "type": "any", "disable_parallel_tool_use": True}}))
+    assert (one["tool_choice"], one["parallel_tool_calls"]) == ("required", False)
     with pytest.raises(APIError) as e:
         messages.to_chat(body.model_copy(update={"tools": [{"type": "web_search_20250305",
                                                             "name": "web_search"}]}))
@@ -113,7 +117,7 @@ def test_responses_function_items_read_as_openai_messages_and_come_back_as_items
                {"type": "function_call", "call_id": "call_1", "name": "get_weather",
                 "arguments": CALL["function"]["arguments"]},
                {"type": "function_call_output", "call_id": "call_1", "output": "Sunny"},
-               {"type": "reasoning", "id": "r2", "summary": []},  # nothing to read back
+               {"type": "reasoning", "id": "r2", "summary": [], "content": 5},  # nothing read
                {"type": "function_call", "call_id": "call_1", "name": "get_weather",
                 "arguments": CALL["function"]["arguments"]}])
     chat, kept = responses_api.to_chat(body, [{"role": "user", "content": "Before"}])

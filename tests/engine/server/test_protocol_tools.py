@@ -196,6 +196,31 @@ def test_a_responses_function_call_streamed_is_the_whole_one_and_kept(url):
     assert e.value.param == "previous_response_id"
 
 
+def test_a_call_asked_for_and_not_made_is_an_error_in_each_protocols_shape(url):
+    """tool_choice any (Anthropic) and required (Responses) where this model, thinking off,
+    answers in prose: the chat route's 422 tool_call_missing, whole or mid-stream, the prose
+    never given as an answer."""
+    ask = dict(model="m", max_tokens=64, messages=ASK, tools=[ANTHROPIC_TOOL],
+               tool_choice={"type": "any"}, thinking={"type": "disabled"},
+               extra_body={"temperature": 0})
+    with pytest.raises(anthropic.UnprocessableEntityError) as e:
+        claude(url).messages.create(**ask)
+    assert e.value.body["type"] == "error"
+    assert e.value.body["error"]["type"] == "invalid_request_error"
+    with pytest.raises(anthropic.APIStatusError) as e:
+        list(claude(url).messages.create(**ask, stream=True))
+    assert e.value.body["error"]["message"] and "Sunny" not in str(e.value.body)
+    ask = dict(model="m", input=QUESTION, tools=[RESPONSES_TOOL], tool_choice="required",
+               reasoning={"effort": "none"}, temperature=0, max_output_tokens=64)
+    with pytest.raises(openai.UnprocessableEntityError) as e:
+        oa(url).responses.create(**ask)
+    assert (e.value.code, e.value.param) == ("tool_call_missing", "tool_choice")
+    events = list(oa(url).responses.create(**ask, stream=True))
+    assert [e.type for e in events[-2:]] == ["error", "response.failed"]
+    assert events[-2].code == "tool_call_missing"
+    assert not any(e.type == "response.output_text.delta" for e in events)
+
+
 def test_sixteen_clients_of_every_route_at_once_lose_nothing(url):
     """Chat, Messages and Responses clients, streamed and whole, thinking (a call) and not (prose)
     at once: each gets its own answer whole."""
