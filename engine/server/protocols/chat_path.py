@@ -64,6 +64,15 @@ async def chunks(shape: Shape, request) -> AsyncIterator[dict]:
         await lines.aclose()
 
 
+def with_thinking(kwargs: dict | None, enable: bool | None) -> dict:
+    """A protocol's own switch for thinking (None: not given) as the chat route's
+    chat_template_kwargs, beside any the client gave as the chat route's extension."""
+    kwargs = dict(kwargs or {})
+    if enable is not None:
+        kwargs["enable_thinking"] = enable
+    return {"chat_template_kwargs": kwargs} if kwargs else {}
+
+
 def sse(event: str, data: dict) -> str:
     """One server-sent event with its name, as Anthropic and the Responses API send them."""
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"

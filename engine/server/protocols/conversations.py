@@ -1,7 +1,8 @@
-"""The Responses API's `previous_response_id`: each stored response's conversation (its input
-after the previous ones, and its answer; never the instructions, which do not carry over), kept
-in memory for the server's life, bounded in count and in characters, the oldest dropped first.
-An id no longer (or never) kept is a clear 400.
+"""The Responses API's stored responses, for `previous_response_id` and GET
+/v1/responses/{id}: each one's conversation (its input after the previous ones, and its answer;
+never the instructions, which do not carry over) and its response object, kept in memory for the
+server's life, bounded in count and in characters, the oldest dropped first. An id no longer
+(or never) kept is a clear 400 as a previous_response_id, a 404 to GET.
 """
 
 from __future__ import annotations
@@ -9,16 +10,16 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 
-from engine.server.errors import bad_request
+from engine.server.errors import APIError, bad_request
 
 MAX_RESPONSES = 256
-MAX_CHARS = 32 << 20  # every kept conversation's JSON together
+MAX_CHARS = 32 << 20  # every kept conversation's and response's JSON together
 
 
 class Conversations:
     def __init__(self, max_responses: int = MAX_RESPONSES, max_chars: int = MAX_CHARS):
         self.max_responses, self.max_chars = max_responses, max_chars
-        self._kept: OrderedDict[str, tuple[list[dict], int]] = OrderedDict()
+        self._kept: OrderedDict[str, tuple[list[dict], dict, int]] = OrderedDict()
         self._chars = 0
 
     def __len__(self) -> int:
@@ -36,12 +37,24 @@ class Conversations:
         self._kept.move_to_end(resp_id)
         return list(kept[0])
 
-    def keep(self, resp_id: str, conversation: list[dict]) -> None:
-        size = len(json.dumps(conversation, ensure_ascii=False))
+    def response(self, resp_id: str) -> dict:
+        kept = self._kept.get(resp_id)
+        if kept is None:
+            raise APIError(404, f"no stored response {resp_id[:80]!r}: this server keeps the "
+                           f"last {self.max_responses} stored responses in memory while it runs",
+                           "response_id", "not_found")
+        return kept[1]
+
+    def delete(self, resp_id: str) -> None:
+        self.response(resp_id)  # a 404 where it is not kept
+        self._chars -= self._kept.pop(resp_id)[2]
+
+    def keep(self, resp_id: str, conversation: list[dict], response: dict) -> None:
+        size = len(json.dumps([conversation, response], ensure_ascii=False))
         if size > self.max_chars:
             return  # larger than the whole store: a later turn finds it gone, and says so
-        self._kept[resp_id] = (conversation, size)
+        self._kept[resp_id] = (conversation, response, size)
         self._chars += size
         while len(self._kept) > self.max_responses or self._chars > self.max_chars:
-            _, (_, dropped) = self._kept.popitem(last=False)
+            _, (_, _, dropped) = self._kept.popitem(last=False)
             self._chars -= dropped

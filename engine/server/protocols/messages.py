@@ -12,12 +12,14 @@ from typing import Any, Literal
 from pydantic import Field
 
 from engine.server.errors import bad_request
-from engine.server.protocols.thinking import split
+from engine.server.protocols.chat_path import with_thinking
 from engine.server.wire import _Body, extensions
 
 # what a chat request's parameters are called here, for the refusals that name one
 RENAMED = {"stop": "stop_sequences", "response_format": "output_config"}
-SKIPPED_BLOCKS = ("thinking", "redacted_thinking")  # a past turn's thinking: not re-read
+# `thinking`'s type -> the chat template's enable_thinking ("adaptive", or none: the template's
+# own default)
+THINKING_TYPES = {"enabled": True, "disabled": False}
 
 
 class AnthropicMessage(_Body):
@@ -32,6 +34,7 @@ class CountTokensRequest(_Body):
     tools: list[dict[str, Any]] | None = None
     tool_choice: dict[str, Any] | None = None
     thinking: dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None  # the chat route's extension
 
 
 class MessagesRequest(CountTokensRequest):
@@ -69,10 +72,11 @@ def _block_text(value, where: str) -> str:
 def _message(i: int, m: AnthropicMessage) -> list[dict]:
     """One Anthropic message as OpenAI chat messages: a user turn's tool results become `tool`
     messages (first, as they answer the turn before), an assistant's tool_use blocks its
-    tool_calls."""
+    tool_calls and its thinking blocks its reasoning_content (for the template to render where
+    it renders a past turn's thinking; a redacted one holds nothing to read)."""
     if isinstance(m.content, str):
         return [{"role": m.role, "content": m.content}]
-    parts, results, calls = [], [], []
+    parts, results, calls, thoughts = [], [], [], []
     for j, block in enumerate(m.content):
         kind, where = block.get("type"), f"messages[{i}].content[{j}]"
         if kind == "text" and isinstance(block.get("text"), str):
@@ -84,17 +88,22 @@ def _message(i: int, m: AnthropicMessage) -> list[dict]:
             calls.append({"id": str(block.get("id", "")), "type": "function",
                           "function": {"name": str(block.get("name", "")),
                                        "arguments": json.dumps(block.get("input", {}))}})
-        elif kind in SKIPPED_BLOCKS and m.role == "assistant":
+        elif kind == "thinking" and m.role == "assistant" and \
+                isinstance(block.get("thinking"), str):
+            thoughts.append(block["thinking"])
+        elif kind == "redacted_thinking" and m.role == "assistant":
             continue
         else:
             raise bad_request(f"{where} is a {str(kind)[:40]!r} block, which a {m.role} message "
                               "cannot hold here (this model reads text, tool_use and tool_result "
                               "blocks)", f"messages[{i}].content")
     out = results
+    reasoning = {"reasoning_content": "\n".join(thoughts)} if thoughts else {}
     if calls:
-        out.append({"role": "assistant", "content": parts or None, "tool_calls": calls})
+        out.append({"role": "assistant", "content": parts or None, "tool_calls": calls,
+                    **reasoning})
     elif parts or not results:
-        out.append({"role": m.role, "content": parts})
+        out.append({"role": m.role, "content": parts, **reasoning})
     return out
 
 
@@ -130,6 +139,11 @@ def to_chat(body: CountTokensRequest) -> dict:
         chat["tools"] = [_tool(i, t) for i, t in enumerate(body.tools)]
     if body.tool_choice:
         chat["tool_choice"] = _tool_choice(body.tool_choice)
+        if body.tool_choice.get("disable_parallel_tool_use") and body.tools:
+            chat["parallel_tool_calls"] = False
+    kind = (body.thinking or {}).get("type")
+    chat.update(with_thinking(body.chat_template_kwargs,
+                              THINKING_TYPES.get(kind) if isinstance(kind, str) else None))
     if isinstance(body, MessagesRequest):
         chat.update(max_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
                     top_k=body.top_k, stop=body.stop_sequences, **extensions(body))
@@ -143,18 +157,19 @@ def to_chat(body: CountTokensRequest) -> dict:
 
 
 def thinking_block(thinking: str) -> dict:
-    # no signature: nothing checks a local model's thinking when a client sends it back
+    # an empty signature: Anthropic signs its thinking so that what a client sends back is
+    # known unaltered; a local model's thinking is read back as plain text, checked by nothing
     return {"type": "thinking", "thinking": thinking, "signature": ""}
 
 
 def from_chat(message: dict) -> list[dict]:
     """A chat.completion message as content blocks: the adapter to Anthropic's shape (a thinking
-    block where the answer opened with <think>, a text block, even an empty one when there is
+    block from the chat route's reasoning_content, a text block, even an empty one when there is
     nothing else, then a tool_use block per call)."""
     blocks = []
     calls = message.get("tool_calls") or []
-    text, thinking = split(message.get("content") or "")
-    if thinking is not None:
+    text, thinking = message.get("content") or "", message.get("reasoning_content")
+    if thinking:
         blocks.append(thinking_block(thinking))
     if text or not (calls or blocks):
         blocks.append({"type": "text", "text": text})

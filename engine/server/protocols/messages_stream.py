@@ -1,8 +1,8 @@
 """A streamed Anthropic message from the chat route's chunks, in Anthropic's event sequence:
-message_start, per content block content_block_start, its deltas (thinking_delta, text_delta,
-input_json_delta for a tool call's arguments) and content_block_stop, then message_delta
-(stop_reason, usage) and message_stop; a failure midway is an `error` event in Anthropic's
-error shape.
+message_start, per content block content_block_start, its deltas (thinking_delta from the chat
+route's reasoning_content, text_delta, input_json_delta for a tool call's arguments) and
+content_block_stop, then message_delta (stop_reason, usage) and message_stop; a failure midway
+is an `error` event in Anthropic's error shape.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from engine.server.errors import anthropic_error_body
 from engine.server.protocols import messages
 from engine.server.protocols.chat_path import chunks, sse
-from engine.server.protocols.thinking import ThinkingSplit
 from engine.server.responses import Shape
 
 
@@ -22,7 +21,6 @@ class _Blocks:
     def __init__(self):
         self.count = 0
         self.open: str | None = None  # "thinking", "text", or the tool call's index as "call:N"
-        self.split = ThinkingSplit()
 
     def start(self, key: str, block: dict) -> list[str]:
         out = self.stop()
@@ -44,24 +42,25 @@ class _Blocks:
                                            "index": self.count - 1})]
 
 
-def _texts(blocks: _Blocks, pieces: list[tuple[str, str]]) -> list[str]:
-    """Thinking and text pieces into blocks of their kinds."""
+def _text(blocks: _Blocks, kind: str, text: str) -> list[str]:
+    """A piece of thinking or text into a block of its kind."""
     out = []
-    for kind, text in pieces:
-        if blocks.open != kind:
-            out += blocks.start(kind, messages.thinking_block("") if kind == "thinking"
-                                else {"type": "text", "text": ""})
-        out.append(blocks.delta({"type": "thinking_delta", "thinking": text}
-                                if kind == "thinking" else {"type": "text_delta", "text": text}))
+    if blocks.open != kind:
+        out += blocks.start(kind, messages.thinking_block("") if kind == "thinking"
+                            else {"type": "text", "text": ""})
+    out.append(blocks.delta({"type": "thinking_delta", "thinking": text}
+                            if kind == "thinking" else {"type": "text_delta", "text": text}))
     return out
 
 
 def _deltas(blocks: _Blocks, delta: dict) -> list[str]:
-    """One chat delta as Anthropic's events: text into a text block, each tool call into a
-    tool_use block of its own, its arguments as input_json_delta."""
-    out = _texts(blocks, blocks.split.feed(delta["content"])) if delta.get("content") else []
-    if delta.get("tool_calls"):
-        out += _texts(blocks, blocks.split.flush())
+    """One chat delta as Anthropic's events: the chat route's reasoning_content into a thinking
+    block, text into a text block, each tool call into a tool_use block of its own, its
+    arguments as input_json_delta."""
+    out = _text(blocks, "thinking", delta["reasoning_content"]) \
+        if delta.get("reasoning_content") else []
+    if delta.get("content"):
+        out += _text(blocks, "text", delta["content"])
     for call in delta.get("tool_calls") or []:
         key, function = f"call:{call.get('index', 0)}", call.get("function") or {}
         if blocks.open != key:
@@ -92,8 +91,6 @@ async def events(shape: Shape, request, body: messages.MessagesRequest) -> Async
             for line in _deltas(blocks, choice.get("delta") or {}):
                 yield line
             finish = choice.get("finish_reason") or finish
-    for line in _texts(blocks, blocks.split.flush()):
-        yield line
     if blocks.count == 0 and blocks.open is None:  # nothing said: one empty text block
         for line in blocks.start("text", {"type": "text", "text": ""}):
             yield line

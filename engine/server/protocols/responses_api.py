@@ -1,7 +1,8 @@
 """OpenAI's Responses API: its request body, the one adapter each way between it and the
-chat-completions shape (instructions, input as a string or items, function tools, function_call
-and function_call_output items, text.format against OpenAI's messages, tools, tool_calls and
-response_format), and the response object it answers. Streaming is responses_stream.py's.
+chat-completions shape (instructions, input as a string or items, function tools, function_call,
+function_call_output and reasoning items, text.format against OpenAI's messages, tools,
+tool_calls, reasoning_content and response_format), and the response object it answers.
+Streaming is responses_stream.py's.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 from pydantic import Field
 
 from engine.server.errors import bad_request
+from engine.server.protocols.chat_path import with_thinking
 from engine.server.wire import _Body, extensions
 
 RENAMED = {"messages": "input", "max_tokens": "max_output_tokens", "response_format": "text",
@@ -32,6 +34,7 @@ class ResponsesRequest(_Body):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     text: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None  # its effort "none" turns a template's thinking off
     previous_response_id: str | None = None
     store: bool = True
     background: bool | None = None
@@ -42,6 +45,7 @@ class ResponsesRequest(_Body):
     repetition_penalty: float | None = Field(None, gt=0)
     ignore_eos: bool = False
     stop_on_repetition: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 def _content(value, where: str) -> str | list[dict]:
@@ -59,12 +63,22 @@ def _content(value, where: str) -> str | list[dict]:
     return parts
 
 
+def _reasoning_text(item: dict) -> str:
+    parts = item.get("content")
+    parts = parts if isinstance(parts, list) else []
+    return "\n".join(p["text"] for p in parts if isinstance(p, dict) and
+                     p.get("type") == "reasoning_text" and isinstance(p.get("text"), str))
+
+
 def input_messages(value: str | list[dict]) -> list[dict]:
-    """`input` as chat messages: the adapter from the Responses items (messages, function calls
-    as an assistant's tool_calls, their outputs as `tool` messages; past reasoning skipped)."""
+    """`input` as chat messages: the adapter from the Responses items. One answer's items (its
+    reasoning, its message, its function calls) make one assistant message, as the chat route
+    answered it: the reasoning its reasoning_content, the calls its tool_calls; their outputs
+    are `tool` messages."""
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     out: list[dict] = []
+    thought: dict = {}  # a reasoning item's text, for the assistant message after it
     for i, item in enumerate(value):
         kind, where = item.get("type", "message"), f"input[{i}]"
         if kind == "message":
@@ -77,17 +91,24 @@ def input_messages(value: str | list[dict]) -> list[dict]:
             call = {"id": str(item.get("call_id", "")), "type": "function",
                     "function": {"name": str(item.get("name", "")),
                                  "arguments": str(item.get("arguments", ""))}}
-            if out and out[-1]["role"] == "assistant" and "tool_calls" in out[-1]:
-                out[-1]["tool_calls"].append(call)
+            if out and out[-1]["role"] == "assistant" and not thought:  # the same answer's
+                out[-1].setdefault("tool_calls", []).append(call)
             else:
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
             output = item.get("output", "")
             out.append({"role": "tool", "tool_call_id": str(item.get("call_id", "")),
                         "content": _content(output, where + ".output")})
-        elif kind != "reasoning":
+        elif kind == "reasoning":
+            text = _reasoning_text(item)
+            thought = {"reasoning_content": text} if text else {}
+            continue
+        else:
             raise bad_request(f"{where} is a {str(kind)[:40]!r} item; this server reads message, "
-                              "function_call and function_call_output items", "input")
+                              "function_call, function_call_output and reasoning items", "input")
+        if thought and out[-1]["role"] == "assistant":
+            out[-1].update(thought)
+        thought = {}
     return out
 
 
@@ -132,9 +153,11 @@ def to_chat(body: ResponsesRequest, history: list[dict]) -> tuple[dict, list[dic
                           "background")
     conversation = [*history, *input_messages(body.input)]
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
+    effort = (body.reasoning or {}).get("effort")
     chat = {"model": body.model, "messages": system + conversation,
             "max_tokens": body.max_output_tokens, "temperature": body.temperature,
-            "top_p": body.top_p, "top_k": body.top_k, **extensions(body), **_tools(body)}
+            "top_p": body.top_p, "top_k": body.top_k, **extensions(body), **_tools(body),
+            **with_thinking(body.chat_template_kwargs, False if effort == "none" else None)}
     response_format = _response_format(body.text)
     if response_format is not None:
         chat["response_format"] = response_format
@@ -142,10 +165,13 @@ def to_chat(body: ResponsesRequest, history: list[dict]) -> tuple[dict, list[dic
 
 
 def from_chat(message: dict, resp_id: str) -> list[dict]:
-    """A chat.completion message as output items: the adapter to the Responses shape (a message
-    item, unless only tool calls came, then a function_call item per call)."""
+    """A chat.completion message as output items: the adapter to the Responses shape (a
+    reasoning item from the chat route's reasoning_content, a message item, unless only tool
+    calls came, then a function_call item per call)."""
     items = []
     calls = message.get("tool_calls") or []
+    if message.get("reasoning_content"):
+        items.append(reasoning_item(resp_id, message["reasoning_content"], "completed"))
     if message.get("content") or not calls:
         items.append(message_item(resp_id, message.get("content") or "", "completed"))
     for call in calls:
@@ -158,6 +184,16 @@ def message_item(resp_id: str, text: str | None, status: str) -> dict:
     content = [] if text is None else [output_text(text)]
     return {"type": "message", "id": "msg_" + resp_id.removeprefix("resp-"), "status": status,
             "role": "assistant", "content": content}
+
+
+def reasoning_item(resp_id: str, text: str | None, status: str) -> dict:
+    content = [] if text is None else [reasoning_text(text)]
+    return {"type": "reasoning", "id": "rs_" + resp_id.removeprefix("resp-"), "summary": [],
+            "content": content, "status": status}
+
+
+def reasoning_text(text: str) -> dict:
+    return {"type": "reasoning_text", "text": text}
 
 
 def output_text(text: str) -> dict:
@@ -187,6 +223,7 @@ def response(resp_id: str, body: ResponsesRequest, output: list[dict], status: s
             "previous_response_id": body.previous_response_id, "temperature": body.temperature,
             "top_p": body.top_p, "tool_choice": body.tool_choice or "auto",
             "tools": body.tools or [], "text": body.text or {"format": {"type": "text"}},
+            "reasoning": body.reasoning,
             "truncation": "disabled", "store": body.store, "metadata": body.metadata or {},
             "usage": usage_out}
 
@@ -199,6 +236,8 @@ def answer_message(message: dict) -> dict:
     """The answer as the chat message the conversation keeps for a next turn."""
     calls = message.get("tool_calls")
     kept = {"role": "assistant", "content": message.get("content") or (None if calls else "")}
+    if message.get("reasoning_content"):
+        kept["reasoning_content"] = message["reasoning_content"]
     if calls:
         kept["tool_calls"] = calls
     return kept

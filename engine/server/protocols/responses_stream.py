@@ -1,8 +1,9 @@
 """A streamed response from the chat route's chunks, in the Responses API's typed events, each
 with its sequence_number: response.created and .in_progress; per output item .output_item.added,
-for text .content_part.added, .output_text.delta and .done, .content_part.done, for a function
-call .function_call_arguments.delta and .done; .output_item.done; then .completed (or
-.incomplete, at max_output_tokens). A failure midway is an `error` event and .failed.
+for thinking (the chat route's reasoning_content) and for text .content_part.added,
+.reasoning_text or .output_text .delta and .done, .content_part.done, for a function call
+.function_call_arguments.delta and .done; .output_item.done; then .completed (or .incomplete,
+at max_output_tokens). A failure midway is an `error` event and .failed.
 """
 
 from __future__ import annotations
@@ -14,12 +15,24 @@ from engine.server.protocols.chat_path import chunks, sse
 from engine.server.responses import Shape
 
 
+def _kind(item: dict) -> str:
+    return "reasoning_text" if item["type"] == "reasoning" else "output_text"
+
+
+def _part(item: dict, text: str) -> dict:
+    return api.reasoning_text(text) if item["type"] == "reasoning" else api.output_text(text)
+
+
+def _logprobs(item: dict) -> dict:
+    return {} if item["type"] == "reasoning" else {"logprobs": []}
+
+
 class _Events:
     def __init__(self, resp_id: str):
         self.resp_id, self.sequence = resp_id, 0
         self.items: list[dict] = []  # finished output items
         self.open: dict | None = None  # the item being streamed
-        self.key: str | None = None  # "text" or "call:N"
+        self.key: str | None = None  # "reasoning", "text" or "call:N"
 
     def event(self, kind: str, **fields) -> str:
         line = sse(kind, {"type": kind, "sequence_number": self.sequence, **fields})
@@ -33,11 +46,11 @@ class _Events:
         out = self.finish()
         self.open, self.key = item, key
         out.append(self.event("response.output_item.added", output_index=len(self.items),
-                              item={**item, "content": []} if item["type"] == "message"
+                              item={**item, "content": []} if "content" in item
                               else dict(item)))
-        if item["type"] == "message":
+        if "content" in item:
             out.append(self.event("response.content_part.added", **self.where(),
-                                  content_index=0, part=api.output_text("")))
+                                  content_index=0, part=_part(item, "")))
         return out
 
     def finish(self) -> list[str]:
@@ -45,12 +58,12 @@ class _Events:
         item, out = self.open, []
         if item is None:
             return out
-        if item["type"] == "message":
+        if "content" in item:
             text = item["content"][0]["text"]
-            out.append(self.event("response.output_text.done", **self.where(), content_index=0,
-                                  text=text, logprobs=[]))
+            out.append(self.event(f"response.{_kind(item)}.done", **self.where(),
+                                  content_index=0, text=text, **_logprobs(item)))
             out.append(self.event("response.content_part.done", **self.where(),
-                                  content_index=0, part=api.output_text(text)))
+                                  content_index=0, part=_part(item, text)))
         else:
             out.append(self.event("response.function_call_arguments.done", **self.where(),
                                   name=item["name"], arguments=item["arguments"]))
@@ -61,16 +74,24 @@ class _Events:
         self.open = self.key = None
         return out
 
-    def deltas(self, delta: dict) -> list[str]:
-        """One chat delta as typed events: text into a message item, each tool call into a
-        function_call item of its own."""
+    def text(self, key: str, piece: str) -> list[str]:
+        """A piece of thinking ("reasoning") or text into an item of its kind."""
         out = []
+        if self.key != key:
+            make = api.reasoning_item if key == "reasoning" else api.message_item
+            out += self.start(key, make(self.resp_id, "", "in_progress"))
+        self.open["content"][0]["text"] += piece
+        out.append(self.event(f"response.{_kind(self.open)}.delta", **self.where(),
+                              content_index=0, delta=piece, **_logprobs(self.open)))
+        return out
+
+    def deltas(self, delta: dict) -> list[str]:
+        """One chat delta as typed events: reasoning_content into a reasoning item, text into a
+        message item, each tool call into a function_call item of its own."""
+        out = self.text("reasoning", delta["reasoning_content"]) \
+            if delta.get("reasoning_content") else []
         if delta.get("content"):
-            if self.key != "text":
-                out += self.start("text", api.message_item(self.resp_id, "", "in_progress"))
-            self.open["content"][0]["text"] += delta["content"]
-            out.append(self.event("response.output_text.delta", **self.where(),
-                                  content_index=0, delta=delta["content"], logprobs=[]))
+            out += self.text("text", delta["content"])
         for call in delta.get("tool_calls") or []:
             key, function = f"call:{call.get('index', 0)}", call.get("function") or {}
             if self.key != key:
@@ -85,14 +106,15 @@ class _Events:
 
 
 async def events(shape: Shape, request, body: api.ResponsesRequest,
-                 keep: Callable[[dict], None]) -> AsyncIterator[str]:
-    """`keep(message)` is given the answer's chat message once the response is whole."""
+                 keep: Callable[[dict, dict], None]) -> AsyncIterator[str]:
+    """`keep(message, response)` is given the answer's chat message and the response object
+    once the response is whole."""
     resp_id = shape.gen.id
     out = _Events(resp_id)
     begun = api.response(resp_id, body, [], "in_progress", None)
     yield out.event("response.created", response=begun)
     yield out.event("response.in_progress", response=begun)
-    finish, usage, text, calls = None, None, [], {}
+    finish, usage, text, thinking, calls = None, None, [], [], {}
     async for chunk in chunks(shape, request):
         if "error" in chunk:
             error = chunk["error"]
@@ -106,25 +128,29 @@ async def events(shape: Shape, request, body: api.ResponsesRequest,
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
             text.append(delta.get("content") or "")
+            thinking.append(delta.get("reasoning_content") or "")
             for call in delta.get("tool_calls") or []:
                 calls.setdefault(call.get("index", 0), []).append(call)
             for line in out.deltas(delta):
                 yield line
             finish = choice.get("finish_reason") or finish
-    if not out.items and out.open is None:  # nothing said: one empty message, as whole
+    # no text nor call said: one empty message, as whole
+    said = [*out.items, *([out.open] if out.open else [])]
+    if all(item["type"] == "reasoning" for item in said):
         for line in out.start("text", api.message_item(resp_id, "", "in_progress")):
             yield line
     for line in out.finish():
         yield line
     status = api.status_of(finish)
-    yield out.event(f"response.{status}",
-                    response=api.response(resp_id, body, out.items, status, usage))
-    keep(_message("".join(text), calls))
+    response = api.response(resp_id, body, out.items, status, usage)
+    keep(_message("".join(text), "".join(thinking), calls), response)  # kept before a client
+    yield out.event(f"response.{status}", response=response)  # that has it all can leave
 
 
-def _message(text: str, calls: dict[int, list[dict]]) -> dict:
+def _message(text: str, thinking: str, calls: dict[int, list[dict]]) -> dict:
     """The answer's chat message, from the deltas that streamed it."""
-    message: dict = {"role": "assistant", "content": text or (None if calls else "")}
+    message: dict = {"role": "assistant", "content": text or (None if calls else ""),
+                     "reasoning_content": thinking or None}
     if calls:
         message["tool_calls"] = [
             {"id": parts[0].get("id"), "type": "function",

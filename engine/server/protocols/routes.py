@@ -1,6 +1,7 @@
 """The routes of Anthropic's Messages API (/v1/messages, /v1/messages/count_tokens) and OpenAI's
-Responses API (/v1/responses) on the app: each request converted to the chat route's, submitted
-and answered through it (chat_path.py), whole or streamed, in its own protocol's shape.
+Responses API (/v1/responses; a stored one read back or deleted at /v1/responses/{id}) on the
+app: each request converted to the chat route's, submitted and answered through it
+(chat_path.py), whole or streamed, in its own protocol's shape.
 """
 
 from __future__ import annotations
@@ -47,17 +48,28 @@ def install(app: FastAPI) -> None:
             body, conversations.history(body.previous_response_id))
         shape = await submit(request, chat, "resp", responses_api.RENAMED)
 
-        def keep(message: dict) -> None:
+        def keep(message: dict, response: dict) -> None:
             if body.store:
                 conversations.keep(shape.gen.id, [*conversation,
-                                                  responses_api.answer_message(message)])
+                                                  responses_api.answer_message(message)],
+                                   response)
 
         if body.stream:
             return _streamed(responses_stream.events(shape, request, body, keep))
         answer = await whole(shape, request)
         choice = answer["choices"][0]
-        keep(choice["message"])
         output = responses_api.from_chat(choice["message"], shape.gen.id)
-        return JSONResponse(responses_api.response(
-            shape.gen.id, body, output, responses_api.status_of(choice["finish_reason"]),
-            answer["usage"]))
+        response = responses_api.response(shape.gen.id, body, output,
+                                          responses_api.status_of(choice["finish_reason"]),
+                                          answer["usage"])
+        keep(choice["message"], response)
+        return JSONResponse(response)
+
+    @app.get("/v1/responses/{response_id}")
+    async def get_response(response_id: str):
+        return conversations.response(response_id)
+
+    @app.delete("/v1/responses/{response_id}")
+    async def delete_response(response_id: str):
+        conversations.delete(response_id)
+        return {"id": response_id, "object": "response.deleted", "deleted": True}

@@ -1,6 +1,7 @@
 """The one adapter each way between each protocol and the chat-completions shape, on tool use
-(what the chat route will serve: its tools, tool_calls and `tool` messages), and the bounded
-memory of previous responses. Pure functions: no server, no model."""
+(what the chat route will serve: its tools, tool_calls and `tool` messages) and thinking (its
+reasoning_content), and the bounded memory of previous responses. Pure functions: no server,
+no model."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def test_an_anthropic_tool_round_trip_reads_as_openai_messages_and_tools():
         messages=[
             {"role": "user", "content": "Weather in Paris?"},
             {"role": "assistant", "content": [
-                {"type": "thinking", "thinking": "...", "signature": "s"},
+                {"type": "thinking", "thinking": "It wants weather.", "signature": "s"},
+                {"type": "redacted_thinking", "data": "opaque"},
                 {"type": "text", "text": "Let me look."},
                 {"type": "tool_use", "id": "call_1", "name": "get_weather",
                  "input": {"city": "Paris"}}]},
@@ -49,15 +51,24 @@ def test_an_anthropic_tool_round_trip_reads_as_openai_messages_and_tools():
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Weather in Paris?"},
         {"role": "assistant", "content": [{"type": "text", "text": "Let me look."}],
-         "tool_calls": [CALL]},
+         "tool_calls": [CALL], "reasoning_content": "It wants weather."},
         {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"},
         {"role": "user", "content": [{"type": "text", "text": "Thanks"}]}]
     assert chat["tools"] == [{"type": "function", "function": {
         "name": "get_weather", "parameters": SCHEMA, "description": "weather"}}]
     assert chat["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
     assert (chat["max_tokens"], chat["stop"]) == (9, ["END"])
-    assert messages.to_chat(body.model_copy(update={"tool_choice": {"type": "any"}}))[
-        "tool_choice"] == "required"
+    assert "chat_template_kwargs" not in chat  # thinking as the template has it by default
+    for kind, enable in (("disabled", False), ("enabled", True)):
+        switched = messages.to_chat(body.model_copy(update={
+            "thinking": {"type": kind}, "chat_template_kwargs": {"lang": "fr"}}))
+        assert switched["chat_template_kwargs"] == {"lang": "fr", "enable_thinking": enable}
+    odd_thinking = body.model_copy(update={"thinking": {"type": ["enabled"]}})
+    assert "chat_template_kwargs" not in messages.to_chat(odd_thinking)  # the default, no 500
+    assert "parallel_tool_calls" not in chat
+    one = messages.to_chat(body.model_copy(update={"tool_choice": {
+        "type": "any", "disable_parallel_tool_use": True}}))
+    assert (one["tool_choice"], one["parallel_tool_calls"]) == ("required", False)
     with pytest.raises(APIError) as e:
         messages.to_chat(body.model_copy(update={"tools": [{"type": "web_search_20250305",
                                                             "name": "web_search"}]}))
@@ -99,22 +110,34 @@ def test_responses_function_items_read_as_openai_messages_and_come_back_as_items
         tools=[{"type": "function", "name": "w", "parameters": SCHEMA, "strict": True}],
         text={"format": {"type": "json_schema", "name": "out", "schema": SCHEMA}},
         input=[{"role": "user", "content": "Weather?"},
-               {"type": "reasoning", "id": "r", "summary": []},
+               {"type": "reasoning", "id": "r", "summary": [],
+                "content": [{"type": "reasoning_text", "text": "It wants weather."}]},
+               {"type": "message", "role": "assistant", "id": "m", "status": "completed",
+                "content": [{"type": "output_text", "text": "Let me look.", "annotations": []}]},
                {"type": "function_call", "call_id": "call_1", "name": "get_weather",
                 "arguments": CALL["function"]["arguments"]},
-               {"type": "function_call_output", "call_id": "call_1", "output": "Sunny"}])
+               {"type": "function_call_output", "call_id": "call_1", "output": "Sunny"},
+               {"type": "reasoning", "id": "r2", "summary": [], "content": 5},  # nothing read
+               {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+                "arguments": CALL["function"]["arguments"]}])
     chat, kept = responses_api.to_chat(body, [{"role": "user", "content": "Before"}])
+    # one answer's items (reasoning, message, calls) are one assistant message, as chat has it
     assert chat["messages"] == [
         {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Before"},
         {"role": "user", "content": "Weather?"},
-        {"role": "assistant", "content": None, "tool_calls": [CALL]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"}]
+        {"role": "assistant", "content": [{"type": "text", "text": "Let me look."}],
+         "tool_calls": [CALL], "reasoning_content": "It wants weather."},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"},
+        {"role": "assistant", "content": None, "tool_calls": [CALL]}]
     assert kept == chat["messages"][1:]  # the instructions do not carry over
     assert chat["tools"] == [{"type": "function", "function": {
         "name": "w", "parameters": SCHEMA, "strict": True}}]
     assert chat["tool_choice"] == {"type": "function", "function": {"name": "w"}}
     assert chat["response_format"] == {"type": "json_schema", "json_schema": {
         "name": "out", "schema": SCHEMA}}
+    assert "chat_template_kwargs" not in chat
+    assert responses_api.to_chat(body.model_copy(update={"reasoning": {"effort": "none"}}), [])[
+        0]["chat_template_kwargs"] == {"enable_thinking": False}
     with pytest.raises(APIError) as e:
         responses_api.to_chat(body.model_copy(update={"text": {"format": "json"}}), [])
     assert (e.value.status, e.value.param) == (400, "text")
@@ -139,34 +162,58 @@ def test_responses_function_items_read_as_openai_messages_and_come_back_as_items
 def test_kept_responses_are_bounded_in_count_and_size_and_an_unknown_id_is_a_400():
     kept = Conversations(max_responses=2, max_chars=200)
     for i in range(3):
-        kept.keep(f"r{i}", [{"role": "user", "content": str(i)}])
+        kept.keep(f"r{i}", [{"role": "user", "content": str(i)}], {"id": f"r{i}"})
     assert len(kept) == 2 and kept.history("r2")[0]["content"] == "2"
+    assert kept.response("r1") == {"id": "r1"}
     with pytest.raises(APIError) as e:
         kept.history("r0")  # the oldest went first
     assert (e.value.status, e.value.param) == (400, "previous_response_id")
-    kept.keep("big", [{"role": "user", "content": "x" * 150}])
+    with pytest.raises(APIError) as e:
+        kept.response("r0")
+    assert e.value.status == 404
+    kept.keep("big", [{"role": "user", "content": "x" * 150}], {})
     assert len(kept) == 1  # the others made room for it
-    kept.keep("huge", [{"role": "user", "content": "x" * 300}])  # larger than the whole store
+    kept.delete("big")
+    assert len(kept) == 0 and kept._chars == 0
+    # larger than the whole store, the response object counted too
+    kept.keep("huge", [{"role": "user", "content": "x" * 100}], {"text": "x" * 100})
     with pytest.raises(APIError):
         kept.history("huge")
     assert kept.history(None) == []
 
 
-def test_an_answer_that_thinks_gets_a_thinking_block_whole_and_streamed_alike():
-    answer = "<think>\nThe user greets me.</think>\n\nHello <b>there</b>"
-    assert messages.from_chat({"content": answer}) == [
-        {"type": "thinking", "thinking": "\nThe user greets me.", "signature": ""},
+def test_the_chat_routes_reasoning_is_a_thinking_block_and_a_reasoning_item_streamed_alike():
+    answer = {"content": "Hello <b>there</b>", "reasoning_content": "The user greets me.",
+              "tool_calls": [CALL]}
+    blocks = messages.from_chat(answer)
+    assert blocks[:2] == [
+        {"type": "thinking", "thinking": "The user greets me.", "signature": ""},
         {"type": "text", "text": "Hello <b>there</b>"}]
-    assert messages.from_chat({"content": "a <think> b"}) == [
-        {"type": "text", "text": "a <think> b"}]
-    for size in (1, 3, 7):  # the tags cut anywhere between the pieces
-        blocks, lines = messages_stream._Blocks(), []
-        for i in range(0, len(answer), size):
-            lines += messages_stream._deltas(blocks, {"content": answer[i:i + size]})
-        lines += messages_stream._texts(blocks, blocks.split.flush()) + blocks.stop()
-        events = _events(lines)
-        assert [e["content_block"]["type"] for e in events
-                if e["type"] == "content_block_start"] == ["thinking", "text"]
-        deltas = [e["delta"] for e in events if e["type"] == "content_block_delta"]
-        assert "".join(d.get("thinking", "") for d in deltas) == "\nThe user greets me."
-        assert "".join(d.get("text", "") for d in deltas) == "Hello <b>there</b>"
+    items = responses_api.from_chat(answer, "resp-1")
+    assert [i["type"] for i in items] == ["reasoning", "message", "function_call"]
+    assert items[0]["content"] == [{"type": "reasoning_text", "text": "The user greets me."}]
+    # the text a model that does not think writes is its text, tags and all
+    assert messages.from_chat({"content": "<think>a</think>b"}) == [
+        {"type": "text", "text": "<think>a</think>b"}]
+    deltas = [{"reasoning_content": "The user "}, {"reasoning_content": "greets me."},
+              {"content": "Hello "}, {"content": "<b>there</b>"},
+              {"tool_calls": [{"index": 0, "id": "call_1", "function": {
+                  "name": "get_weather", "arguments": CALL["function"]["arguments"]}}]}]
+    anthropic_blocks, lines = messages_stream._Blocks(), []
+    out, events = responses_stream._Events("resp-1"), []
+    for delta in deltas:
+        lines += messages_stream._deltas(anthropic_blocks, delta)
+        events += out.deltas(delta)
+    lines += anthropic_blocks.stop()
+    events += out.finish()
+    streamed = _events(lines)
+    assert [e["content_block"]["type"] for e in streamed if e["type"] == "content_block_start"] \
+        == ["thinking", "text", "tool_use"]
+    assert [e["delta"] for e in streamed if e["index"] == 0 and "delta" in e] == [
+        {"type": "thinking_delta", "thinking": "The user "},
+        {"type": "thinking_delta", "thinking": "greets me."}]
+    kinds = [e["type"] for e in _events(events)]
+    assert kinds[:6] == ["response.output_item.added", "response.content_part.added",
+                         "response.reasoning_text.delta", "response.reasoning_text.delta",
+                         "response.reasoning_text.done", "response.content_part.done"]
+    assert out.items == items  # the items streamed are the whole response's

@@ -2,12 +2,11 @@
 and responses.stream: a greedy response equals the chat-completions answer to the same
 conversation, streamed events reassemble to the whole response, previous_response_id continues
 a conversation (or is a clear 400), tools get what the chat route gives them, errors in OpenAI's
-shape, a client that leaves mid-stream frees its place, and clients of every route at once.
+shape, and a client that leaves mid-stream frees its place. Tool calls, thinking and clients of
+every route at once: test_protocol_tools.py.
 """
 
 from __future__ import annotations
-
-import asyncio
 
 import openai
 import pytest
@@ -16,7 +15,6 @@ from tests.engine.server.conftest import API_KEY, keyed_hearth_serve, metric, wa
 
 INSTRUCTIONS = "Answer briefly."
 QUESTION = "What does `locale.getlocale` do?"
-QUESTIONS = ("What does `locale.getlocale` do?", "How do I read a zip file in Python?")
 
 
 @pytest.fixture(scope="module")
@@ -151,46 +149,3 @@ def test_a_client_that_leaves_mid_stream_frees_its_place(url):
                 break
     wait_idle(url)
     assert metric(url, "hearth_tokens_generated_total", headers) - before < 990
-
-
-def test_eight_clients_of_every_route_at_once_lose_nothing(url):
-    anthropic = pytest.importorskip("anthropic")
-    references = {q: chat(url, [{"role": "user", "content": q}], max_tokens=12)
-                  .choices[0].message.content for q in QUESTIONS}
-
-    async def one(i: int) -> tuple[str, str]:
-        q, route = QUESTIONS[i % 2], i % 4
-        oa = openai.AsyncOpenAI(base_url=url, api_key=API_KEY, max_retries=0, timeout=120)
-        an = anthropic.AsyncAnthropic(base_url=url.removesuffix("/v1"), api_key=API_KEY,
-                                      max_retries=0, timeout=120)
-        messages = [{"role": "user", "content": q}]
-        streamed = i >= 4
-        if route == 0:
-            answer = await oa.chat.completions.create(model="demo_model", messages=messages,
-                                                      temperature=0, max_tokens=12)
-            text = answer.choices[0].message.content
-        elif route == 1:
-            ask_it = dict(model="demo_model", messages=messages, max_tokens=12,
-                          extra_body={"temperature": 0})
-            if streamed:
-                async with an.messages.stream(**ask_it) as stream:
-                    text = "".join([t async for t in stream.text_stream])
-            else:
-                text = (await an.messages.create(**ask_it)).content[0].text
-        else:
-            ask_it = dict(model="demo_model", input=q, temperature=0, max_output_tokens=12)
-            if streamed:
-                async with oa.responses.stream(**ask_it) as stream:
-                    text = (await stream.get_final_response()).output_text
-            else:
-                text = (await oa.responses.create(**ask_it)).output_text
-        await oa.close()
-        await an.close()
-        return q, text
-
-    async def main():
-        return await asyncio.gather(*(one(i) for i in range(8)))
-
-    results = asyncio.run(main())
-    assert len(results) == 8
-    assert [(q, t) for q, t in results if t != references[q]] == []
