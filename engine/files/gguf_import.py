@@ -16,6 +16,7 @@ from pathlib import Path
 
 from engine.config import overrides
 from engine.events import LoadProgress
+from engine.files import gguf_pretokenizer
 from engine.files.gguf_check import BadGGUF, GGUFSummary, check
 from engine.files.model_home import (
     STARTER_PACKAGE,
@@ -138,11 +139,13 @@ def _tokenizer(summary: GGUFSummary):
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(summary.path.parent),
-                                             gguf_file=summary.path.name)
+        tokenizer = AutoTokenizer.from_pretrained(str(summary.path.parent),
+                                                  gguf_file=summary.path.name)
     except Exception as e:  # tokenizers' own errors are plain Exceptions
         raise BadGGUF(f"{summary.path}: its tokenizer cannot be read "
                       f"({' '.join(str(e).split())[:300]})") from None
+    gguf_pretokenizer.follow_file(tokenizer, summary.tokenizer_pre, summary.tokenizer_model)
+    return tokenizer
 
 
 def _model(summary: GGUFSummary):
