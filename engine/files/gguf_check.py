@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import stat
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +111,12 @@ def _header(path: Path, size: int) -> tuple[int, int]:
         raise BadGGUF(f"{path}: its header claims {num_tensors:,} tensors and {num_keys:,} "
                       "metadata keys, more than the file can hold")
     return num_tensors, num_keys
+
+
+def fields(path: Path) -> Callable[[str], object]:
+    """The file's metadata, key by key: a value, or None where absent or unreadable."""
+    reader = _reader(path)
+    return lambda key: _field(reader, key)
 
 
 def _reader(path: Path):

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from engine.config import overrides
 from engine.events import LoadProgress
-from engine.files import gguf_pretokenizer
-from engine.files.gguf_check import BadGGUF, GGUFSummary, check
+from engine.files import gguf_config, gguf_pretokenizer
+from engine.files.gguf_check import BadGGUF, GGUFSummary, check, fields
 from engine.files.model_home import (
     STARTER_PACKAGE,
     models_dir,
@@ -162,7 +162,7 @@ def _model(summary: GGUFSummary):
     try:
         model, info = AutoModelForCausalLM.from_pretrained(
             str(summary.path.parent), gguf_file=summary.path.name, dtype=torch.bfloat16,
-            output_loading_info=True)
+            config=_config(summary), output_loading_info=True)
     except (ValueError, KeyError, TypeError, NotImplementedError) as e:
         raise BadGGUF(f"{summary.path}: transformers cannot read its weights ({e})") from None
     missing = sorted(info.get("missing_keys") or ())
@@ -171,6 +171,19 @@ def _model(summary: GGUFSummary):
         raise BadGGUF(f"{summary.path}: it lacks the weight {missing[0]}{more}, which "
                       "transformers would fill with random values")
     return model
+
+
+def _config(summary: GGUFSummary):
+    """transformers' config from the file's header, with what its reader leaves out of the
+    family read back as llama.cpp reads it (files/gguf_config.py)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(summary.path.parent), gguf_file=summary.path.name)
+    field = fields(summary.path)
+    fix = gguf_config.FIXES.get(field("general.architecture"))
+    for key, value in (fix(field, config.to_dict()) if fix else {}).items():
+        setattr(config, key, value)
+    return config
 
 
 def _save(model, tokenizer, summary: GGUFSummary, work: Path) -> None:
