@@ -12,6 +12,7 @@ import json
 import pytest
 
 from engine.events import GenerateRequest, LoadRequest, SamplingParams
+from engine.files.gguf_check import BadGGUF, check
 from engine.files.gguf_import import import_gguf
 from engine.generate.session import Session
 from engine.models.gemma_step import GemmaStep
@@ -31,6 +32,12 @@ def folders(tmp_path_factory, tokenizer_dir):
                              query_pre_attn_scalar=16, final_logit_softcapping=None)
     path = gemma_gguf.write(checkpoint, root / "tiny-gemma3.gguf")
     return checkpoint, import_gguf(path, root / "imported", lambda _event: None)
+
+
+def test_a_gemma3_file_without_its_norm_after_the_mlp_is_refused(folders, tmp_path):
+    path = gemma_gguf.write(folders[0], tmp_path / "t.gguf", drop=("blk.3.post_ffw_norm.weight",))
+    with pytest.raises(BadGGUF, match=r"lacks tensor blk\.3\.post_ffw_norm\.weight"):
+        check(path)
 
 
 def test_the_import_states_the_files_model(folders):
