@@ -85,13 +85,20 @@ def first_gpu(report: GpuReport | None) -> GpuInfo | None:
 
 
 def model_shape(folder: Path) -> planner.ModelShape:
-    """Raises planner.PlanError with one sentence when the folder cannot be read."""
-    return planner.ModelShape.from_folder(folder)
+    """Raises planner.PlanError with one sentence when the folder cannot be read or the loader
+    refuses its model: the picker then shows why, and offers no fit and no Load."""
+    return _loadable(planner.ModelShape.from_folder(folder))
 
 
 def shape_from_config(config: dict) -> planner.ModelShape:
     """A Hub repo's shape from its config.json alone, before its weights are downloaded."""
-    return planner.ModelShape.from_config(config)
+    return _loadable(planner.ModelShape.from_config(config))
+
+
+def _loadable(shape: planner.ModelShape) -> planner.ModelShape:
+    if shape.refusal is not None:
+        raise planner.PlanError(f"{shape.refusal}, so it does not load")
+    return shape
 
 
 def summarize(shape: planner.ModelShape) -> ModelSummary:

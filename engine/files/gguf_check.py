@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import stat
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,8 @@ class GGUFSummary:
     num_elements: int  # all tensors together: what the 16-bit copy holds
     file_bytes: int
     tensor_types: tuple[str, ...]  # e.g. ("F32", "Q4_1"), sorted
+    tokenizer_model: str | None = None  # tokenizer.ggml.model: "gpt2" is byte-level BPE
+    tokenizer_pre: str | None = None  # tokenizer.ggml.pre: how text is cut before merging
 
     @property
     def bf16_bytes(self) -> int:
@@ -85,7 +88,8 @@ def check(path: Path) -> GGUFSummary:
         raise BadGGUF(f"{path}: {e}") from None
     name = _field(reader, "general.name") or path.stem
     return GGUFSummary(path, ARCHITECTURES[arch], str(name), len(reader.tensors), elements,
-                       st.st_size, tuple(sorted(types)))
+                       st.st_size, tuple(sorted(types)), _text(reader, "tokenizer.ggml.model"),
+                       _text(reader, "tokenizer.ggml.pre"))
 
 
 def _header(path: Path, size: int) -> tuple[int, int]:
@@ -109,6 +113,12 @@ def _header(path: Path, size: int) -> tuple[int, int]:
     return num_tensors, num_keys
 
 
+def fields(path: Path) -> Callable[[str], object]:
+    """The file's metadata, key by key: a value, or None where absent or unreadable."""
+    reader = _reader(path)
+    return lambda key: _field(reader, key)
+
+
 def _reader(path: Path):
     try:
         import gguf
@@ -129,6 +139,11 @@ def _field(reader, key: str):
         return field.contents()
     except (ValueError, IndexError, UnicodeDecodeError):
         return None
+
+
+def _text(reader, key: str) -> str | None:
+    value = _field(reader, key)
+    return value if isinstance(value, str) else None
 
 
 def _quant_types() -> set[str]:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from engine.config import overrides
 from engine.events import LoadProgress
-from engine.files.gguf_check import BadGGUF, GGUFSummary, check
+from engine.files import gguf_config, gguf_pretokenizer
+from engine.files.gguf_check import BadGGUF, GGUFSummary, check, fields
 from engine.files.model_home import (
     STARTER_PACKAGE,
     models_dir,
@@ -138,11 +139,13 @@ def _tokenizer(summary: GGUFSummary):
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(summary.path.parent),
-                                             gguf_file=summary.path.name)
+        tokenizer = AutoTokenizer.from_pretrained(str(summary.path.parent),
+                                                  gguf_file=summary.path.name)
     except Exception as e:  # tokenizers' own errors are plain Exceptions
         raise BadGGUF(f"{summary.path}: its tokenizer cannot be read "
                       f"({' '.join(str(e).split())[:300]})") from None
+    gguf_pretokenizer.follow_file(tokenizer, summary.tokenizer_pre, summary.tokenizer_model)
+    return tokenizer
 
 
 def _model(summary: GGUFSummary):
@@ -159,7 +162,7 @@ def _model(summary: GGUFSummary):
     try:
         model, info = AutoModelForCausalLM.from_pretrained(
             str(summary.path.parent), gguf_file=summary.path.name, dtype=torch.bfloat16,
-            output_loading_info=True)
+            config=_config(summary), output_loading_info=True)
     except (ValueError, KeyError, TypeError, NotImplementedError) as e:
         raise BadGGUF(f"{summary.path}: transformers cannot read its weights ({e})") from None
     missing = sorted(info.get("missing_keys") or ())
@@ -168,6 +171,19 @@ def _model(summary: GGUFSummary):
         raise BadGGUF(f"{summary.path}: it lacks the weight {missing[0]}{more}, which "
                       "transformers would fill with random values")
     return model
+
+
+def _config(summary: GGUFSummary):
+    """transformers' config from the file's header, with what its reader leaves out of the
+    family read back as llama.cpp reads it (files/gguf_config.py)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(summary.path.parent), gguf_file=summary.path.name)
+    field = fields(summary.path)
+    fix = gguf_config.FIXES.get(field("general.architecture"))
+    for key, value in (fix(field, config.to_dict()) if fix else {}).items():
+        setattr(config, key, value)
+    return config
 
 
 def _save(model, tokenizer, summary: GGUFSummary, work: Path) -> None:

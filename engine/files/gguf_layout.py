@@ -93,6 +93,8 @@ def required(arch: str, s: dict[str, int]
         layer |= {"attn_q.bias": [q], "attn_k.bias": [kv], "attn_v.bias": [kv]}
     if family is not None and family.qk_norm:
         layer |= {"attn_q_norm.weight": [s["head_dim"]], "attn_k_norm.weight": [s["head_dim"]]}
+    if family is not None and family.layer_norms == 4:  # Gemma's norms after attention and MLP
+        layer |= {"post_attention_norm.weight": [h], "post_ffw_norm.weight": [h]}
     return {"token_embd.weight": [h, s["vocab"]], "output_norm.weight": [h]}, layer
 
 

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from engine.files.model_folder import SUPPORTED_ARCHITECTURES
 from engine.files.model_home import is_commit_id
+from engine.formats import loadable
 
 # beside the *.safetensors weights (and their index), what loading and chatting need
 SMALL_FILES = frozenset({
@@ -74,8 +74,13 @@ class RepoListing:
             "model_type", "unknown"))
 
     @property
+    def refusal(self) -> str | None:
+        """Why the loader would refuse it once downloaded (formats/loadable.py); None: it loads."""
+        return loadable.refusal(self.config)
+
+    @property
     def is_supported(self) -> bool:
-        return self.architecture in SUPPORTED_ARCHITECTURES
+        return self.refusal is None
 
 
 def endpoint() -> str | None:

@@ -7,7 +7,6 @@ safetensors header is parsed with the stdlib and its offsets compared with the f
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 from engine.events import BadRequest
 from engine.files import model_home
 from engine.files.tokenizer_files import check_text_files
-from engine.formats import families
+from engine.formats import families, loadable
 from engine.formats.model_shape import (
     ModelShape,
     PlanError,
@@ -86,10 +85,7 @@ def check(model: str | None) -> ModelFolder:
             raise BadModel(_gguf_message(ggufs[0]))
         raise BadModel(f"{path} has no config.json, so it is not a Hugging Face model folder")
     config = _read_config(config_path)
-    arch = _architecture(config)
-    if arch not in SUPPORTED_ARCHITECTURES:
-        names = ", ".join(sorted(set(SUPPORTED_ARCHITECTURES.values())))
-        raise BadModel(f"architecture {arch} is not supported; Hearth runs {names}")
+    arch = _loadable_architecture(config)
     try:  # the sizes every load allocates from: absurd ones fail here, not in the allocator
         shape = ModelShape.from_config(config)
     except PlanError as e:
@@ -130,19 +126,12 @@ def _read_config(config_path: Path) -> dict:
     return config
 
 
-def _architecture(config: dict) -> str:
-    archs = config.get("architectures")
-    if archs is not None and not (isinstance(archs, list) and all(
-            isinstance(a, str) for a in archs)):
-        raise BadModel(f"config.json has architectures = {json.dumps(archs)[:40]}; it must be a "
-                       "list of class names")
-    if archs:
-        return archs[0]
-    model_type = config.get("model_type")
-    for cls, family in SUPPORTED_ARCHITECTURES.items():
-        if family == model_type:
-            return cls
-    return str(model_type or "unknown (config.json names none)")
+def _loadable_architecture(config: dict) -> str:
+    """The class the load builds; BadModel where the shared rule refuses it (formats/loadable)."""
+    reason = loadable.refusal(config)
+    if reason is not None:
+        raise BadModel(reason)
+    return loadable.architecture(config)
 
 
 def _header(path: Path) -> tuple[dict[str, tuple[str, list[int]]], int]:
@@ -208,9 +197,7 @@ def config_only_folder(model: str | None) -> ModelFolder:
     if not os.path.lexists(cfg_path):
         raise BadModel(f"{path} has no config.json")
     config = _read_config(cfg_path)
-    arch = _architecture(config)
-    if arch not in SUPPORTED_ARCHITECTURES:
-        raise BadModel(f"architecture {arch} is not supported")
+    arch = _loadable_architecture(config)
     try:
         ModelShape.from_config(config)
     except PlanError as e:

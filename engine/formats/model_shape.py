@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine.formats import families, weights
+from engine.formats import families, loadable, weights
 
 AWQ_GROUP = 128
 # bits per element of every safetensors dtype (F4 and F6 pack below a byte)
@@ -61,6 +61,7 @@ class ModelShape:
     double_quant: bool | None = None
     param_source: str = "config"  # or "safetensors"
     checkpoint_bytes: int | None = None
+    refusal: str | None = None  # why the loader refuses it (formats/loadable); None: it loads
 
     @property
     def total_params(self) -> int:
@@ -144,7 +145,7 @@ class ModelShape:
                                    or cfg.get("torch_dtype")), "fp32"),  # HF's default: fp32
                    tuple((o, i, n) for (o, i), n in lin.items()), vocab * hidden,
                    0 if tied else vocab * hidden, layers * (norms + bias) + hidden,
-                   method, group, dq)
+                   method, group, dq, refusal=loadable.refusal(cfg))
 
     @classmethod
     def from_folder(cls, path: str | Path) -> ModelShape:

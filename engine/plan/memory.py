@@ -180,8 +180,8 @@ def recommend(shape: ModelShape, vram_bytes: int | None, compute_capability=None
         elif p.fits is False:
             note += (f"; does not fit: it needs {need(p) / GiB:.1f} GiB and this computer has "
                      f"{vram_bytes / GiB:.1f} GiB of memory free")
-        return Recommendation(q, k, p.context, concurrency, p.fits, "cpu", draft is not None,
-                              note, need(p), None, p)
+        return _loads(shape, Recommendation(q, k, p.context, concurrency, p.fits, "cpu",
+                                            draft is not None, note, need(p), None, p))
     cc = tuple(compute_capability) if compute_capability else None
     w16 = sixteen_bit(cc)
     if quant not in ("auto", None):
@@ -242,8 +242,16 @@ def recommend(shape: ModelShape, vram_bytes: int | None, compute_capability=None
               f"{PCIE_BYTES_PER_S / streamed:.1f} tokens/s")
     elif p.quant == "nf4" and quant in ("auto", None):
         notes.append("`hearth quantize --method awq` makes an AWQ copy, closer to bf16 than NF4")
-    return Recommendation(p.quant, p.kv_dtype, p.context, seqs, fits, "cuda", use_draft,
-                          "; ".join(notes) or None, need(p), cards, p)
+    return _loads(shape, Recommendation(p.quant, p.kv_dtype, p.context, seqs, fits, "cuda",
+                                        use_draft, "; ".join(notes) or None, need(p), cards, p))
+
+
+def _loads(shape: ModelShape, rec: Recommendation) -> Recommendation:
+    """A model the loader refuses (formats/loadable.py) fits nowhere, whatever its bytes."""
+    if shape.refusal is None:
+        return rec
+    return replace(rec, fits=False, cards_needed=None, note=f"it does not load: {shape.refusal}",
+                   plan=replace(rec.plan, fits=False, notes=(*rec.plan.notes, shape.refusal)))
 
 
 def plan(shape: ModelShape, quant: str, kv_dtype: str, context: int | None,
@@ -266,6 +274,8 @@ def plan(shape: ModelShape, quant: str, kv_dtype: str, context: int | None,
         q, k, ctx = r.quant, r.kv_dtype, ctx or r.context
     p = _core(shape, q, k, ctx, vram_bytes, draft, prefill_chunk, concurrency,
               NUM_SPECULATIVE_TOKENS, cuda_context_bytes, prefill_graphs, device)
+    if shape.refusal is not None:  # sized all the same: the bytes it would take
+        p = replace(p, fits=False, notes=(*p.notes, f"it does not load: {shape.refusal}"))
     return replace(p, recommended=best.to_dict())
 
 

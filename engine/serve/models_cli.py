@@ -73,7 +73,9 @@ def _row(entry: ModelEntry, gpu, is_default: bool) -> dict:
                params=count_text(shape.total_params),
                format="+".join(formats_present(entry.folder, shape)), fits=rec.fits,
                quant=rec.quant, context=rec.context)
-    if rec.fits is None:
+    if shape.refusal:  # the planner sizes it, the loader refuses it
+        row["fit"] = f"does not load: {shape.refusal}"
+    elif rec.fits is None:
         row["fit"] = f"CPU: {rec.quant}, {rec.context:,} tokens"
     elif rec.fits:
         row["fit"] = f"fits: {rec.quant}, {rec.context:,} tokens"

@@ -39,6 +39,10 @@ def _shape(model: str | None) -> tuple[str, planner.ModelShape]:
     return str(path), planner.ModelShape.from_folder(path)
 
 
+def _refused(shape: planner.ModelShape) -> str:
+    return f"{shape.refusal}, so it does not load whatever the card"
+
+
 def _card(vram_gib: float | None,
           gpu: str | None) -> tuple[int | None, dict | None, str, str]:
     """(memory to plan for, the card as a dict, a label, the device). --vram wins over --gpu;
@@ -96,8 +100,9 @@ def run_plan(model: str | None, vram_gib: float | None = None, gpu: str | None =
         if tensor_parallel > 1:
             if draft:
                 raise planner.PlanError("a draft model does not run beside --tensor-parallel yet")
-            return plan_multi_report.run(path, shape, tensor_parallel, vram_gib, gpu, context,
+            code = plan_multi_report.run(path, shape, tensor_parallel, vram_gib, gpu, context,
                                          quant, kv_dtype, as_json)
+            return _fail("plan", _refused(shape)) if shape.refusal else code
         draft_shape = _shape(draft)[1] if draft else None
         vram, card, label, device = _card(vram_gib, gpu)
         cc = tuple(card["compute_capability"]) if card else None
@@ -120,6 +125,8 @@ def run_plan(model: str | None, vram_gib: float | None = None, gpu: str | None =
         _print_plan(path, shape, p, label, device)
         if split:
             plan_multi_report.print_advice(split, plan_multi_report.machine_gpus(gpu)[0])
+    if shape.refusal:  # sized above all the same, but it does not load
+        return _fail("plan", _refused(shape))
     if p.fits is False:
         r = p.recommended
         hint = (f"{r['quant']} weights, a {r['kv_dtype']} KV cache and a context of "
@@ -148,8 +155,9 @@ def _print_plan(path: str, shape: planner.ModelShape, p: planner.Plan, label: st
     of = f" of {p.vram_bytes / GiB:.2f}" if p.vram_bytes is not None else ""
     print(f"  {'total':<16}{p.total_bytes / GiB:>9.2f} GiB{of}{verdict}")
     print()
-    print(f"Longest context that fits: {p.max_context:,} tokens")
-    if p.max_concurrency is not None:
+    if shape.refusal is None:  # what would fit of a model that does not load is no answer
+        print(f"Longest context that fits: {p.max_context:,} tokens")
+    if p.max_concurrency is not None and shape.refusal is None:
         print(f"Sequences of {p.context:,} tokens that fit at once: {p.max_concurrency}")
     r = p.recommended
     if r:

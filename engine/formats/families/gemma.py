@@ -18,7 +18,8 @@ GEMMA3_POST_ATTENTION = "post_attention_layernorm"
 GEMMA3_POST_MLP = "post_feedforward_layernorm"
 
 GEMMA3_TEXT = Family(
-    "gemma3_text", "Gemma 3", ("Gemma3ForCausalLM",), names=GEMMA3_NAMES, fast_path=True,
+    "gemma3_text", "Gemma 3", ("Gemma3ForCausalLM",), gguf_architecture="gemma3",
+    names=GEMMA3_NAMES, fast_path=True,
     qk_norm=True, tied_by_default=True, sliding_layers=True, layer_norms=4)
 # the multimodal checkpoints: their language model loads as Gemma3ForCausalLM (load/loader.py)
 GEMMA3 = Family("gemma3", "Gemma 3 (multimodal)", ("Gemma3ForConditionalGeneration",),
