@@ -2,8 +2,10 @@
 is cut at its first token the grammar forbids, each verified position is masked by the grammar
 after the drafted prefix before it, and the matcher is rolled back to the accepted length; so
 speculative greedy decoding under a grammar equals plain constrained greedy token for token
-(draft model and prompt lookup), the matcher after a rejected block equals a fresh one fed the
-accepted tokens, and the logprobs a verify pass reports equal those of plain one-token steps."""
+(draft model and prompt lookup), a sampled round draws from the masked target's distribution,
+the matcher after a rejected block equals a fresh one fed the accepted tokens (after a pause, a
+batch's preemption and a hand-off too), and the logprobs a verify pass reports equal those of
+plain one-token steps."""
 
 from __future__ import annotations
 
@@ -16,9 +18,13 @@ from engine.generate.resume import Paused
 from engine.generate.session import Session
 from engine.grammar.matcher import GrammarState
 from engine.spec.constrained_verify import DraftedGrammar
+from engine.spec.proposers import DraftModel
+from engine.spec.speculative import verify
+from engine.step.sampling import ResolvedSampling, Sampler
 from tests.engine.generate.test_batch_run import Run, alone
 from tests.engine.generate.test_constrained import SCHEMAS, valid
 from tests.engine.helpers import finished, token_ids
+from tests.engine.spec.test_speculative import CHI2_999, chi_square
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see tests/engine/conftest.py
 
@@ -226,3 +232,45 @@ def test_sampled_penalised_speculation_reports_the_raw_logprobs_of_each_position
                                    atol=ROUNDING)
         logits = plain.decoder.step(torch.tensor([token]), len(prompt) + i)
     plain.cache.crop(0)
+
+
+# ---------------------------------------------------------------- sampling under a grammar
+
+TRIALS = 300  # rounds drawn: a support of 4 tokens, each expected 30 times or more
+
+
+def test_a_constrained_round_samples_from_the_masked_target(tiny_models, sessions, tok):
+    """The first token a round emits, over many seeds, against the target's exact top-k
+    distribution under the grammar's mask (the draft drafting under the mask too)."""
+    target, draft = sessions["plain"], Session.load(LoadRequest(str(tiny_models["llama"]),
+                                                                device="cpu"))
+    spec = GrammarSpec("regex", "[a-d]{1,3}[0-9]?")
+    ids = target.prompt_ids(request(SCHEMAS[0]))
+    pending, position = 17, len(ids)
+    target.cache.crop(0)
+    target.decoder.forward(torch.tensor(ids), 0)
+    proposer = DraftModel(draft, vocab=2048)
+    proposer.start(ids)
+    sampler = Sampler(ResolvedSampling(temperature=1.0, top_p=1.0, top_k=4,
+                                       repetition_penalty=1.0, seed=0), 2048, CPU,
+                      torch.tensor(ids))
+    masked = target.decoder.forward(torch.tensor([pending]), position).masked_fill(
+        ~fed(tok, spec, []).allowed(CPU), float("-inf"))
+    p = sampler.filter(masked).softmax(-1)
+    counts, rejected = torch.zeros(2048), 0
+    for seed in range(TRIALS):
+        sampler.generator.manual_seed(seed)
+        grammar = DraftedGrammar(fed(tok, spec, []))
+        proposals, q = proposer.propose(ids + [pending], 3, sampler, grammar)
+        tokens, accepted, _ = verify(target.decoder, sampler, torch.tensor([pending]), position,
+                                     proposals, q, grammar.masks(CPU))
+        grammar.settle(accepted, tokens[-1])
+        if accepted < proposals.numel() and rejected < 20:  # as a fresh one fed the answer
+            same_state(grammar.grammar, fed(tok, spec, tokens[:grammar.grammar.complete_at]))
+        counts[tokens[0]] += 1
+        rejected += accepted < proposals.numel()
+        draft.cache.crop(len(ids))  # every trial starts alike
+    target.cache.crop(0)
+    assert rejected > 0
+    stat, df = chi_square(counts, p)
+    assert stat < CHI2_999[df], (stat, counts[p > 0], p[p > 0] * TRIALS)
