@@ -118,8 +118,8 @@ class BatchRun:
         req, seq = gen.req, gen.seq
         speculates = (req.prompt_lookup or req.num_speculative_tokens
                       or self.session.draft is not None) and req.num_speculative_tokens != 0
-        if not speculates or gen.sampler.one_token_a_step or gen.cancel.is_set() \
-                or not seq.output_ids or seq.state is not State.RUNNING or seq.num_pending != 1:
+        if not speculates or gen.cancel.is_set() or not seq.output_ids \
+                or seq.state is not State.RUNNING or seq.num_pending != 1:
             return None
         self._resolve()
         self._flush()  # its last token goes out from here (and may end it)

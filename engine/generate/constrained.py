@@ -1,8 +1,9 @@
 """A request's Sampler, with its grammar where the request has one (GenerateRequest.grammar:
 a JSON schema, json_object, a regex, a Lark grammar). The grammar compiles here at the latest
 (cached: the server compiled it on its own thread already), so a grammar that cannot compile is
-bad input before the request takes a row. A constrained request never speculates: its mask
-follows each token as the sampler takes it (generate/session.py _decoding, batch_run.hand_off)."""
+bad input before the request takes a row. The grammar follows each token the request keeps:
+a plain step's as the sampler takes it, a speculative round's drafted block checked and rolled
+back to what the target accepted (spec/constrained_verify.py)."""
 
 from __future__ import annotations
 

@@ -236,7 +236,7 @@ class Session:
             proposer = self.synthetic or DraftModel(self.draft, self.lm.model.config.vocab_size)
         elif req.num_speculative_tokens:
             raise BadRequest("speculative tokens need a draft model (--draft) or prompt lookup")
-        if proposer is None or k == 0 or sampler.one_token_a_step:
+        if proposer is None or k == 0:
             return PlainDecoding(self.decoder, self.cache, sampler)
         max_k = k or MAX_ADAPTIVE_K
         self.decoder.capture_blocks(range(2, max_k + 2))  # once; a no-op without CUDA graphs

@@ -45,6 +45,18 @@ class GrammarState:
         """bool [vocab_size] on device: the tokens the grammar allows next."""
         return unpack(self.bits()[None], self.vocab_size, device)[0]
 
+    def allows(self, token: int) -> bool:
+        """Whether the grammar allows `token` next (a drafted token, checked on the host)."""
+        if not 0 <= token < self.vocab_size:
+            return False
+        return bool((int(self.bits()[token // 32]) >> (token % 32)) & 1)
+
+    @property
+    def stopped(self) -> bool:
+        """Whether nothing can follow: the answer ends here (the matcher takes no more tokens,
+        and an eos it is given then is not one it can roll back)."""
+        return self.matcher.is_stopped()
+
     # ------------------------------------------------------------------ following tokens
 
     def accept(self, token: int) -> None:

@@ -1,1 +1,2 @@
-"""Speculative decoding: draft model and prompt-lookup proposers, verify, the controller."""
+"""Speculative decoding: draft model and prompt-lookup proposers, verify (under a request's
+grammar too: constrained_verify.py), the controller."""

@@ -117,21 +117,30 @@ class DraftModel:
         self.cache.token_ids.extend(seq[have:])
         return logits
 
-    def propose(self, seq: list[int], k: int, sampler: Sampler):
-        """-> (tokens [k], their distributions [k, V] or None for greedy)."""
+    def propose(self, seq: list[int], k: int, sampler: Sampler, grammar=None):
+        """-> (tokens [k], their distributions [k, V] or None for greedy). grammar: a
+        constrained request's DraftedGrammar (spec/constrained_verify.py): the draft drafts
+        under its mask and it takes each token (fewer than k once the answer is complete)."""
         logits = self._catch_up(seq)
         tokens, qs = [], []
         for i in range(k):
             logits = fit(logits, self.vocab)
+            if grammar is not None:
+                logits = grammar.constrain(logits)
             if sampler.s.is_greedy:
                 token, q = logits.argmax(-1, keepdim=True), None
             else:  # the target's own filters, so q is near p
                 q = sampler.filter(sampler.penalize(logits.float(), sampler.seen)).softmax(-1)
                 token = sampler.race(q)
+            if grammar is not None and not grammar.take(int(token.item())):
+                break  # nothing the draft can write is allowed (ids past its vocabulary)
             tokens.append(token)
             qs.append(q)
-            if i + 1 < k:  # the last proposal is fed only if accepted (next round's catch-up)
-                logits = self.decoder.step(token, len(seq) + i)
+            if i + 1 == k or (grammar is not None and not grammar.open):
+                break  # the last proposal is fed only if accepted (next round's catch-up)
+            logits = self.decoder.step(token, len(seq) + i)
+        if not tokens:
+            return None, None
         return torch.cat(tokens), None if qs[0] is None else torch.stack(qs)
 
     def commit(self, accepted: list[int], proposed: int) -> None:
@@ -162,7 +171,8 @@ class PromptLookup:
                     table[tuple(seq[e - n:e])] = e
         self.indexed = max(self.indexed, len(seq))
 
-    def propose(self, seq: list[int], k: int, sampler: Sampler):
+    def propose(self, seq: list[int], k: int, sampler: Sampler, grammar=None):
+        """The tokens that followed the match (a grammar checks them after: verify's caller)."""
         self._extend(seq)
         for n, table in self.index.items():
             e = table.get(tuple(seq[-n:]))
@@ -189,7 +199,7 @@ class SyntheticDraft(DraftModel):
         self.rng = random.Random(seed)
         self.reference: list[int] = []
 
-    def propose(self, seq: list[int], k: int, sampler: Sampler):
+    def propose(self, seq: list[int], k: int, sampler: Sampler, grammar=None):
         if not sampler.s.is_greedy:
             raise BadRequest("the synthetic draft measures greedy decoding only")
         logits = self._catch_up(seq)

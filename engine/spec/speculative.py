@@ -11,6 +11,7 @@ import time
 import torch
 
 from engine.cache.kv_cache import KVCache
+from engine.spec.constrained_verify import DraftedGrammar
 from engine.spec.controller import Controller
 from engine.step.decode import Decoder
 from engine.step.sampling import Sampler
@@ -52,14 +53,17 @@ def accept_sampled(p: torch.Tensor, q: torch.Tensor, proposals: torch.Tensor,
 
 
 def verify(target: Decoder, sampler: Sampler, pending: torch.Tensor, position: int,
-           proposals: torch.Tensor, q: torch.Tensor | None) -> tuple[list[int], int, torch.Tensor]:
+           proposals: torch.Tensor, q: torch.Tensor | None, allowed: torch.Tensor | None = None
+           ) -> tuple[list[int], int, torch.Tensor]:
     """One target pass over [pending, *proposals] at position.. -> (the committed tokens: the
     accepted proposals then one token of the target's, how many were accepted, that last token
     on the device [1]). q: the proposals' distributions; None for a deterministic proposer (a
-    point mass) or greedy decoding.
+    point mass) or greedy decoding. allowed: a constrained request's mask at each position
+    [K + 1, V] (constrained_verify.DraftedGrammar.masks). A request with logprobs gets those
+    of each committed token from its position's raw logits, as a plain step records them.
     """
-    logits = target.verify(torch.cat([pending, proposals]), position)  # [K + 1, V]
-    logits = sampler.target_logits(logits, proposals)
+    raw = target.verify(torch.cat([pending, proposals]), position)  # [K + 1, V]
+    logits = sampler.target_logits(raw, proposals, allowed)
     if sampler.s.is_greedy:
         n, nxt = accept_greedy(logits, proposals)
     else:
@@ -69,6 +73,8 @@ def verify(target: Decoder, sampler: Sampler, pending: torch.Tensor, position: i
         n, nxt = accept_sampled(p, q, proposals, sampler.generator)
     host = torch.cat([n.view(1), nxt, proposals]).tolist()  # the round's one host sync
     accepted = host[0]
+    if sampler.logprobs is not None:
+        sampler.logprobs.record(raw[:accepted + 1], torch.cat([proposals[:accepted], nxt]))
     return host[2:2 + accepted] + [host[1]], accepted, nxt
 
 
@@ -105,14 +111,21 @@ class SpeculativeDecoding:
             self.control.overhead(time.perf_counter() - t)
             self.started = True
         t0 = time.perf_counter()
-        proposals, q = self.proposer.propose(self.seq, k, self.sampler) if k else (None, None)
+        grammar = None if self.sampler.grammar is None else DraftedGrammar(self.sampler.grammar)
+        proposals, q = self.proposer.propose(self.seq, k, self.sampler, grammar) if k else \
+            (None, None)
+        if grammar is not None and proposals is not None:
+            proposals, q = grammar.check(proposals, q)  # cut at the first forbidden token
         if proposals is None or proposals.numel() == 0:
             return self._plain(position)
         if self.control.adaptive:
             self.sync()  # time the proposals apart from the verify pass
         t1 = time.perf_counter()
-        tokens, accepted, self.token = verify(self.target, self.sampler, self.token, position,
-                                              proposals, q)
+        tokens, accepted, self.token = verify(
+            self.target, self.sampler, self.token, position, proposals, q,
+            None if grammar is None else grammar.masks(self.target.device))
+        if grammar is not None:
+            grammar.settle(accepted, tokens[-1])  # rolled back to the accepted length
         self.cache.token_ids.extend(self.seq[-1:] + tokens[:accepted])
         self.proposer.commit(tokens[:accepted], proposals.numel())
         self.sampler.mark(tokens)

@@ -25,21 +25,23 @@ class LogprobRecorder:
         self._pending: deque = deque()
 
     def record(self, logits: torch.Tensor, token: torch.Tensor) -> None:
-        """logits [V]: the step's raw logits; token [1]: the id chosen from them."""
-        logprobs = logits.float().log_softmax(-1)
+        """logits [V]: the step's raw logits; token [1]: the id chosen from them. Or a verify
+        pass's: logits [n, V] of n positions, token [n] the ids kept there, one record each."""
+        logprobs = logits.float().reshape(-1, logits.shape[-1]).log_softmax(-1)
+        token = token.reshape(-1, 1)
         top = logprobs.topk(self.num_top) if self.num_top else None
-        parts = [logprobs[token]]
+        parts = [logprobs.gather(1, token)]
         if top is not None:  # ids as floats: exact below 2**24, far past any vocabulary
             parts += [top.values, top.indices.float()]
-        row = torch.cat(parts)
+        rows = torch.cat(parts, dim=1)
+        done = None
         if self.pinned:  # copied while later steps run; read once that copy is done
-            host = torch.empty(row.shape, dtype=row.dtype, pin_memory=True)
-            host.copy_(row, non_blocking=True)
+            host = torch.empty(rows.shape, dtype=rows.dtype, pin_memory=True)
+            host.copy_(rows, non_blocking=True)
             done = torch.cuda.Event()
             done.record()
-            self._pending.append((host, done))
-        else:
-            self._pending.append((row, None))
+            rows = host
+        self._pending.extend((row, done) for row in rows)
 
     def take(self, n: int) -> tuple[TokenLogprob, ...]:
         """The records of the n oldest tokens not yet read."""

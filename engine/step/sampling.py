@@ -81,12 +81,6 @@ class Sampler:
         return (self.s.is_greedy and self.seen is None and self.rules is None
                 and self.logprobs is None)
 
-    @property
-    def one_token_a_step(self) -> bool:
-        """Whether this request decodes without speculation: its logprobs are recorded a step
-        at a time, and its grammar's next mask depends on each token taken."""
-        return self.logprobs is not None or self.grammar is not None
-
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         """logits: [V] for the last position -> next token id, [1] int64 on the device."""
         raw = logits
@@ -108,7 +102,7 @@ class Sampler:
 
     def token(self, text: str, ids) -> Token:
         """The Token event of ids this sampler chose, oldest first, with their logprobs where
-        the request asked for them (a request with logprobs decodes plainly, a token a step)."""
+        the request asked for them (recorded as each was chosen, by a step or a verify pass)."""
         return token_event(text, ids, self.logprobs)
 
     def constrain(self, logits: torch.Tensor) -> torch.Tensor:
@@ -161,10 +155,15 @@ class Sampler:
             return None
         return self.seen | (proposal_counts(proposals, self.seen.numel()) > 0)
 
-    def target_logits(self, logits: torch.Tensor, proposals: torch.Tensor) -> torch.Tensor:
+    def target_logits(self, logits: torch.Tensor, proposals: torch.Tensor,
+                      allowed: torch.Tensor | None = None) -> torch.Tensor:
         """Verified logits [K + 1, V] -> the target's next-token logits at each position, as
-        __call__ would see them there (penalty, and for sampling temperature, top-k, top-p)."""
-        logits = self.penalize(logits.float(), self.block_seen(proposals))
+        __call__ would see them there (the grammar's mask, `allowed` [K + 1, V] from
+        spec/constrained_verify.py; penalty; for sampling temperature, top-k, top-p)."""
+        logits = logits.float()
+        if allowed is not None:
+            logits = logits.masked_fill(~allowed, float("-inf"))
+        logits = self.penalize(logits, self.block_seen(proposals))
         if self.rules is not None:
             logits = self.rules.apply(logits, self.rules.block_counts(proposals))
         return logits if self.s.is_greedy else self.filter(logits)

@@ -4,7 +4,8 @@ five schemas (nested objects, arrays, enums, required fields, bounded numbers), 
 seeded, batched: every answer that ends at its grammar ("eos") validates with jsonschema, and
 one cut at its token limit is never valid; a batch of rows with different schemas and with none
 gives each row what it gives alone (fp32 greedy and seeded); preempted and recomputed
-constrained rows keep their grammar's state; a constrained request does not speculate."""
+constrained rows keep their grammar's state (speculation under a grammar:
+tests/engine/spec/test_constrained_speculation.py)."""
 
 from __future__ import annotations
 
@@ -118,14 +119,6 @@ def test_json_object_and_a_regex(tiny):
     assert reason == "eos" and len(text) == 6 and text[:3].isdigit() and text[3] == "-", text
     text, reason = answer(GrammarSpec("json_object"))  # random weights: a key may never end
     assert text.startswith("{") and valid(text, {"type": "object"}) == (reason == "eos"), text
-
-
-def test_a_constrained_request_does_not_speculate(tiny):
-    plain = constrained(0, SCHEMAS[2])
-    asked = constrained(0, SCHEMAS[2], prompt_lookup=True)
-    events = list(tiny.generate(asked))
-    assert events[-1].stats.proposed_draft_tokens == 0
-    assert alone(tiny, [asked]) == alone(tiny, [plain])
 
 
 def test_preempted_constrained_rows_keep_their_grammar(tiny_models):
