@@ -1,0 +1,67 @@
+"""Qwen3-MoE and Mixtral on the engine's own step (models/moe_step.py) against transformers, fp32
+on the CPU: tiny folders of two layers, 8 experts, top-2 (tests/fixtures/experts.py). Greedy
+tokens equal transformers' token for token (Qwen3-MoE with and without norm_topk_prob); the rows
+of one batched step, routed to different experts, give what each gives alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.events import LoadRequest
+from engine.generate.session import Session
+from engine.models import experts
+from engine.models.moe_step import MoeStep
+from tests.engine.generate.test_batch_run import concurrent_equals_alone, teacher_forced_rows
+from tests.engine.helpers import PROMPT, greedy_request, hf_greedy, token_ids
+from tests.fixtures import experts as fixture
+
+N_NEW = 30
+KINDS = ("qwen3_moe", "qwen3_moe_unnormed", "mixtral")
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, tokenizer_dir):
+    root = tmp_path_factory.mktemp("experts")
+    return {kind: fixture.build(root / kind, tokenizer_dir, kind) for kind in KINDS}
+
+
+@pytest.fixture(scope="module")
+def sessions(folders, one_thread):
+    return {kind: Session.load(LoadRequest(str(folders[kind]), device="cpu")) for kind in KINDS}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_greedy_equals_transformers(kind, folders, sessions):
+    s = sessions[kind]
+    assert isinstance(s.decoder.family, MoeStep) and s.decoder.mode == "static"
+    layer = s.decoder.family.layers[0].gate_up
+    assert isinstance(layer, experts.ExpertMLP) and layer.top_k == fixture.TOP_K
+    assert layer.normalize == (kind != "qwen3_moe_unnormed")
+    reference = hf_greedy(folders[kind], PROMPT, N_NEW)
+    assert len(set(reference)) >= 8  # the random model wanders: a wrong expert would show
+    assert token_ids(list(s.generate(greedy_request(PROMPT, n=N_NEW)))) == reference
+
+
+@pytest.mark.parametrize("kind", ["qwen3_moe", "mixtral"])
+def test_batched_rows_routed_to_different_experts_equal_each_alone(kind, sessions, monkeypatch):
+    s = sessions[kind]
+    routed = []  # each batched step's first layer: the experts of each of its rows
+    call = experts.ExpertMLP.__call__
+
+    def recording(self, h):
+        if self is s.decoder.family.layers[0].gate_up and h.shape[1] == 5:
+            ids, _ = self.route(h.reshape(-1, h.shape[-1]))
+            routed.append([frozenset(row) for row in ids.tolist()])
+        return call(self, h)
+
+    monkeypatch.setattr(experts.ExpertMLP, "__call__", recording)
+    single, batched = teacher_forced_rows(s, n_seqs=5, steps=4)
+    assert ((batched - single).norm(dim=-1) / single.norm(dim=-1)).max() < 1e-5
+    assert routed and all(len(set(rows)) > 1 for rows in routed)  # rows took different experts
+
+
+def test_concurrent_requests_give_what_each_gives_alone(sessions):
+    s = sessions["qwen3_moe"]
+    assert s.can_batch()
+    run = concurrent_equals_alone(s)
+    assert max(run.engine.batch.rows_seen) >= 5
