@@ -11,7 +11,7 @@ from engine.formats.families.registry import Experts, Family, SamplingPreset
 QWEN3_MOE = Family(
     "qwen3_moe", "Qwen3-MoE", ("Qwen3MoeForCausalLM",), names=LLAMA_NAMES, fast_path=True,
     qk_norm=True, experts=Experts(
-        count_key="num_experts", intermediate_key="moe_intermediate_size",
+        count_keys=("num_experts", "num_local_experts"), intermediate_key="moe_intermediate_size",
         normalize="norm_topk_prob",
         checkpoint=("mlp.experts.{e}.gate_proj", "mlp.experts.{e}.up_proj",
                     "mlp.experts.{e}.down_proj")),
@@ -19,7 +19,7 @@ QWEN3_MOE = Family(
 MIXTRAL = Family(
     "mixtral", "Mixtral", ("MixtralForCausalLM",), names=LLAMA_NAMES, fast_path=True,
     experts=Experts(
-        count_key="num_local_experts", intermediate_key="intermediate_size", normalize="always",
+        count_keys=("num_local_experts",), intermediate_key="intermediate_size", normalize="always",
         checkpoint=("block_sparse_moe.experts.{e}.w1", "block_sparse_moe.experts.{e}.w3",
                     "block_sparse_moe.experts.{e}.w2")),
     sampling=SamplingPreset(temperature=0.3, top_p=0.9))

@@ -70,7 +70,9 @@ class Experts:
     hidden] and down [E, hidden, I] at `experts`.gate_up_proj / .down_proj; on disk, one linear a
     projection a expert (`checkpoint`, with {e} the expert), which transformers fuses at load."""
 
-    count_key: str  # config.json's number of routed experts
+    # config.json's number of routed experts, under the first of these names it holds (a
+    # Qwen3-MoE config saved by transformers 5 says num_local_experts, the Hub's num_experts)
+    count_keys: tuple[str, ...]
     intermediate_key: str  # config.json's width of one expert's MLP
     # the top-k weights: "always" renormalised to sum to 1 (softmax over the top-k logits),
     # else the config.json key that says (Qwen3-MoE's norm_topk_prob; absent: not renormalised)

@@ -1,16 +1,22 @@
 """Qwen3-MoE and Mixtral on the engine's own step (models/moe_step.py) against transformers, fp32
 on the CPU: tiny folders of two layers, 8 experts, top-2 (tests/fixtures/experts.py). Greedy
 tokens equal transformers' token for token (Qwen3-MoE with and without norm_topk_prob); the rows
-of one batched step, routed to different experts, give what each gives alone."""
+of one batched step, routed to different experts, give what each gives alone; the planner reads
+a checkpoint's expert tensors as its config says; `hearth bench`'s roofline counts the bytes of
+the experts a token reads."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from engine.events import LoadRequest
+from engine.formats.model_shape import ModelShape
 from engine.generate.session import Session
 from engine.models import experts
 from engine.models.moe_step import MoeStep
+from engine.serve import cli
 from tests.engine.generate.test_batch_run import concurrent_equals_alone, teacher_forced_rows
 from tests.engine.helpers import PROMPT, greedy_request, hf_greedy, token_ids
 from tests.fixtures import experts as fixture
@@ -65,3 +71,31 @@ def test_concurrent_requests_give_what_each_gives_alone(sessions):
     assert s.can_batch()
     run = concurrent_equals_alone(s)
     assert max(run.engine.batch.rows_seen) >= 5
+
+
+def test_a_checkpoints_expert_tensors_count_as_its_config_says(folders):
+    folder = folders["mixtral"]  # one linear a projection an expert on disk
+    config = ModelShape.from_config(json.loads((folder / "config.json").read_text()))
+    refined = ModelShape.from_folder(folder)
+    assert refined.param_source == "safetensors"
+    assert refined.num_experts == fixture.EXPERTS and refined.experts_per_token == fixture.TOP_K
+    assert sorted(refined.expert_linears) == sorted(config.expert_linears)
+    assert refined.total_params == config.total_params  # the routers counted once, as others
+
+
+def test_bench_reports_decode_against_the_active_bytes_roofline(folders, sessions, capsys):
+    assert cli.main(["bench", "--model", str(folders["qwen3_moe"]), "--prompt-len", "16",
+                     "--new-tokens", "4", "--num-prompts", "1", "--device", "cpu",
+                     "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["active_experts"] == [fixture.TOP_K, fixture.EXPERTS]
+    model = sessions["qwen3_moe"].lm.model
+    embed = model.get_input_embeddings().weight
+    size = {name: p.numel() * p.element_size() for name, p in model.named_parameters()
+            if p is not embed}
+    routed = sum(b for name, b in size.items() if ".experts." in name)
+    assert routed > sum(size.values()) / 3  # the experts are a good part of the weights
+    weights = sum(size.values()) - routed + routed * fixture.TOP_K // fixture.EXPERTS
+    kv = sessions["qwen3_moe"].cache.bytes_per_token * (16 + 4)
+    assert r["bytes_per_decode_step"] == weights + kv
+    assert r["roofline_tokens_per_s"] > 0 and r["decode_tokens_per_s"] > 0
