@@ -27,6 +27,6 @@ for _module in (llama, qwen, experts, gemma, phi, generic, planned):
     for _family in _module.FAMILIES:
         register(_family)
 
-__all__ = ["ARCHITECTURES", "GGUF_ARCHITECTURES", "Experts", "Family", "ModuleNames", "SamplingPreset",
-           "awq_types", "by_architecture", "fast_path_types", "get", "listing", "planned_as",
-           "register", "registered", "tensor_parallel_types", "unregister"]
+__all__ = ["ARCHITECTURES", "GGUF_ARCHITECTURES", "Experts", "Family", "ModuleNames",
+           "SamplingPreset", "awq_types", "by_architecture", "fast_path_types", "get", "listing",
+           "planned_as", "register", "registered", "tensor_parallel_types", "unregister"]

@@ -11,14 +11,14 @@ import torch.nn.functional as F
 from engine.kernels.experts import grouped
 from tests.engine.helpers import INTERPRETER, interpreted
 
-E, H, I, K = 8, 64, 48, 2
+E, H, WIDTH, K = 8, 64, 48, 2
 
 
 def _case(T: int, seed: int = 0, dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(T, H, generator=g).to(dtype)
-    gate_up = (torch.randn(E, 2 * I, H, generator=g) * 0.1).to(dtype)
-    down = (torch.randn(E, H, I, generator=g) * 0.1).to(dtype)
+    gate_up = (torch.randn(E, 2 * WIDTH, H, generator=g) * 0.1).to(dtype)
+    down = (torch.randn(E, H, WIDTH, generator=g) * 0.1).to(dtype)
     ids, weights = grouped.route(torch.randn(T, E, generator=g), K, normalize=True)
     return x, gate_up, down, ids, weights
 
