@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from engine.formats import weights
 from engine.formats.model_shape import ModelShape
 from engine.plan.sizes import GiB, weight_bytes
 
@@ -40,4 +41,7 @@ def note(shape: ModelShape, quant: str) -> str | None:
             f"GiB of {total / GiB:.2f} GiB of weights); a decode token reads {k} of them "
             f"({experts / GiB:.2f} x {k}/{n} = {experts * k // n / GiB:.2f} GiB) and the rest "
             f"({(total - experts) / GiB:.2f} GiB): {active_weight_bytes(shape, quant) / GiB:.2f}"
-            f" GiB a token, the decode roofline's weights")
+            f" GiB a token, the decode roofline's weights" + (
+                "; the engine loads experts in 16 bits for now (4-bit experts are future work), "
+                "so a quantized row is the target, not yet what loads"
+                if weights.get(quant).quantized else ""))
