@@ -1,7 +1,8 @@
 """Qwen3-MoE and Mixtral on the engine's own step (models/moe_step.py) against transformers, fp32
 on the CPU: tiny folders of two layers, 8 experts, top-2 (tests/fixtures/experts.py). Greedy
 tokens equal transformers' token for token (Qwen3-MoE with and without norm_topk_prob); the rows
-of one batched step, routed to different experts, give what each gives alone; the planner reads
+of one batched step, routed to different experts, give what each gives alone; bf16 logits as
+close to fp32 as transformers' own bf16 modules are; the planner reads
 a checkpoint's expert tensors as its config says; `hearth bench`'s roofline counts the bytes of
 the experts a token reads."""
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from engine.events import LoadRequest
 from engine.formats.model_shape import ModelShape
@@ -19,6 +21,7 @@ from engine.models.moe_step import MoeStep
 from engine.serve import cli
 from tests.engine.generate.test_batch_run import concurrent_equals_alone, teacher_forced_rows
 from tests.engine.helpers import PROMPT, greedy_request, hf_greedy, token_ids
+from tests.engine.models.test_gemma import _teacher_forced
 from tests.fixtures import experts as fixture
 
 N_NEW = 30
@@ -71,6 +74,33 @@ def test_concurrent_requests_give_what_each_gives_alone(sessions):
     assert s.can_batch()
     run = concurrent_equals_alone(s)
     assert max(run.engine.batch.rows_seen) >= 5
+
+
+@pytest.mark.parametrize("kind", ["qwen3_moe", "mixtral"])
+def test_bf16_logits_are_as_close_to_fp32_as_transformers_bf16(kind, tmp_path, tokenizer_dir,
+                                                               one_thread):
+    """The bf16 step against the same weights in fp32, teacher-forced: no farther than
+    transformers' own modules in bf16 are (bf16's rounding, routing flips included, is the
+    yardstick)."""
+    path = str(fixture.build(tmp_path / kind, tokenizer_dir, kind, dtype="bfloat16"))
+    ids = torch.randint(3, 2048, (64,), generator=torch.Generator().manual_seed(5))
+    runs = [_teacher_forced(Session.load(LoadRequest(path, device="cpu", context=512, **kw)),
+                            ids, 32) for kw in ({}, {"eager": True}, {"quant": "fp32"})]
+    fast, modules, exact = runs
+    rel = lambda a: (a - exact).norm(dim=-1) / exact.norm(dim=-1)  # noqa: E731
+    assert rel(modules).median() > 0  # bf16 really rounds: the yardstick is not zero
+    assert rel(fast).median() <= 1.5 * rel(modules).median(), (rel(fast), rel(modules))
+
+
+def test_a_dense_layer_between_sparse_ones_runs_through_transformers_modules():
+    from transformers import AutoModelForCausalLM
+
+    from engine.models.step_weights import supports
+
+    config = fixture.config("qwen3_moe", 2048, [2, 0], 0, "float32")
+    assert supports(AutoModelForCausalLM.from_config(config))
+    config.mlp_only_layers = [1]  # Qwen3-MoE's dense layers: an MLP the experts' step lacks
+    assert not supports(AutoModelForCausalLM.from_config(config))
 
 
 def test_a_checkpoints_expert_tensors_count_as_its_config_says(folders):
