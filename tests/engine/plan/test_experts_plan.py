@@ -9,6 +9,8 @@ import json
 
 import pytest
 
+from engine.formats.model_shape import ModelShape
+from engine.plan.sizes import workspace_bytes
 from engine.serve import cli
 from tests.engine.helpers import REPO
 
@@ -52,3 +54,12 @@ def test_the_rows_on_a_24_gib_card(capsys):
     assert 22.5 * GiB < mixtral["weights_bytes"] < 23.5 * GiB and mixtral["max_context"] == 0
     assert 6.5 * GiB < mixtral["active_weights_bytes"] < 6.7 * GiB
 
+
+
+def test_a_prefill_chunks_workspace_holds_each_tokens_top_k_experts():
+    shape = ModelShape.from_folder(REPO / "bench" / "qwen3-30b-a3b")
+    per_token = workspace_bytes(shape, "bf16", "bf16", 513, 1, 0) - workspace_bytes(
+        shape, "bf16", "bf16", 512, 1, 0)
+    # bf16: residual, norm, attention and MLP outputs; q, k, v and attention; 8 experts' gate,
+    # up, SiLU(gate) * up (768 each) and output (2048)
+    assert per_token == 2 * (4 * 2048 + (32 + 4) * 2 * 128 + 8 * (3 * 768 + 2048))
