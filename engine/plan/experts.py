@@ -14,7 +14,7 @@ from engine.plan.sizes import GiB, weight_bytes
 
 def expert_bytes(shape: ModelShape, quant: str) -> int:
     """Every expert's weights in `quant` (0 for a dense model)."""
-    if not shape.num_experts:
+    if not shape.num_experts or not shape.expert_linears:  # dense, or experts not found apart
         return 0
     alone = replace(shape, linears=shape.expert_linears, embed_params=0, lm_head_params=0,
                     other_params=0)

@@ -110,7 +110,7 @@ def workspace_bytes(shape: ModelShape, quant: str, kv_dtype: str, tokens: int, r
     a = 2 if fmt.quantized else fmt.bits // 8  # the compute dtype: quantized formats run in 16
     s = shape
     mlp = 3 * s.intermediate_size
-    if s.num_experts:  # each token's top-k experts: gate/up/act of each, and each one's output
+    if s.expert_linears:  # each token's top-k experts: gate/up/act of each, and each one's output
         width = next(o for o, i, _ in s.expert_linears if i == s.hidden_size)
         mlp = s.experts_per_token * (3 * width + s.hidden_size)
     act = tokens * a * (4 * s.hidden_size + mlp + 2 * (s.num_heads + s.num_kv_heads) * s.head_dim)
