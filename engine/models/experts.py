@@ -12,6 +12,8 @@ from engine.formats.families import Family
 from engine.kernels.attention_backend import triton_available
 from engine.kernels.experts import grouped
 
+TOLERANCE = 2e-2  # relative: 16-bit operands in either order of the sums
+
 
 class ExpertMLP:
     """h [1, T, hidden] -> the layer's MLP output [1, T, hidden]: each token through its top-k
@@ -33,6 +35,32 @@ class ExpertMLP:
         ids, weights = self.route(x)
         return grouped.product(x, self.gate_up, self.down, ids, weights,
                                self.kernel).view_as(h)
+
+
+def check_kernel(layers: list[ExpertMLP]) -> str | None:
+    """Where the layers take the Triton product: it against the reference over a few tokens
+    of the first layer's own weights, once at load. Where it fails or disagrees, every layer
+    keeps the reference -> a note for the load event saying so (None: nothing to say)."""
+    first = layers[0] if layers else None
+    if first is None or first.kernel != "triton":
+        return None
+    why = None
+    try:
+        g = torch.Generator(device="cpu").manual_seed(0)
+        x = torch.randn(5, first.router.shape[1], generator=g).to(first.router)
+        ids, weights = first.route(x)
+        got, want = (grouped.product(x, first.gate_up, first.down, ids, weights, k).float()
+                     for k in ("triton", "reference"))
+        error = ((got - want).norm() / want.norm()).item()
+        if not error < TOLERANCE:  # (NaN included)
+            why = f"it disagreed with the PyTorch reference (relative error {error:.2g})"
+    except Exception as e:  # whatever broke, the reference still computes the same
+        why = f"it failed here ({type(e).__name__}: {str(e)[:200]})"
+    if why is None:
+        return None
+    for layer in layers:
+        layer.kernel = "reference"
+    return f"the grouped expert kernel is off: {why}; the experts run PyTorch's reference"
 
 
 class Summed(torch.nn.Module):

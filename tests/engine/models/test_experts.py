@@ -129,3 +129,16 @@ def test_bench_reports_decode_against_the_active_bytes_roofline(folders, session
     kv = sessions["qwen3_moe"].cache.bytes_per_token * (16 + 4)
     assert r["bytes_per_decode_step"] == weights + kv
     assert r["roofline_tokens_per_s"] > 0 and r["decode_tokens_per_s"] > 0
+
+
+def test_a_grouped_kernel_that_fails_at_load_leaves_the_reference(sessions):
+    """On a GPU the layers take the Triton product, checked once at load: here (CPU tensors
+    outside Triton's interpreter) its launch fails, and every layer keeps the reference."""
+    layers = [p.gate_up for p in sessions["mixtral"].decoder.family.layers]
+    assert {layer.kernel for layer in layers} == {"reference"}  # CPU: the reference
+    assert experts.check_kernel(layers) is None  # nothing to check
+    for layer in layers:
+        layer.kernel = "triton"
+    note = experts.check_kernel(layers)
+    assert note.startswith("the grouped expert kernel is off: it failed here")
+    assert {layer.kernel for layer in layers} == {"reference"}
