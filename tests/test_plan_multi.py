@@ -42,7 +42,10 @@ def test_family_is_the_engines():
     # the planner splits exactly the families tensor parallelism cuts (parallel/sharded_step.py:
     # the engine's own step; not every family on that step, Gemma 3 not yet)
     types = [f.model_type for f in families.registered()]
-    tp = [t for t in types if split_error(shape(dict(QWEN7B, model_type=t)), 2) is None]
+    experts = dict(num_experts=8, num_local_experts=8, num_experts_per_tok=2,
+                   moe_intermediate_size=1024)  # what a mixture of experts' config adds
+    tp = [t for t in types if split_error(shape(dict(QWEN7B, model_type=t, **experts)), 2)
+          is None]
     assert tp == list(families.tensor_parallel_types())
     assert set(tp) < set(families.fast_path_types())
 

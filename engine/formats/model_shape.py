@@ -62,6 +62,11 @@ class ModelShape:
     param_source: str = "config"  # or "safetensors"
     checkpoint_bytes: int | None = None
     refusal: str | None = None  # why the loader refuses it (formats/loadable); None: it loads
+    # a mixture of experts: routed experts a layer, how many a token reads, and their linears
+    # (out, in, count over every expert and layer; also in `linears`)
+    num_experts: int = 0
+    experts_per_token: int = 0
+    expert_linears: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def total_params(self) -> int:
@@ -128,13 +133,18 @@ class ModelShape:
         q, k = heads * hd, kv * hd
         mlp = ((inter, hidden, 2), (hidden, inter, 1)) if fam.gated_mlp else (
             (inter, hidden, 1), (hidden, inter, 1))
+        spec, n_exp, top_k, router = fam.experts, 0, 0, 0
+        if spec is not None:  # every expert's gate, up and down; the router stays 16-bit
+            n_exp, top_k, width = (num(*spec.count_keys), num(spec.top_k_key),
+                                   num(spec.intermediate_key))
+            mlp, router = ((width, hidden, 2 * n_exp), (hidden, width, n_exp)), n_exp * hidden
         lin: dict[tuple[int, int], int] = {}
         for o, i, n in ((q, hidden, 1), (k, hidden, 2), (hidden, q, 1), *mlp):
             lin[(o, i)] = lin.get((o, i), 0) + n * layers
         # a family's unstated q/k/v biases (Qwen2); Llama-style attention_bias covers o too
         bias = q + 2 * k if fam.qkv_bias else (q + 2 * k + hidden) * bool(c.get("attention_bias"))
         bias += sum(o * n for o, _, n in mlp) if c.get("mlp_bias") else 0
-        norms = fam.layer_norms * hidden + (2 * hd if fam.qk_norm else 0)  # a layer's
+        norms = fam.layer_norms * hidden + (2 * hd if fam.qk_norm else 0) + router  # a layer's
         tied = bool(c.get("tie_word_embeddings", cfg.get("tie_word_embeddings",
                                                           fam.tied_by_default)))
         qc = cfg.get("quantization_config") or c.get("quantization_config") or {}
@@ -145,7 +155,9 @@ class ModelShape:
                                    or cfg.get("torch_dtype")), "fp32"),  # HF's default: fp32
                    tuple((o, i, n) for (o, i), n in lin.items()), vocab * hidden,
                    0 if tied else vocab * hidden, layers * (norms + bias) + hidden,
-                   method, group, dq, refusal=loadable.refusal(cfg))
+                   method, group, dq, refusal=loadable.refusal(cfg), num_experts=n_exp,
+                   experts_per_token=top_k,
+                   expert_linears=tuple((o, i, n * layers) for o, i, n in mlp) if n_exp else ())
 
     @classmethod
     def from_folder(cls, path: str | Path) -> ModelShape:
@@ -171,8 +183,11 @@ class ModelShape:
             return ckpt
         embed = lm = other = 0
         lin: dict[tuple[int, int], int] = {}
+        moe: dict[tuple[int, int], int] = {}  # the experts' (one linear a projection an expert)
         for name, (_, shp) in tensors.items():
             n = math.prod(shp)
+            if ".experts." in name and len(shp) == 2 and name.endswith(".weight"):
+                moe[(shp[0], shp[1])] = moe.get((shp[0], shp[1]), 0) + 1
             if name.endswith((".scales", ".qzeros", ".g_idx")):
                 continue  # AWQ side tensors: the format arithmetic counts them
             if name.endswith(".qweight") and len(shp) == 2:  # AWQ: [in, out / 8] int32
@@ -182,7 +197,7 @@ class ModelShape:
             elif name.split(".")[-2:-1] == ["lm_head"]:
                 lm += n
             elif len(shp) == 2 and name.endswith(".weight") and not any(
-                    s in name for s in ("norm", "vision", "visual")):
+                    s in name for s in ("norm", "vision", "visual", ".gate.weight")):
                 lin[(shp[0], shp[1])] = lin.get((shp[0], shp[1]), 0) + 1
             else:
                 other += n
@@ -193,7 +208,8 @@ class ModelShape:
         native = self.native_dtype if self.quant_method else _DTYPES[max(floats, key=floats.get)]
         return replace(ckpt, linears=tuple((o, i, n) for (o, i), n in lin.items()),
                        embed_params=embed, lm_head_params=0 if tied else lm, other_params=other,
-                       tie_word_embeddings=tied, native_dtype=native, param_source="safetensors")
+                       tie_word_embeddings=tied, native_dtype=native, param_source="safetensors",
+                       expert_linears=tuple((o, i, n) for (o, i), n in moe.items()))
 
 
 def _quant_method(qc: dict) -> tuple[str | None, int | None, bool | None]:

@@ -5,6 +5,7 @@ else this device's default, chosen by what the mode costs there (docs/benchmark-
 from __future__ import annotations
 
 from engine.events import BadRequest
+from engine.formats import families
 
 WORDS = {"auto": None, "on": True, "off": False}  # --reproducible -> LoadRequest.reproducible
 
@@ -34,6 +35,8 @@ def reproducible_for(requested: bool | None, device_type: str, *, family_step: b
                    f"mode needs the engine's own step)")
     elif world_size > 1:
         why_not = "tensor parallelism sums over ranks in an order of its own"
+    elif getattr(families.get(model_type), "experts", None) is not None:
+        why_not = "a mixture of experts multiplies each expert's tokens as the batch routes them"
     elif compile_layers:
         why_not = "--compile's fused pieces round differently from the eager ones prefill runs"
     if requested is False:

@@ -40,9 +40,13 @@ class GemmaParts:
 
 
 def step_of(model, cache: KVCache) -> FamilyStep:
-    """The whole model's step on one device: Gemma's where its family masks windowed layers."""
+    """The whole model's step on one device: Gemma's where its family masks windowed layers,
+    the experts' where a mixture of experts replaces the MLP."""
+    from engine.models.moe_step import MoeStep
+
     family = family_of(model)
-    return (GemmaStep if family.sliding_layers else FamilyStep).of(model, cache)
+    kind = GemmaStep if family.sliding_layers else MoeStep if family.experts else FamilyStep
+    return kind.of(model, cache)
 
 
 def _plus_one(w: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.formats import families
+from engine.models import experts
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,8 @@ def in_family(model) -> bool:
     if family is None:
         return False
     n = family.names
+    if family.experts is not None:  # every layer's MLP the experts the step reads
+        return all(experts.sparse(layer, family) for layer in model.get_submodule(n.layers))
     layer = model.get_submodule(n.layers)[0]
     return all(getattr(layer.get_submodule(m), "bias", None) is None
                for m in (n.gate, n.up, n.down) if m)
@@ -135,7 +138,7 @@ def weights_of(model) -> StepWeights:
         embed=model.get_submodule(n.embed).weight, norm=model.get_submodule(n.norm).weight,
         inv_freq=inv_freq,
         lm_head=lm_head.weight if _is_plain(lm_head) else lm_head,
-        layers=[_params(layer, family) for layer in layers])
+        layers=[_params(layer, family, cfg) for layer in layers])
 
 
 def rope_of(rotary, layer_type: str | None = None) -> tuple[torch.Tensor, float]:
@@ -169,12 +172,13 @@ def _fuse(mods: list[torch.nn.Linear]) -> torch.Tensor:
     return fused
 
 
-def _params(layer, family: families.Family) -> LayerParams:
-    """One decoder layer's weights, found by the family's module names."""
+def _params(layer, family: families.Family, cfg) -> LayerParams:
+    """One decoder layer's weights, found by the family's module names; a mixture of experts'
+    router and experts in place of gate_up and down (models/experts.py)."""
     n = family.names
     if n.fused:  # one linear each for [q; k; v] and [gate; up]: the layout the step reads
         return _fused_params(layer, n)
-    q, k, v, o, gate, up, down = (layer.get_submodule(name) for name in n.linears)
+    q, k, v, o = (layer.get_submodule(name) for name in (n.q, n.k, n.v, n.o))
     if _is_plain(q, k, v):
         qkv = _fuse([q, k, v])
         bias = None
@@ -182,13 +186,23 @@ def _params(layer, family: families.Family) -> LayerParams:
             bias = torch.cat([q.bias, k.bias, v.bias])
     else:
         qkv, bias = _concat(q, k, v), None
+    gate_up, down = _mlp(layer, family, cfg)
+    norm = lambda name: layer.get_submodule(name).weight if family.qk_norm else None
+    return LayerParams(qkv, bias, _plain(o), gate_up, down,
+                       layer.get_submodule(n.ln_in).weight, layer.get_submodule(n.ln_post).weight,
+                       norm(n.q_norm), norm(n.k_norm), o.bias if _is_plain(o) else None)
+
+
+def _mlp(layer, family: families.Family, cfg) -> tuple:
+    """(gate_up, down) as the step reads them."""
+    if family.experts is not None:
+        return experts.of(layer, family, cfg)
+    n = family.names
+    gate, up, down = (layer.get_submodule(name) for name in (n.gate, n.up, n.down))
     gate_up = _fuse([gate, up]) if _is_plain(gate, up) else _concat(gate, up)
     if hasattr(gate_up, "choose_glu"):  # the int4 layers' SiLU * up inside the product
         gate_up.choose_glu()
-    norm = lambda name: layer.get_submodule(name).weight if family.qk_norm else None
-    return LayerParams(qkv, bias, _plain(o), gate_up, _plain(down),
-                       layer.get_submodule(n.ln_in).weight, layer.get_submodule(n.ln_post).weight,
-                       norm(n.q_norm), norm(n.k_norm), o.bias if _is_plain(o) else None)
+    return gate_up, _plain(down)
 
 
 def _fused_params(layer, n: families.ModuleNames) -> LayerParams:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from engine.formats import kv_dtypes
 from engine.formats.model_shape import AWQ_GROUP, ModelShape, PlanError  # noqa: F401 (re-exported)
+from engine.plan import experts
 from engine.plan.choices import sixteen_bit
 from engine.plan.sizes import (  # noqa: F401 (MiB, QUANTIZED_KV, seed_kv_cache_size re-exported)
     CUBLAS_WORKSPACE_BYTES,
@@ -63,6 +64,8 @@ class Plan:
     max_concurrency: int | None  # sequences of `context` tokens that fit at once
     recommended: dict = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    # the weights a decode token reads (plan/experts.py: a mixture of experts' active ones)
+    active_weights_bytes: int = 0
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -122,9 +125,11 @@ def _core(shape: ModelShape, quant: str, kv_dtype: str, context: int, vram: int 
     total = wb + kv + act + cctx + graph + drf + mg
     notes = (f"context capped at the sliding window of {shape.sliding_window:,} tokens",) if (
         context > ctx) else ()
+    notes += tuple(filter(None, [experts.note(shape, quant)]))
     return Plan(quant, kv_dtype, ctx, seqs, chunk, shape.total_params, wb, per_tok, kv, act, cctx,
                 graph, drf, mg, total, vram, None if vram is None else total <= vram, max_ctx,
-                max_seqs, notes=notes)
+                max_seqs, notes=notes, active_weights_bytes=experts.active_weight_bytes(
+                    shape, quant))
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,8 @@ def workspace_bytes(shape: ModelShape, quant: str, kv_dtype: str, tokens: int, r
     """Transient bytes of one forward over `tokens` tokens, `rows` logits rows.
 
     One decoder layer is live at a time: residual, its norm, attention and MLP outputs
-    (4 x hidden), q/k/v and the attention output, gate/up/act(gate)*up (3 x intermediate).
+    (4 x hidden), q/k/v and the attention output, gate/up/act(gate)*up (3 x intermediate; a
+    mixture of experts: that of each of a token's top-k experts, and each one's output).
     Assumes flash / memory-efficient attention (no chunk x context score matrix) and logits for
     the last position of each sequence only (+ the draft tokens being verified), bf16 then fp32
     for sampling. bitsandbytes NF4 and AWQ (torch backend) dequantize one weight matrix to 16 bits
@@ -108,8 +109,11 @@ def workspace_bytes(shape: ModelShape, quant: str, kv_dtype: str, tokens: int, r
     fmt = weights.get(quant)
     a = 2 if fmt.quantized else fmt.bits // 8  # the compute dtype: quantized formats run in 16
     s = shape
-    act = tokens * a * (4 * s.hidden_size + 3 * s.intermediate_size
-                        + 2 * (s.num_heads + s.num_kv_heads) * s.head_dim)
+    mlp = 3 * s.intermediate_size
+    if s.expert_linears:  # each token's top-k experts: gate/up/act of each, and each one's output
+        width = next(o for o, i, _ in s.expert_linears if i == s.hidden_size)
+        mlp = s.experts_per_token * (3 * width + s.hidden_size)
+    act = tokens * a * (4 * s.hidden_size + mlp + 2 * (s.num_heads + s.num_kv_heads) * s.head_dim)
     scratch = 0
     if quant in ("nf4", "awq"):
         scratch = 2 * max((o * i for o, i, _ in s.linears), default=0)

@@ -126,8 +126,9 @@ class Decoder:
                 torch.cuda.empty_cache()  # the unfused weights' blocks, freed by fusing, go back
         self.mode = "static"
         note = fused_ops.prepare(self.family, self.device, compile_layers)
-        if note:
-            self.notes.append(note)
+        for n in (note, getattr(self.family, "kernel_note", None)):  # (a mixture of experts')
+            if n:
+                self.notes.append(n)
         if reproducible is not None:
             self._reproducible(reproducible)
         elif self.device.type == "cuda" and overrides.int4_rows() == "measure":  # before capture

@@ -13,7 +13,7 @@ QWEN2 = Family(
     "qwen2", "Qwen2", ("Qwen2ForCausalLM",), gguf_architecture="qwen2", names=LLAMA_NAMES,
     fast_path=True, tensor_parallel=True, awq=True, qkv_bias=True,
     sampling=SamplingPreset(temperature=0.7, top_p=0.8, top_k=20))
-# the planner counts the head norms of Qwen3's relatives too (qwen3_moe, qwen3_vl_text, ...)
+# the planner counts the head norms of Qwen3's relatives too (qwen3_vl_text, qwen3_next, ...)
 QWEN3 = Family(
     "qwen3", "Qwen3", ("Qwen3ForCausalLM",), gguf_architecture="qwen3", names=LLAMA_NAMES,
     fast_path=True, tensor_parallel=True, awq=True, qk_norm=True, planned_prefixes=("qwen3",),

@@ -63,6 +63,28 @@ class SamplingPreset:
 
 
 @dataclass(frozen=True)
+class Experts:
+    """A mixture of experts in place of each layer's MLP: a router picks `top_k` of the routed
+    experts per token and the MLP's output is their weighted sum. In memory (transformers 5) a
+    layer holds the router's weight [E, hidden] at `router` and the experts' [gate; up] [E, 2 I,
+    hidden] and down [E, hidden, I] at `experts`.gate_up_proj / .down_proj; on disk, one linear a
+    projection a expert (`checkpoint`, with {e} the expert), which transformers fuses at load."""
+
+    # config.json's number of routed experts, under the first of these names it holds (a
+    # Qwen3-MoE config saved by transformers 5 says num_local_experts, the Hub's num_experts)
+    count_keys: tuple[str, ...]
+    intermediate_key: str  # config.json's width of one expert's MLP
+    # the top-k weights: "always" renormalised to sum to 1 (softmax over the top-k logits),
+    # else the config.json key that says (Qwen3-MoE's norm_topk_prob; absent: not renormalised)
+    normalize: str
+    checkpoint: tuple[str, str, str]  # gate, up, down of expert {e}, from the decoder layer
+    top_k_key: str = "num_experts_per_tok"
+    shared_experts: int = 0  # experts every token passes through besides its top-k
+    router: str = "mlp.gate"
+    experts: str = "mlp.experts"
+
+
+@dataclass(frozen=True)
 class Family:
     model_type: str  # config.json's model_type
     name: str  # in messages: "Qwen2"
@@ -82,6 +104,7 @@ class Family:
     # to its own window, so the context is not capped at the window (load/loader.py)
     sliding_layers: bool = False
     layer_norms: int = 2  # RMSNorms a decoder layer holds (Gemma 3: four), for the planner
+    experts: Experts | None = None  # a mixture of experts in place of the MLP
     planned_prefixes: tuple[str, ...] = ()  # other model_types the planner sizes like this one
     sampling: SamplingPreset = SamplingPreset()  # what its models answer well with by default
 
@@ -103,6 +126,8 @@ def _problem(f: Family) -> str | None:
         return "tensor parallelism and AWQ cut q, k, v, gate and up apart"
     if f.tensor_parallel and not f.fast_path:
         return "tensor parallelism runs the fast path's math"
+    if f.experts is not None and (f.tensor_parallel or f.awq):
+        return "tensor parallelism and AWQ do not cut or quantize experts"
     if f.gguf_architecture and not f.loads:
         return "a GGUF import must load as one of its architectures"
     return None

@@ -31,7 +31,13 @@ from engine.generate.reproducible import reproducible_of
 from engine.generate.session import Session
 from engine.load import loader
 from engine.platform import telemetry
-from engine.tools.bench.references import copy_bandwidth, decode_bytes, hf_generate, sync
+from engine.tools.bench.references import (
+    active_experts,
+    copy_bandwidth,
+    decode_bytes,
+    hf_generate,
+    sync,
+)
 from engine.tools.bench.speculative import SpecArgs
 
 NUM_RUNS = 3
@@ -70,6 +76,9 @@ class BenchResult:
     peak_vram_bytes_per_gpu: list[int | None] | None = None  # NVML, per rank (tensor parallel)
     notes: list[str] = field(default_factory=list)
     lm_head: str = "16bit"  # --lm-head: the lm_head's own format
+    # a mixture of experts: [experts a token reads, experts a layer]; the roofline's bytes
+    # count only the ones read (references.decode_bytes)
+    active_experts: list[int] | None = None
 
 
 _folder_for_random = config_only_folder  # the name the device scripts import
@@ -210,7 +219,9 @@ def _measure(session: Session, prompt_len: int, new_tokens: int, num_prompts: in
         throughput_tokens_per_s=round(total_new / elapsed, 2),
         avg_latency_s=round(elapsed / num_prompts, 4), num_prompts=num_prompts,
         tensor_parallel=n, peak_vram_bytes_per_gpu=_per_gpu_vram(session),
-        notes=list(session.loaded_event().notes), lm_head=req.lm_head)
+        notes=list(session.loaded_event().notes), lm_head=req.lm_head,
+        active_experts=None if active_experts(lm.model) == (1, 1) else [
+            *active_experts(lm.model)])
     if spec.draft or spec.prompt_lookup:
         from engine.tools.bench import speculative as bench_speculative
 
@@ -254,7 +265,9 @@ def markdown(r: BenchResult) -> str:
          f"{r.decode_tokens_per_s:,.1f} tokens/s"),
         ("roofline", f"{r.roofline_tokens_per_s:,.1f} tokens/s "
                      f"({r.copy_bandwidth_bytes_per_s / 1e12:.2f} TB/s / "
-                     f"{r.bytes_per_decode_step / 1e9:.3f} GB a step); "
+                     f"{r.bytes_per_decode_step / 1e9:.3f} GB a step"
+                     + ("" if r.active_experts is None else ", the {} of {} experts a token "
+                        "reads".format(*r.active_experts)) + "); "
                      f"achieved {100 * r.roofline_fraction:.1f}%"),
         ("effective bandwidth", f"{r.effective_bandwidth_bytes_per_s / 1e12:.2f} TB/s "
                                 "(decode tokens/s x the bytes a step reads)"),

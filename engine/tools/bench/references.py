@@ -10,6 +10,7 @@ import time
 import torch
 
 from engine.events import BadRequest
+from engine.formats import families
 
 
 def copy_bandwidth(device: torch.device) -> float:
@@ -34,9 +35,13 @@ def copy_bandwidth(device: torch.device) -> float:
 
 def decode_bytes(model, kv_bytes_per_token: int, context: int) -> int:
     """What one decode step must read: every weight but the embedding table (the lm_head is
-    read every step, also when tied to it), plus the KV cache at `context`."""
+    read every step, also when tied to it), of a mixture of experts' only the top-k of the E
+    experts a token routes to (the active bytes), plus the KV cache at `context`."""
     embed = model.get_input_embeddings().weight
-    total = sum(p.numel() * p.element_size() for p in model.parameters() if p is not embed)
+    active = active_experts(model)
+    total = sum(p.numel() * p.element_size() * active[0] // active[1] if ".experts." in name
+                else p.numel() * p.element_size()
+                for name, p in model.named_parameters() if p is not embed)
     for m in model.modules():  # bitsandbytes keeps 4-bit scales beside the packed weight
         state = getattr(getattr(m, "weight", None), "quant_state", None)
         if state is not None and getattr(state, "absmax", None) is not None:
@@ -45,6 +50,17 @@ def decode_bytes(model, kv_bytes_per_token: int, context: int) -> int:
     if head is embed:
         total += head.numel() * head.element_size()
     return total + kv_bytes_per_token * context
+
+
+def active_experts(model) -> tuple[int, int]:
+    """(experts a token reads, experts a layer) of a mixture of experts; (1, 1) for a dense
+    model."""
+    family = families.get(getattr(model.config, "model_type", None))
+    spec = getattr(family, "experts", None)
+    if spec is None:
+        return 1, 1
+    count = next(getattr(model.config, k) for k in spec.count_keys if hasattr(model.config, k))
+    return getattr(model.config, spec.top_k_key), count
 
 
 def sync(device: torch.device) -> None:

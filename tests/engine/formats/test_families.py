@@ -18,6 +18,7 @@ from engine.files.model_folder import BadModel, check
 from engine.formats import families
 from engine.formats.model_shape import ModelShape
 from engine.generate.session import Session
+from engine.models import experts
 from engine.parallel import sharded_step
 from engine.tools import plan_report, quantize
 from tests.engine.helpers import greedy_request, token_ids
@@ -115,7 +116,8 @@ def test_the_entry_decides_the_path(testllama, one_thread):
     families.register(_renamed_llama(fast_path=False, tensor_parallel=False))
     slow = Session.load(LoadRequest(str(testllama), device="cpu"))
     assert slow.decoder.mode == "generic"
-    assert any("the fused step covers Llama, Mistral, Qwen2, Qwen3, Gemma 3, Gemma 2 and Phi-3" in n
+    assert any(("the fused step covers Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, Gemma 3, "
+                "Gemma 2 and Phi-3") in n
                for n in slow.loaded_event().notes)
     assert token_ids(list(slow.generate(greedy_request(n=16)))) == token_ids(
         list(fast.generate(greedy_request(n=16))))
@@ -131,7 +133,23 @@ def test_register_refuses_a_taken_or_contradictory_entry():
         families.register(replace(llama, model_type="x", architectures=("X",), fast_path=False))
     with pytest.raises(ValueError, match="module names"):
         families.register(replace(llama, model_type="x", architectures=("X",), names=None))
+    moe = families.get("mixtral")
+    with pytest.raises(ValueError, match="do not cut or quantize experts"):
+        families.register(replace(moe, model_type="x", architectures=("X",), awq=True))
     assert families.get("llama_again") is None and families.get("x") is None
+
+
+def test_a_mixture_of_experts_names_its_router_and_experts():
+    qwen, mixtral = families.get("qwen3_moe").experts, families.get("mixtral").experts
+    assert qwen.top_k_key == mixtral.top_k_key == "num_experts_per_tok"
+    assert qwen.normalize == "norm_topk_prob" and mixtral.normalize == "always"
+    assert qwen.shared_experts == mixtral.shared_experts == 0
+    assert qwen.checkpoint[2] == "mlp.experts.{e}.down_proj"
+    assert mixtral.checkpoint == ("block_sparse_moe.experts.{e}.w1",
+                                  "block_sparse_moe.experts.{e}.w3",
+                                  "block_sparse_moe.experts.{e}.w2")
+    assert families.by_architecture("Qwen3MoeForCausalLM").fast_path
+    assert families.get("qwen3").experts is None
 
 
 def _has(module: torch.nn.Module, path: str) -> bool:
@@ -164,7 +182,10 @@ def test_every_family_that_loads_is_what_transformers_builds(family):
     assert all(type(layer.get_submodule(p)) is torch.nn.Linear for p in n.linears if p)
     assert (layer.get_submodule(n.q).bias is not None) == family.qkv_bias
     assert [_has(layer, n.q_norm), _has(layer, n.k_norm)] == [family.qk_norm] * 2
-    for prev, linears in () if n.fused else n.awq_groups:  # each reads one input: the op before
+    if family.experts is not None:  # a router and experts in place of the MLP's linears
+        assert experts.sparse(layer, family)
+    # each reads one input: the op before
+    for prev, linears in () if n.fused or family.experts else n.awq_groups:
         widths = {layer.get_submodule(p).in_features for p in linears}
         assert len(widths) == 1
         layer.get_submodule(prev)
@@ -189,7 +210,7 @@ def test_the_planner_reads_the_quirks_from_the_registry():
     llama = ModelShape.from_config(dict(cfg, model_type="llama"))
     assert qwen3.other_params - llama.other_params == 28 * 2 * 128  # the head norms
     # a relative the family claims by prefix is sized with its head norms too
-    assert ModelShape.from_config(dict(cfg, model_type="qwen3_moe")).other_params == (
+    assert ModelShape.from_config(dict(cfg, model_type="qwen3_vl_text")).other_params == (
         qwen3.other_params)
     qwen2 = ModelShape.from_config(dict(cfg, model_type="qwen2"))
     assert qwen2.other_params - llama.other_params == 28 * (16 + 2 * 8) * 128  # q/k/v biases
