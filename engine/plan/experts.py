@@ -42,6 +42,5 @@ def note(shape: ModelShape, quant: str) -> str | None:
             f"({experts / GiB:.2f} x {k}/{n} = {experts * k // n / GiB:.2f} GiB) and the rest "
             f"({(total - experts) / GiB:.2f} GiB): {active_weight_bytes(shape, quant) / GiB:.2f}"
             f" GiB a token, the decode roofline's weights" + (
-                "; the engine loads experts in 16 bits for now (4-bit experts are future work), "
-                "so a quantized row is the target, not yet what loads"
-                if weights.get(quant).quantized else ""))
+                "; experts load in 16 bits whatever the format (no 4-bit experts yet): only "
+                "the rest is quantized" if weights.get(quant).quantized else ""))
