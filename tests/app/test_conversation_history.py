@@ -12,8 +12,8 @@ import pytest
 
 from app.chat import conversation_export
 from app.chat.conversation_export import ImportRefused
-from app.history.conversation import ChatSettings
 from app.history import store_schema
+from app.history.conversation import ChatSettings
 from app.history.conversation_store import FILE_NAME, ConversationStore
 
 
