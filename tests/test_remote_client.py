@@ -10,7 +10,16 @@ import time
 
 import pytest
 
-from engine.events import BadRequest, Failed, Finished, GenerateRequest, Stats, Token
+from engine.events import (
+    BadRequest,
+    Failed,
+    Finished,
+    GenerateRequest,
+    GrammarSpec,
+    Stats,
+    ThinkingSpec,
+    Token,
+)
 from engine.remote import (
     CancelToken,
     chat_body,
@@ -82,6 +91,19 @@ def test_sampling_is_sent_only_where_chosen():
         chat_body("m", GenerateRequest(prompt_ids=(1, 2)))
 
 
+def test_an_output_schema_and_the_think_toggle_go_as_openai_and_vllm_take_them():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    body = chat_body("m", GenerateRequest(prompt="x", grammar=GrammarSpec.from_schema(schema),
+                                          thinking=ThinkingSpec(enabled=False)))
+    assert body["response_format"] == {"type": "json_schema", "json_schema": {
+        "name": "answer", "schema": schema, "strict": True}}
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    body = chat_body("m", GenerateRequest(prompt="x", thinking=ThinkingSpec()))
+    assert "chat_template_kwargs" not in body and "response_format" not in body
+    with pytest.raises(BadRequest):
+        chat_body("m", GenerateRequest(prompt="x", grammar=GrammarSpec("regex", "a+")))
+
+
 @pytest.mark.parametrize("key, words", [("wrong-key", "refused the API key"),
                                         (None, "needs an API key")])
 def test_a_wrong_or_missing_key_is_one_failed(endpoint, key, words):
@@ -123,7 +145,7 @@ def test_cancel_unblocks_a_stalled_stream_at_once():
     assert elapsed < 2.0  # the read timeout is minutes: the cancel closed the socket
 
 
-def test_reasoning_deltas_arrive_in_think_tags():
+def test_reasoning_deltas_arrive_apart_from_the_content():
     stream = AnswerStream("host:1", time.monotonic())
     out = []
     for delta, finish in (({"role": "assistant", "content": ""}, None),
@@ -132,7 +154,8 @@ def test_reasoning_deltas_arrive_in_think_tags():
         chunk = {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
         out += stream.feed(ServerEvent("message", json.dumps(chunk)), time.monotonic())
     out += stream.end()
-    assert text_of(out) == "<think>hmm</think>Yes."
+    assert text_of(out) == "Yes."
+    assert "".join(e.reasoning for e in out if isinstance(e, Token)) == "hmm"
     assert isinstance(out[-1], Finished) and out[-1].reason == "eos"
 
 

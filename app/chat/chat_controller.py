@@ -10,16 +10,17 @@ Answers come from a client with WorkerClient's signals: the worker process, or a
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from app.chat.answer_request import answer_request
 from app.chat.conversation_browser import ConversationBrowser
-from app.chat.think_split import answer_only
 from app.history.conversation import DEFAULT_TITLE, Message, title_of
 from app.history.conversation_store import ConversationStore
 from app.worker.worker_client import WorkerClient
-from engine.events import Failed, Finished, GenerateRequest, Loaded, SamplingParams, Stats, Token
+from engine.events import Failed, Finished, Loaded, SamplingParams, Stats, Token
 
 FLUSH_INTERVAL_MS = 250
 SAMPLING_TEMPERATURE = 0.8  # "regenerate with sampling" where the settings are greedy
@@ -57,6 +58,7 @@ class ChatController(ConversationBrowser):
         self.prompt_lookup = False  # speculate from n-grams of the conversation (picker)
         self.num_speculative_tokens: int | None = None  # with prompt lookup; None: adaptive
         self._streaming: Message | None = None
+        self._thought_at: float | None = None  # when the streaming answer's thinking began
         self._is_dirty = False
         self._flush_timer = QTimer(self)
         self._flush_timer.setInterval(FLUSH_INTERVAL_MS)
@@ -222,22 +224,13 @@ class ChatController(ConversationBrowser):
         path = self.store.messages(conversation.id)
         if parent_id is not None:
             path = path[:[m.id for m in path].index(parent_id) + 1]
-        history = tuple(
-            {"role": m.role, "content": content}
-            for m in path
-            if (content := answer_only(m.content) if m.role == "assistant" else m.content)
-        )
-        settings = conversation.settings
-        request = GenerateRequest(
-            messages=history, system=settings.system_prompt or None,
-            max_new_tokens=settings.max_new_tokens, sampling=sampling or settings.sampling(),
-            prompt_lookup=self.prompt_lookup, stop_on_repetition=True,
-            num_speculative_tokens=self.num_speculative_tokens if self.prompt_lookup else None,
-        )
+        request = answer_request(conversation.settings, path, self.loaded, sampling=sampling,
+                                 prompt_lookup=self.prompt_lookup,
+                                 num_speculative_tokens=self.num_speculative_tokens)
         self._streaming = self.store.add_message(
             conversation.id, "assistant", "", "streaming",
-            parent_id=path[-1].id if path else None)
-        self._is_dirty = False
+            parent_id=path[-1].id if path else None, is_json=request.grammar is not None)
+        self._is_dirty, self._thought_at = False, None
         self.worker.send(request)
         self._flush_timer.start()
         self.sig_messages_changed.emit(self.messages())
@@ -252,10 +245,17 @@ class ChatController(ConversationBrowser):
         self._emit_context()
 
     def _on_worker_token(self, event: Token) -> None:
-        if self._streaming is None or not event.text:
+        m = self._streaming
+        if m is None or not (event.text or event.reasoning):
             return
-        self._streaming = dataclasses.replace(
-            self._streaming, content=self._streaming.content + event.text)
+        if event.reasoning and self._thought_at is None:
+            self._thought_at = time.monotonic()
+        thinking_s = m.thinking_s
+        if event.text and thinking_s is None and self._thought_at is not None:
+            thinking_s = time.monotonic() - self._thought_at  # the answer begins: thought over
+        self._streaming = dataclasses.replace(m, content=m.content + event.text,
+                                              reasoning=m.reasoning + event.reasoning,
+                                              thinking_s=thinking_s)
         self._is_dirty = True
         self.sig_message_updated.emit(self._streaming)
 
@@ -287,7 +287,8 @@ class ChatController(ConversationBrowser):
 
     def _on_flush_timer_timeout(self) -> None:
         if self._streaming is not None and self._is_dirty:
-            self.store.set_content(self._streaming.id, self._streaming.content)
+            m = self._streaming
+            self.store.set_content(m.id, m.content, m.reasoning, m.thinking_s)
             self._is_dirty = False
 
     def _end_stream(self, status: str, finish_reason: str | None = None,
@@ -296,8 +297,12 @@ class ChatController(ConversationBrowser):
         self._flush_timer.stop()
         if streaming is None:
             return
+        thinking_s = streaming.thinking_s
+        if thinking_s is None and self._thought_at is not None:  # it ended while thinking
+            thinking_s = time.monotonic() - self._thought_at
         message = self.store.finish_message(streaming.id, streaming.content, status,
-                                            finish_reason, error, stats)
+                                            finish_reason, error, stats, streaming.reasoning,
+                                            thinking_s)
         if message is not None:
             self.sig_message_updated.emit(message)
         self.sig_generating_changed.emit(False)

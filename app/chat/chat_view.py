@@ -1,13 +1,17 @@
 """The chat pane: the shown conversation's transcript (or, while it is empty, the welcome
 screen), the input box (Enter sends, Shift+Enter a new line; or Ctrl+Enter sends, a setting),
-send / stop / regenerate, the context counter and why Send waits. It shows what the
+send / stop / regenerate, the Think toggle where the model thinks, the context counter and why
+Send waits. It shows what the
 ChatController says and asks it to act."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
+    QCheckBox,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
@@ -90,6 +94,8 @@ class ChatView(QWidget):
         self.wait_label = QLabel()  # why Send is not possible now: never silently disabled
         self.wait_label.setObjectName("waitLabel")
         self.wait_label.setWordWrap(True)
+        self.think_box = QCheckBox("Think")  # shown where the loaded model thinks
+        self.think_box.setVisible(False)
         self.regenerate_button = QPushButton("Regenerate")
         self.stop_button = QPushButton("Stop")
         self.send_button = QPushButton("Send")
@@ -101,6 +107,7 @@ class ChatView(QWidget):
         buttons = QHBoxLayout()
         buttons.addWidget(self.context_label)
         buttons.addWidget(self.wait_label, 1)
+        buttons.addWidget(self.think_box)
         for button in (self.regenerate_button, self.stop_button, self.send_button):
             buttons.addWidget(button)
         layout = QVBoxLayout(self)
@@ -122,6 +129,7 @@ class ChatView(QWidget):
         self.stop_button.clicked.connect(controller.stop)
         self.regenerate_button.clicked.connect(self._on_regenerate_requested)
         self.settings_button.clicked.connect(self.sig_settings_requested)
+        self.think_box.toggled.connect(self._on_think_box_toggled)
         self.sampling_button.clicked.connect(lambda: self._regenerate(with_sampling=True))
         self.anyway_button.clicked.connect(lambda: self._regenerate(with_sampling=False))
         self.greedy_cancel_button.clicked.connect(lambda: self.greedy_banner.setVisible(False))
@@ -189,6 +197,12 @@ class ChatView(QWidget):
         self.greedy_banner.setVisible(False)
         self.controller.regenerate(with_sampling=with_sampling)
 
+    def _on_think_box_toggled(self, on: bool) -> None:
+        conversation = self.controller.conversation
+        if conversation is not None:
+            self.controller.update_settings(
+                conversation.id, dataclasses.replace(conversation.settings, think=on))
+
     def _on_welcome_prompt_chosen(self, prompt: str) -> None:
         self.input.setPlainText(prompt)
         self._on_send_button_clicked()
@@ -212,6 +226,7 @@ class ChatView(QWidget):
         self.title_label.setText(conversation.title if conversation else "")
         self._set_editing(None)
         self.greedy_banner.setVisible(False)
+        self._update_think_box()
 
     def _on_controller_messages_changed(self, messages: list[Message]) -> None:
         for view in self.message_views.values():
@@ -247,6 +262,7 @@ class ChatView(QWidget):
         else:
             self.context_label.setText("No model loaded")
         self.show_model_state()
+        self._update_think_box()
         self._update_actions()
 
     def show_model_state(self) -> None:
@@ -256,6 +272,21 @@ class ChatView(QWidget):
                                 is_loading=self.controller.worker.busy == "load")
 
     # ------------------------------------------------------------------ helpers
+
+    def _update_think_box(self) -> None:
+        """Shown where the loaded model thinks; it can turn the thinking off only where the
+        template reads enable_thinking; ticked as the conversation last asked."""
+        loaded, conversation = self.controller.loaded, self.controller.conversation
+        self.think_box.setVisible(loaded is not None and loaded.thinks)
+        can_stop = loaded is not None and loaded.can_stop_thinking
+        self.think_box.setEnabled(can_stop)
+        self.think_box.setToolTip(
+            "Let the model think before it answers (its thinking shows folded)" if can_stop
+            else "This model's chat template cannot turn its thinking off")
+        self.think_box.blockSignals(True)
+        self.think_box.setChecked(conversation.settings.think if conversation and can_stop
+                                  else True)
+        self.think_box.blockSignals(False)
 
     def _update_actions(self) -> None:
         c = self.controller

@@ -3,6 +3,8 @@ ChatController (chat_controller.py) adds the answering; no widgets here either."
 
 from __future__ import annotations
 
+import dataclasses
+
 from PySide6.QtCore import QObject, Signal
 
 from app.history.conversation import DEFAULT_TITLE, ChatSettings, Conversation, Message
@@ -62,7 +64,10 @@ class ConversationBrowser(QObject):
             self.new_conversation()
 
     def new_conversation(self, settings: ChatSettings | None = None) -> Conversation:
-        base = settings or (self.conversation.settings if self.conversation else None)
+        """A new conversation with `settings`, else the shown one's (its output schema is its
+        own: a new chat answers in free text)."""
+        base = settings or (dataclasses.replace(self.conversation.settings, output_schema="")
+                            if self.conversation else None)
         conversation = self.store.create_conversation(settings=base)
         self.sig_conversations_changed.emit()
         self.show_conversation(conversation.id)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from app.chat.think_split import answer_only
 from app.history.conversation import Conversation, Message
 
 MAX_IMPORT_BYTES = 32 << 20
@@ -42,9 +41,8 @@ def to_json(conversation: Conversation, messages: list[Message]) -> str:
     out = []
     if conversation.settings.system_prompt:
         out.append({"role": "system", "content": conversation.settings.system_prompt})
-    for m in messages:
-        content = answer_only(m.content) if m.role == "assistant" else m.content
-        out.append({"role": m.role, "content": content})
+    for m in messages:  # an answer's thinking is its own, not the conversation's
+        out.append({"role": m.role, "content": m.content})
     return json.dumps({"title": conversation.title, "messages": out}, ensure_ascii=False,
                       indent=2) + "\n"
 

@@ -1,6 +1,8 @@
-"""A conversation's own settings: title, system prompt, sampling, and the answer length.
-Each sampling value can be left to the model's default (unticked): the greyed value shown is
-that default, as the engine resolves it for the loaded model (the Loaded event's `sampling`)."""
+"""A conversation's own settings: title, system prompt, sampling, the answer length, and its
+output schema (a JSON schema pasted or loaded from a .json file, checked before it is kept: one
+line says what is wrong). Each sampling value can be left to the model's default (unticked): the
+greyed value shown is that default, as the engine resolves it for the loaded model (the Loaded
+event's `sampling`)."""
 
 from __future__ import annotations
 
@@ -11,16 +13,20 @@ from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
+    QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
+    QPushButton,
     QSpinBox,
     QWidget,
 )
 
+from app.chat.answer_request import read_schema, schema_error
 from app.history.conversation import ChatSettings, Conversation
+from engine.events import BadRequest
 from engine.formats.sampling_defaults import ENGINE_DEFAULTS
 
 # field, label, spin box kind, minimum, maximum, step
@@ -87,6 +93,24 @@ class ConversationSettingsDialog(QDialog):
             row_layout.addWidget(spin, 1)
             form.addRow(label, row)
             self.overrides[name] = (box, spin)
+        self.schema_edit = QPlainTextEdit(settings.output_schema)
+        self.schema_edit.setPlaceholderText(
+            'Empty: a free answer. A JSON schema holds the answer to it, e.g. {"type": '
+            '"object", "properties": {"city": {"type": "string"}}, "required": ["city"]}')
+        self.schema_load_button = QPushButton("Load…")
+        self.schema_load_button.setToolTip("Read the schema from a .json file")
+        self.schema_error_label = QLabel()
+        self.schema_error_label.setObjectName("errorLabel")
+        self.schema_error_label.setWordWrap(True)
+        self.schema_error_label.setVisible(False)
+        schema_row = QWidget()
+        schema_layout = QHBoxLayout(schema_row)
+        schema_layout.setContentsMargins(0, 0, 0, 0)
+        schema_layout.addWidget(self.schema_edit, 1)
+        schema_layout.addWidget(self.schema_load_button)
+        form.addRow("Output schema", schema_row)
+        form.addRow(self.schema_error_label)
+        self.schema_load_button.clicked.connect(self._on_schema_load_button_clicked)
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
@@ -112,6 +136,33 @@ class ConversationSettingsDialog(QDialog):
             spin.setSpecialValueText("")
             spin.setValue(ENGINE_DEFAULTS.get(name, spin.minimum()))
 
+    def accept(self) -> None:
+        """Kept only with a schema that is one (or none): else the line under it says why."""
+        error = schema_error(self.schema_edit.toPlainText())
+        self._show_schema_error(error)
+        if not error:
+            super().accept()
+
+    def load_schema(self, path: str) -> bool:
+        """The file's schema in the box, or the reason it is none under it."""
+        try:
+            self.schema_edit.setPlainText(read_schema(path))
+        except BadRequest as e:
+            self._show_schema_error(f"{str(e)[0].upper()}{str(e)[1:]}.")
+            return False
+        self._show_schema_error("")
+        return True
+
+    def _show_schema_error(self, error: str) -> None:
+        self.schema_error_label.setText(error)
+        self.schema_error_label.setVisible(bool(error))
+
+    def _on_schema_load_button_clicked(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Load an output schema", "",
+                                              "JSON schema (*.json);;All files (*)")
+        if path:
+            self.load_schema(path)
+
     def title(self) -> str:
         return self.title_edit.text()
 
@@ -120,4 +171,5 @@ class ConversationSettingsDialog(QDialog):
                   for name, (box, spin) in self.overrides.items()}
         return dataclasses.replace(
             self.conversation.settings, system_prompt=self.system_edit.toPlainText(),
-            max_new_tokens=self.max_new_tokens.value(), **values)
+            max_new_tokens=self.max_new_tokens.value(),
+            output_schema=self.schema_edit.toPlainText().strip(), **values)

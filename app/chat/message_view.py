@@ -1,9 +1,13 @@
 """One message in the transcript: who, its answer as Markdown (a copy button on each code
-block), its reasoning collapsed, its status, the facts of an answer (tokens, speed, first token,
+block; an answer under an output schema as indented JSON), its thinking folded (how many words,
+how many seconds), its status, the facts of an answer (tokens, speed, first token,
 acceptance, why it stopped), the `< 2/3 >` switcher between alternatives, and its actions (copy;
 edit for the user's, regenerate for the last answer)."""
 
 from __future__ import annotations
+
+import json
+import re
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
@@ -11,7 +15,6 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLay
 
 from app.chat.answer_facts import facts_text
 from app.chat.markdown_view import MarkdownView
-from app.chat.think_split import split_think
 from app.history.conversation import Message
 
 RENDER_INTERVAL_MS = 50  # a streaming message is re-rendered at most 20 times a second
@@ -135,15 +138,10 @@ class MessageView(QFrame):
         if m.role == "user":
             self.answer_view.set_markdown(m.content)
         else:
-            parts = split_think(m.content)
-            self.answer_view.set_markdown(parts.answer)
-            self.reasoning_view.set_markdown(parts.reasoning)
-            has_reasoning = bool(parts.reasoning) or parts.is_thinking
-            self.think_button.setVisible(has_reasoning)
-            if parts.is_thinking:
-                self.think_button.setText("Thinking…")
-            else:
-                self.think_button.setText(f"Thought ({len(parts.reasoning.split())} words)")
+            self.answer_view.set_markdown(json_markdown(m.content) if m.is_json else m.content)
+            self.reasoning_view.set_markdown(m.reasoning)
+            self.think_button.setVisible(bool(m.reasoning))
+            self.think_button.setText(thought_text(m))
         self.status_label.setText(STATUS_TEXT.get(m.status, m.status))
         self.error_label.setText(m.error or "")
         self.error_label.setVisible(bool(m.error))
@@ -158,6 +156,27 @@ class MessageView(QFrame):
         self.think_button.setArrowType(Qt.ArrowType.DownArrow if is_open else
                                        Qt.ArrowType.RightArrow)
         self.reasoning_view.setVisible(is_open)
+
+
+def thought_text(m: Message) -> str:
+    """The folded thinking's title: under way, or how long it is and how long it took."""
+    if m.status == "streaming" and m.thinking_s is None:
+        return "Thinking…"
+    words = f"{len(m.reasoning.split()):,} words"
+    return f"Thought for {m.thinking_s:.1f} s ({words})" if m.thinking_s is not None \
+        else f"Thought ({words})"
+
+
+def json_markdown(text: str) -> str:
+    """An answer under an output schema as a JSON code block, indented where it is whole JSON
+    (a streaming or cut answer shows as it is)."""
+    try:
+        text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        pass
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)  # a backtick run inside a string never closes it
+    return f"{fence}json\n{text}\n{fence}"
 
 
 def _tool_button(text: str, tip: str) -> QToolButton:

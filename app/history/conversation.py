@@ -42,6 +42,10 @@ class ChatSettings:
     top_k: int | None = None
     repetition_penalty: float | None = None
     seed: int | None = None
+    # the answer's form: a JSON schema's text ("": free text), which the engine holds it to
+    output_schema: str = ""
+    # the Think toggle, where the model thinks and its template can stop (enable_thinking)
+    think: bool = True
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
@@ -78,3 +82,6 @@ class Message:
     parent_id: int | None = None  # the message it answers or follows; None: the first
     alternative: int = 1  # its place among its siblings (1-based), for the `< 2/3 >` switcher
     num_alternatives: int = 1
+    reasoning: str = ""  # the thinking of a model that thinks, apart from the answer (content)
+    thinking_s: float | None = None  # how long it thought, from its first thought to its answer
+    is_json: bool = False  # answered under the conversation's output schema: shown indented

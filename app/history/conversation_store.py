@@ -22,7 +22,7 @@ CONVERSATION_COLUMNS = ("id", "title", "settings_json", "created_at", "updated_a
 MESSAGE_COLUMNS = ("id", "conversation_id", "role", "content", "status", "finish_reason", "error",
                    "stats_json", "created_at")
 SELECT_MESSAGE = ("SELECT id, conversation_id, role, content, status, finish_reason, error, "
-                  "stats_json, parent_id, is_shown FROM messages")
+                  "stats_json, parent_id, is_shown, reasoning, thinking_s, is_json FROM messages")
 END_OF_PATH = object()  # add_message's default parent: the last message shown
 MAX_SEARCH_HITS = 50
 
@@ -132,9 +132,10 @@ class ConversationStore:
                              "AND parent_id IS ?", (message_id, *r))
 
     def add_message(self, conversation_id: int, role: str, content: str,
-                    status: str = "done", parent_id=END_OF_PATH) -> Message:
+                    status: str = "done", parent_id=END_OF_PATH, is_json: bool = False) -> Message:
         """Append after `parent_id` (by default the last message shown); a message added
-        beside others of the same parent is an alternative, and the one shown."""
+        beside others of the same parent is an alternative, and the one shown. `is_json`: an
+        answer under an output schema."""
         if parent_id is END_OF_PATH:
             path = self.messages(conversation_id)
             parent_id = path[-1].id if path else None
@@ -144,21 +145,26 @@ class ConversationStore:
                              "AND parent_id IS ?", (conversation_id, parent_id))
             cur = self._db.execute(
                 "INSERT INTO messages (conversation_id, role, content, status, created_at, "
-                "parent_id, is_shown) VALUES (?, ?, ?, ?, ?, ?, 1)",
-                (conversation_id, role, content, status, now, parent_id))
+                "parent_id, is_shown, is_json) VALUES (?, ?, ?, ?, ?, ?, 1, ?)",
+                (conversation_id, role, content, status, now, parent_id, int(is_json)))
             self._touch(conversation_id, now)
         return self.message(cur.lastrowid)
 
-    def set_content(self, message_id: int, content: str) -> None:
-        self._db.execute("UPDATE messages SET content=? WHERE id=?", (content, message_id))
+    def set_content(self, message_id: int, content: str, reasoning: str = "",
+                    thinking_s: float | None = None) -> None:
+        self._db.execute("UPDATE messages SET content=?, reasoning=?, thinking_s=? WHERE id=?",
+                         (content, reasoning, thinking_s, message_id))
 
     def finish_message(self, message_id: int, content: str, status: str,
                        finish_reason: str | None = None, error: str | None = None,
-                       stats: Stats | None = None) -> Message:
+                       stats: Stats | None = None, reasoning: str = "",
+                       thinking_s: float | None = None) -> Message:
         stats_json = json.dumps(dataclasses.asdict(stats)) if stats is not None else None
         self._db.execute(
-            "UPDATE messages SET content=?, status=?, finish_reason=?, error=?, stats_json=? "
-            "WHERE id=?", (content, status, finish_reason, error, stats_json, message_id))
+            "UPDATE messages SET content=?, status=?, finish_reason=?, error=?, stats_json=?, "
+            "reasoning=?, thinking_s=? WHERE id=?",
+            (content, status, finish_reason, error, stats_json, reasoning, thinking_s,
+             message_id))
         return self.message(message_id)
 
     def delete_messages_after(self, conversation_id: int, message_id: int) -> None:
@@ -246,4 +252,4 @@ def _message(r, alternative: int = 1, num_alternatives: int = 1) -> Message:
         known = {f.name for f in dataclasses.fields(Stats)}  # rows may predate a Stats field
         stats = Stats(**{k: v for k, v in json.loads(r[7]).items() if k in known})
     return Message(r[0], r[1], r[2], r[3], r[4], r[5], r[6], stats, r[8], alternative,
-                   num_alternatives)
+                   num_alternatives, r[10], r[11], bool(r[12]))

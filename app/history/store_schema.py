@@ -1,9 +1,14 @@
 """The conversations database's schema and its migrations: tables as the first version wrote
-them, then (user_version 1) message parents and shown alternatives, and a full-text index."""
+them, then (user_version 1) message parents and shown alternatives, and a full-text index, then
+(2) an answer's thinking apart from its content, the seconds it thought, and whether it answered
+under an output schema (JSON)."""
 
 from __future__ import annotations
 
 import sqlite3
+
+from engine.answer.reader import Reading, read_whole
+from engine.answer.reasoning import CLOSE, OPEN
 
 BASE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -41,26 +46,34 @@ CREATE TRIGGER IF NOT EXISTS messages_fts_update AFTER UPDATE OF content ON mess
     INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
 END;
 """
-VERSION = 1
+VERSION = 2
 
 
 def migrate(db: sqlite3.Connection) -> None:
     """Bring a database of any earlier version (or a new, empty one) to VERSION in one
     transaction: a failure leaves the file as it was."""
     db.executescript(BASE_SCHEMA)
-    if db.execute("PRAGMA user_version").fetchone()[0] >= VERSION:
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    if version >= VERSION:
         return
     db.execute("BEGIN")
     try:
         columns = {r[1] for r in db.execute("PRAGMA table_info(messages)")}
-        if "parent_id" not in columns:
-            db.execute("ALTER TABLE messages ADD COLUMN parent_id INTEGER")
-            db.execute("ALTER TABLE messages ADD COLUMN is_shown INTEGER NOT NULL DEFAULT 1")
-            link_in_order(db)
-        db.execute("CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(parent_id)")
-        for statement in _statements(SEARCH_SCHEMA):
-            db.execute(statement)
-        db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
+        if version < 1:
+            if "parent_id" not in columns:
+                db.execute("ALTER TABLE messages ADD COLUMN parent_id INTEGER")
+                db.execute("ALTER TABLE messages ADD COLUMN is_shown INTEGER NOT NULL "
+                           "DEFAULT 1")
+                link_in_order(db)
+            db.execute("CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(parent_id)")
+            for statement in _statements(SEARCH_SCHEMA):
+                db.execute(statement)
+            db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
+        if "reasoning" not in columns:
+            db.execute("ALTER TABLE messages ADD COLUMN reasoning TEXT NOT NULL DEFAULT ''")
+            db.execute("ALTER TABLE messages ADD COLUMN thinking_s REAL")
+            db.execute("ALTER TABLE messages ADD COLUMN is_json INTEGER NOT NULL DEFAULT 0")
+            split_thinking(db)
         db.execute(f"PRAGMA user_version={VERSION}")
     except BaseException:
         db.execute("ROLLBACK")
@@ -80,6 +93,20 @@ def link_in_order(db: sqlite3.Connection, ids: list[int] | None = None) -> None:
         links.append((last.get(cid), mid))
         last[cid] = mid
     db.executemany("UPDATE messages SET parent_id=?, is_shown=1 WHERE id=?", links)
+
+
+def split_thinking(db: sqlite3.Connection) -> None:
+    """Answers of earlier versions kept the thinking in their text, in think tags: read apart
+    as the engine reads a streamed answer now (a reply that starts inside the thinking, where
+    the template opened it, holds only its close tag)."""
+    rows = db.execute("SELECT id, content FROM messages WHERE role='assistant' AND "
+                      "(instr(content, ?) > 0 OR instr(content, ?) > 0)",
+                      (OPEN, CLOSE)).fetchall()
+    for mid, text in rows:
+        opened = CLOSE in text and not 0 <= text.find(OPEN) < text.find(CLOSE)
+        message, _ = read_whole(Reading(thinks=True, thinking_open=opened), text)
+        db.execute("UPDATE messages SET content=?, reasoning=? WHERE id=?",
+                   (message.content, message.reasoning, mid))
 
 
 def _statements(script: str) -> list[str]:

@@ -17,6 +17,11 @@ def thinks(template: str | None) -> bool:
     return bool(template) and (OPEN in template or CLOSE in template)
 
 
+def can_stop(template: str | None) -> bool:
+    """Whether a thinking template reads enable_thinking (Qwen3's): false turns the thinking off."""
+    return thinks(template) and "enable_thinking" in template
+
+
 def opens_thinking(prompt_text: str) -> bool:
     """Whether the rendered prompt leaves a thinking open for the answer to go on with."""
     return prompt_text.rfind(OPEN) > prompt_text.rfind(CLOSE)

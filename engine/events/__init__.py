@@ -42,13 +42,14 @@ from engine.events.stream import (
     event_from_json,
     event_to_json,
 )
+from engine.events.thinking_spec import ThinkingSpec
 
 __all__ = [
     "EVENTS", "FINISH_REASONS", "LM_HEADS", "MAX_NESTING", "MAX_PATH_CHARS", "MAX_SEED",
     "MAX_SPECULATIVE_TOKENS", "MAX_TOP_K", "REQUESTS", "TERMINAL", "BadRequest", "CancelRequest",
     "Failed", "Finished", "GenerateRequest", "GrammarSpec", "LoadProgress", "LoadRequest", "Loaded",
     "PrefillProgress", "SamplingParams", "ServeRequest", "ServeStopRequest", "ServerStats",
-    "ServerStopped", "Serving", "ShutdownRequest", "Stats", "Token", "UnloadRequest",
-    "event_from_json", "event_to_json", "kv_dtype_choices", "quant_choices", "request_from_json",
-    "request_to_json",
+    "ServerStopped", "Serving", "ShutdownRequest", "Stats", "ThinkingSpec", "Token",
+    "UnloadRequest", "event_from_json", "event_to_json", "kv_dtype_choices", "quant_choices",
+    "request_from_json", "request_to_json",
 ]

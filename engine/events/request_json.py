@@ -10,6 +10,7 @@ import math
 
 from engine.events.grammar_spec import GrammarSpec
 from engine.events.requests import REQUESTS, BadRequest, SamplingParams, short_repr
+from engine.events.thinking_spec import ThinkingSpec
 
 
 def request_to_json(req) -> str:
@@ -107,7 +108,8 @@ _KINDS = {  # annotation -> (accepts the JSON value, converts it, what it must b
         lambda v: tuple((int(i), float(b)) for i, b in v), "a list of [token id, bias] pairs"),
 }
 _NULL_IS_EMPTY = {"tuple[str, ...]": tuple, "SamplingParams": SamplingParams}
-_NESTED = {"SamplingParams": SamplingParams, "GrammarSpec": GrammarSpec}  # objects in a request
+_NESTED = {"SamplingParams": SamplingParams, "GrammarSpec": GrammarSpec,  # objects in a request
+           "ThinkingSpec": ThinkingSpec}
 
 
 def _field_kinds(cls) -> dict[str, tuple[str, bool]]:

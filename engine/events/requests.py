@@ -13,6 +13,7 @@ from engine.formats import kv_dtypes, weights
 
 if TYPE_CHECKING:
     from engine.events.grammar_spec import GrammarSpec
+    from engine.events.thinking_spec import ThinkingSpec
 
 
 class BadRequest(ValueError):
@@ -212,10 +213,11 @@ class GenerateRequest:
     num_speculative_tokens: int | None = None
     stop_on_repetition: bool = False
     grammar: GrammarSpec | None = None  # the answer's form (events/grammar_spec.py)
+    thinking: ThinkingSpec | None = None  # the thinking apart, on or off (events/thinking_spec.py)
 
     def validate(self) -> None:
-        if self.grammar is not None:
-            self.grammar.validate()
+        for spec in filter(None, (self.grammar, self.thinking)):
+            spec.validate()
         if sum(x is not None for x in (self.prompt, self.messages, self.prompt_ids)) != 1:
             raise BadRequest("give exactly one of a prompt, a list of messages or token ids")
         if self.raw and self.messages is not None:

@@ -50,6 +50,10 @@ class Loaded:
     # repetition_penalty and their "source" (formats/sampling_defaults.py); {} where unknown (a
     # remote endpoint's)
     sampling: dict = field(default_factory=dict, hash=False, compare=False)
+    # the chat template knows the think tags (the model thinks), and it reads enable_thinking
+    # (GenerateRequest.thinking can turn the thinking off)
+    thinks: bool = False
+    can_stop_thinking: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,9 @@ class Token:
     # where the request asked for logprobs, one (logprob, top) per id: the chosen token's log
     # probability and the likeliest tokens' (id, logprob) pairs, most likely first
     logprobs: tuple[tuple[float, tuple[tuple[int, float], ...]], ...] | None = None
+    # where the request asked the thinking apart (GenerateRequest.thinking): what of these ids'
+    # text is thinking; `text` is then the answer's part alone
+    reasoning: str = ""
 
 
 @dataclass(frozen=True)
@@ -154,8 +161,10 @@ TERMINAL = (Finished, Failed, Loaded)
 
 def event_to_json(ev) -> str:
     body = {"event": ev.name, **dataclasses.asdict(ev)}
-    if isinstance(ev, Token) and ev.logprobs is None:
-        del body["logprobs"]  # a token line stays as it was where none were asked for
+    if isinstance(ev, Token):  # a token line stays as it was where neither was asked for
+        for key, empty in (("logprobs", None), ("reasoning", "")):
+            if body[key] == empty:
+                del body[key]
     line = json.dumps(body, ensure_ascii=False)
     try:
         line.encode("utf-8")

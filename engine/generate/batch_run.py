@@ -265,13 +265,14 @@ class BatchRun:
         gen.n_new += 1
         lm = self.session.lm
         if tid in lm.eos_ids and not gen.req.ignore_eos:
-            gen.sink(gen.sampler.token("", (tid,)))
+            gen.sink(gen.sampler.token("", (tid,), last=True))
             return self._end(gen, "eos")
         piece, stopped = gen.stop.feed(gen.detok.add(tid))
         reason = loop_guard.end_reason(gen.req, gen.seq.output_ids, stopped, gen.n_new,
                                        gen.seq.max_new_tokens, gen.sampler)
         if reason:
-            gen.sink(gen.sampler.token(piece + ("" if stopped else gen.stop.flush()), (tid,)))
+            gen.sink(gen.sampler.token(piece + ("" if stopped else gen.stop.flush()), (tid,),
+                                       last=True))
             return self._end(gen, reason)
         gen.sink(gen.sampler.token(piece, (tid,)))
         now = time.perf_counter()

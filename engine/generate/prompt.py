@@ -43,7 +43,8 @@ def build(tok, req: GenerateRequest, history: list[int], context: int,
         raise BadRequest("this model has no chat template; use --raw to send the prompt as is")
     splice = Splice(tok, history)
     budget = RenderBudget(cancel)
-    render = lambda msgs: splice.tokenize(render_template(tok, msgs, budget))
+    extra = req.thinking.template_kwargs() if req.thinking is not None else None
+    render = lambda msgs: splice.tokenize(render_template(tok, msgs, budget, extra))
     ids = render(messages)
     # room for the answer too; but a max_new_tokens near the context would leave out every turn
     limit = context - min(req.max_new_tokens, context // 2)
@@ -67,6 +68,14 @@ def build(tok, req: GenerateRequest, history: list[int], context: int,
         k = len(starts) - 1
         best = (render(system + body[starts[k]:]) if k > 0 else ids, k)
     return Prompt(best[0], starts[best[1]])
+
+
+def template_text(tok) -> str | None:
+    """The chat template (every named one, where a folder has several), or None."""
+    template = getattr(tok, "chat_template", None)
+    if isinstance(template, dict):
+        return "\n".join(t for t in template.values() if isinstance(t, str))
+    return template if isinstance(template, str) else None
 
 
 def render_template(tok, messages: list[dict], budget: RenderBudget,

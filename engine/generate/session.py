@@ -301,14 +301,14 @@ class Session:
                 shown.append(tid)
                 generated.append(tid)
                 if tid in self.lm.eos_ids and not req.ignore_eos:
-                    yield sampler.token(text, shown)
+                    yield sampler.token(text, shown, last=True)
                     return (yield Finished("eos", stats()))
                 piece, stopped = stop.feed(detok.add(tid))
                 text += piece
                 reason = loop_guard.end_reason(req, generated, stopped, n_new, max_new, sampler)
                 if reason:
                     text += "" if stopped else stop.flush()
-                    yield sampler.token(text, shown)
+                    yield sampler.token(text, shown, last=True)
                     return (yield Finished(reason, stats()))
             yield sampler.token(text, shown)
             if cancel.is_set():

@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 import time
 
+from engine.answer import reasoning
 from engine.attention import decode_attention
 from engine.events import Failed, Loaded, Stats
 from engine.formats import sampling_defaults
+from engine.generate.prompt import template_text
 from engine.plan.oom import out_of_memory
 from engine.platform import telemetry
 
@@ -53,9 +55,11 @@ def loaded(session) -> Loaded:
                       "choices are close (exactly, with --reproducible on)"),)
     config = {**session.config.as_dict(), "decode_attention": decode_attention.backend(
         session.cache), "failed_kernels": session.cache.health.as_list()}
+    template = template_text(lm.tokenizer)
     return Loaded(str(lm.folder.path), lm.folder.architecture, str(lm.device), lm.quant,
                   session.kv_dtype, lm.context, lm.weights_bytes, session.cache.num_bytes, notes,
-                  os.getpid(), config, sampling)
+                  os.getpid(), config, sampling, reasoning.thinks(template),
+                  reasoning.can_stop(template))
 
 
 def stats(session, ids, n_new, t_start, t_first, start, dropped, decoding=None) -> Stats:

@@ -30,7 +30,6 @@ class AnswerStream:
         self._last_at = started_at
         self._num_deltas = 0
         self._usage: tuple[int, int] | None = None  # (prompt, completion) tokens, when sent
-        self._is_reasoning = False
         self._last_stats_at = -math.inf
         # the answer's token limit: a server may send fewer deltas than tokens, never more
         self._max_deltas = max_deltas
@@ -72,15 +71,16 @@ class AnswerStream:
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue  # n > 1 is never asked for
-            text = self._delta_text(choice.get("delta"))
-            if text and self._max_deltas is not None and self._num_deltas >= self._max_deltas:
+            text, reasoning = _delta_parts(choice.get("delta"))
+            if (text or reasoning) and self._max_deltas is not None \
+                    and self._num_deltas >= self._max_deltas:
                 self.finish_reason, self._is_capped = "length", True
                 break
-            if text:
+            if text or reasoning:
                 self._num_deltas += 1
                 self._first_at = self._first_at if self._first_at is not None else now
                 self._last_at = now
-                events.append(Token(text, ()))
+                events.append(Token(text, (), reasoning=reasoning))
             if isinstance(choice.get("finish_reason"), str):
                 self.finish_reason = choice["finish_reason"]
         if events and now - self._last_stats_at >= STATS_INTERVAL_S:
@@ -98,7 +98,7 @@ class AnswerStream:
 
         `cut_reason`: why reading stopped early (a reset, a timeout); "" for a clean end.
         """
-        events: list = [Token("</think>", ())] if self._is_reasoning else []
+        events: list = []
         if self.failure is not None:
             events.append(self.failure)
         elif is_cancelled:
@@ -126,20 +126,14 @@ class AnswerStream:
                      decode_tokens_per_s=rate,
                      context_used_tokens=prompt + new_tokens if self._usage else 0)
 
-    def _delta_text(self, delta) -> str:
-        """Content, with reasoning (vLLM's and DeepSeek's reasoning_content) in <think> tags:
-        the chat shows it folded, as for a local reasoning model."""
-        if not isinstance(delta, dict):
-            return ""
-        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-        content = delta.get("content")
-        text = ""
-        if isinstance(reasoning, str) and reasoning:
-            if not self._is_reasoning:
-                text, self._is_reasoning = "<think>", True
-            text += reasoning
-        if isinstance(content, str) and content:
-            if self._is_reasoning:
-                text, self._is_reasoning = text + "</think>", False
-            text += content
-        return text
+
+
+def _delta_parts(delta) -> tuple[str, str]:
+    """(content, reasoning) of a delta: the reasoning (vLLM's and DeepSeek's reasoning_content,
+    Ollama's reasoning) apart, as a local model's thinking comes (Token.reasoning)."""
+    if not isinstance(delta, dict):
+        return "", ""
+    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+    content = delta.get("content")
+    return (content if isinstance(content, str) else "",
+            reasoning if isinstance(reasoning, str) else "")

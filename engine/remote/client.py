@@ -106,6 +106,14 @@ def chat_body(model: str, request: GenerateRequest) -> dict:
             body[key] = value
     if request.stop:
         body["stop"] = list(request.stop)
+    if request.grammar is not None:  # an output schema: OpenAI's structured output
+        if request.grammar.kind != "json_schema":
+            raise BadRequest("an endpoint takes a JSON schema for the answer's form, not a "
+                             f"{request.grammar.kind.replace('_', ' ')}")
+        body["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": "answer", "schema": json.loads(request.grammar.source), "strict": True}}
+    if request.thinking is not None and request.thinking.template_kwargs():
+        body["chat_template_kwargs"] = request.thinking.template_kwargs()  # vLLM's, Hearth's
     return body
 
 

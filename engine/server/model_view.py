@@ -16,7 +16,7 @@ from engine.answer.reasoning import thinks
 from engine.answer.tool_syntax import syntax_for
 from engine.events import BadRequest
 from engine.generate import template_guard
-from engine.generate.prompt import Splice, render_template
+from engine.generate.prompt import Splice, render_template, template_text
 from engine.generate.template_guard import RenderBudget
 from engine.server.errors import APIError
 
@@ -51,14 +51,6 @@ def model_ids(given: str | None, folder: Path) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def _template_text(tok) -> str | None:
-    """The chat template (every named one, where a folder has several), or None."""
-    template = getattr(tok, "chat_template", None)
-    if isinstance(template, dict):
-        return "\n".join(t for t in template.values() if isinstance(t, str))
-    return template if isinstance(template, str) else None
-
-
 class ModelView:
     def __init__(self, tokenizer, context: int, vocab_size: int, ids: tuple[str, ...]):
         self.tok = copy.deepcopy(tokenizer)
@@ -66,7 +58,7 @@ class ModelView:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="hearth-tokenize")
         self._renders = ThreadPoolExecutor(MAX_RENDERS, thread_name_prefix="hearth-render")
         self._byte_of: dict[str, int] | None = None  # byte-level BPE's character -> its byte
-        template = _template_text(self.tok)
+        template = template_text(self.tok)
         # how answers are read, from what the template writes: its family's call syntax, and
         # whether it thinks; named in /v1/models
         self.tool_syntax, self.thinks = syntax_for(template), thinks(template)

@@ -10,10 +10,11 @@ penalty, and logprobs (step/logprobs.py) are of the raw logits, before all of th
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
+from engine.answer.parts import Content, Reasoning
 from engine.events import Token
 from engine.step.logprobs import LogprobRecorder, token_event
 from engine.step.penalties import OpenAIPenalties, proposal_counts
@@ -63,6 +64,7 @@ class Sampler:
     and a constrained request's grammar state (grammar/matcher.py; None: unconstrained)."""
 
     grammar = None  # a GrammarState, set by the generation that makes this Sampler
+    reading = None  # a ReasoningReader where the request asks the thinking apart (the same)
 
     def __init__(self, s: ResolvedSampling, vocab_size: int, device: torch.device,
                  prompt_ids: torch.Tensor):
@@ -100,10 +102,16 @@ class Sampler:
         self.follow(token)
         return token
 
-    def token(self, text: str, ids) -> Token:
+    def token(self, text: str, ids, last: bool = False) -> Token:
         """The Token event of ids this sampler chose, oldest first, with their logprobs where
-        the request asked for them (recorded as each was chosen, by a step or a verify pass)."""
-        return token_event(text, ids, self.logprobs)
+        the request asked for them (recorded as each was chosen, by a step or a verify pass),
+        and its thinking apart where it asked that; `last`: the answer ends with these ids."""
+        event = token_event(text, ids, self.logprobs)
+        if self.reading is None:
+            return event
+        parts = self.reading.feed(text) + (self.reading.finish() if last else [])
+        return replace(event, text="".join(p.text for p in parts if isinstance(p, Content)),
+                       reasoning="".join(p.text for p in parts if isinstance(p, Reasoning)))
 
     def constrain(self, logits: torch.Tensor) -> torch.Tensor:
         """[V] logits with what the grammar does not allow next at -inf (unconstrained: as is)."""

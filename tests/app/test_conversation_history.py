@@ -12,6 +12,7 @@ import pytest
 
 from app.chat import conversation_export
 from app.chat.conversation_export import ImportRefused
+from app.history import store_schema
 from app.history.conversation import ChatSettings
 from app.history.conversation_store import FILE_NAME, ConversationStore
 
@@ -69,8 +70,30 @@ def test_a_database_of_the_previous_version_migrates_with_nothing_lost(tmp_path,
     store = ConversationStore(path)  # a second opening migrates nothing again
     assert store.messages(a.id)[-1].id == alternative.id
     with closing(sqlite3.connect(path)) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert db.execute("PRAGMA user_version").fetchone()[0] == store_schema.VERSION
     store.close()
+
+
+def test_answers_that_kept_their_thinking_in_tags_migrate_with_it_apart(tmp_path,
+                                                                          old_store_module):
+    """The engine's reader splits them, a reply that starts inside the thinking too."""
+    path = tmp_path / FILE_NAME
+    old = old_store_module.ConversationStore(path)
+    cid = old.create_conversation("Thinking").id
+    old.add_message(cid, "user", "<think> typed by the user stays</think>")
+    old.add_message(cid, "assistant", "<think>\nweigh it\n</think>\n\nThe answer.")
+    old.add_message(cid, "user", "again")
+    old.add_message(cid, "assistant", "the template opened it</think>Answer")
+    old.add_message(cid, "user", "and once more")
+    old.add_message(cid, "assistant", "no tags")
+    old.close()
+    store = ConversationStore(path)
+    got = [(m.content, m.reasoning) for m in store.messages(cid)]
+    store.close()
+    assert got == [("<think> typed by the user stays</think>", ""),
+                   ("The answer.", "weigh it"), ("again", ""),
+                   ("Answer", "the template opened it"), ("and once more", ""),
+                   ("no tags", "")]
 
 
 def test_a_migration_that_fails_leaves_the_file_as_it_was(tmp_path, old_store_module,
@@ -145,7 +168,9 @@ def test_export_and_reimport_round_trip(qtbot, make_window, tmp_path):
     controller.update_settings(cid, ChatSettings(system_prompt="You answer in French."))
     store = window.store
     store.add_message(cid, "user", "Bonjour ?")
-    store.add_message(cid, "assistant", "<think>greet back</think>Bonjour ! ```py\nx = 1\n```")
+    answer = store.add_message(cid, "assistant", "", "streaming")
+    store.finish_message(answer.id, "Bonjour ! ```py\nx = 1\n```", "done",
+                         reasoning="greet back", thinking_s=0.5)
     store.rename_conversation(cid, "Salut")
     md, js = tmp_path / "chat.md", tmp_path / "chat.json"
     assert sidebar.export_conversation(cid, md, "md")

@@ -4,20 +4,28 @@ from __future__ import annotations
 
 from app.chat.code_highlighter import is_code_block
 from app.chat.message_view import MessageView
-from app.chat.think_split import answer_only, split_think
 from app.history.conversation import Message
 
 
-def test_split_think():
-    s = split_think("<think>\nweigh it\n</think>\n\nThe answer.")
-    assert (s.reasoning, s.answer, s.is_thinking) == ("weigh it", "The answer.", False)
-    s = split_think("<think>\nstill going")
-    assert (s.reasoning, s.answer, s.is_thinking) == ("still going", "", True)
-    s = split_think("the template opened it</think>Answer")  # Qwen3 templates open <think>
-    assert (s.reasoning, s.answer) == ("the template opened it", "Answer")
-    assert split_think("<thi").answer == ""  # a tag arriving token by token is not shown
-    assert split_think("no tags").answer == "no tags"
-    assert answer_only("<think>x</think>y") == "y"
+def test_the_thinking_folds_under_its_length_and_time(qtbot):
+    view = MessageView(Message(1, 1, "assistant", "", "streaming", reasoning="weigh it"))
+    qtbot.addWidget(view)
+    assert view.think_button.isVisibleTo(view) and view.think_button.text() == "Thinking…"
+    view.set_message(Message(1, 1, "assistant", "The answer.", "done", reasoning="weigh it",
+                             thinking_s=2.25))
+    assert view.think_button.text() == "Thought for 2.2 s (2 words)"
+    assert not view.reasoning_view.isVisibleTo(view)
+    assert view.answer_view.toPlainText() == "The answer."
+    view.think_button.click()
+    assert view.reasoning_view.toPlainText() == "weigh it"
+
+
+def test_an_answer_under_a_schema_shows_as_indented_json(qtbot):
+    view = MessageView(Message(1, 1, "assistant", '{"a":[1,"``` x"]}', is_json=True))
+    qtbot.addWidget(view)
+    assert view.answer_view.code_blocks == ['{\n  "a": [\n    1,\n    "``` x"\n  ]\n}']
+    view.set_message(Message(1, 1, "assistant", '{"a":[1,', "done", is_json=True))
+    assert view.answer_view.code_blocks == ['{"a":[1,']  # cut: shown as it came
 
 
 def test_code_blocks_are_highlighted(qtbot):
