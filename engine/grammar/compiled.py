@@ -8,6 +8,7 @@ front ends (`hearth run`, the worker)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from collections import OrderedDict
 
@@ -22,6 +23,15 @@ JSON_OBJECT = {"type": "object"}  # json_object: any JSON object, as OpenAI's mo
 # compact JSON (no blanks between tokens): with blanks allowed, a small model can write newlines
 # until its token limit, an answer that never finishes
 JSON_OPTIONS = {"whitespace_flexible": False}
+# keywords whose value is a schema, a list of schemas, or a map of names to schemas
+_ONE_SCHEMA = ("additionalProperties", "items", "additionalItems", "contains", "not", "if",
+               "then", "else", "propertyNames", "unevaluatedItems", "unevaluatedProperties")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems", "items")
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+# what else may admit or combine an object's properties: an object beside them is left open
+_OPENERS = ("additionalProperties", "patternProperties", "unevaluatedProperties", "allOf",
+            "anyOf", "oneOf", "$ref", "if", "dependentSchemas")
+MAX_CLOSED_DEPTH = 64  # deeper objects keep JSON Schema's default
 
 _lock = threading.Lock()
 _prints: dict[int, tuple[object, str]] = {}  # id(tokenizer) -> (it, its fingerprint)
@@ -33,8 +43,10 @@ def grammar_text(spec: GrammarSpec) -> str:
     """The spec in llguidance's grammar form (no tokenizer yet)."""
     try:
         if spec.kind == "json_schema":
-            return llguidance.LLMatcher.grammar_from_json_schema(spec.source,
-                                                                 defaults=JSON_OPTIONS)
+            schema = json.loads(spec.source)
+            return llguidance.LLMatcher.grammar_from_json_schema(
+                closed_objects(schema) if isinstance(schema, dict) else spec.source,
+                defaults=JSON_OPTIONS)
         if spec.kind == "json_object":
             return llguidance.LLMatcher.grammar_from_json_schema(JSON_OBJECT,
                                                                  defaults=JSON_OPTIONS)
@@ -43,6 +55,31 @@ def grammar_text(spec: GrammarSpec) -> str:
         return llguidance.LLMatcher.grammar_from_lark(spec.source)
     except ValueError as e:
         raise BadRequest(f"the {spec.kind.replace('_', ' ')} does not compile: {e}") from None
+
+
+def closed_objects(schema, close: bool = True, depth: int = 0):
+    """`schema` with each object that lists its properties and says nothing of others closed to
+    them (additionalProperties false), as llama.cpp's and XGrammar's grammars read a schema:
+    the answer still validates against the schema as given, and a model does not wander into
+    keys nobody asked for (`llm --schema` sends none of its own; a small model that starts one
+    rarely stops). An allOf's branches stay open: each holds only a part of one object."""
+    if not isinstance(schema, dict) or depth > MAX_CLOSED_DEPTH:
+        return schema
+    out = dict(schema)
+    for key in _SCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {k: closed_objects(v, True, depth + 1) for k, v in out[key].items()}
+    for key in _ONE_SCHEMA:
+        if isinstance(out.get(key), dict):
+            out[key] = closed_objects(out[key], True, depth + 1)
+    for key in _SCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [closed_objects(s, True, depth + 1) for s in out[key]]
+    if isinstance(out.get("allOf"), list):
+        out["allOf"] = [closed_objects(s, False, depth + 1) for s in out["allOf"]]
+    if close and isinstance(out.get("properties"), dict) and not any(k in out for k in _OPENERS):
+        out["additionalProperties"] = False
+    return out
 
 
 def check(spec: GrammarSpec) -> None:

@@ -3,7 +3,8 @@ tokenizer's vocabulary decoded and checked by brute force against the small lang
 (a finite set of words, listed here, not the grammar engine's matcher), at every position of an
 answer; eos exactly where a whole word is written. Rollback gives back the earlier masks; the
 compile is cached across copies of one tokenizer; a grammar that does not compile is bad input
-with the engine's reason."""
+with the engine's reason. A JSON schema's object that lists its properties takes no others
+unless it says so."""
 
 from __future__ import annotations
 
@@ -123,3 +124,30 @@ def test_the_workers_json_lines_carry_a_requests_grammar():
     assert request_from_json(request_to_json(req)) == req
     with pytest.raises(BadRequest, match="grammar.kind"):
         request_from_json('{"command": "generate", "prompt": "x", "grammar": {"kind": 3}}')
+
+
+def accepts(tok, schema, text: str) -> bool:
+    """Whether the schema's grammar takes `text` as a whole answer, token by token."""
+    matcher = compiled.compile(tok, len(tok), GrammarSpec.from_schema(schema)).deep_copy()
+    ids = tok.encode(text, add_special_tokens=False)
+    return all(matcher.consume_token(t) for t in ids) and matcher.is_accepting()
+
+
+LISTED = {"properties": {"a": {"type": "integer"}}}
+
+
+@pytest.mark.parametrize("schema, text, taken", [
+    (LISTED, '{"a":1}', True),
+    (LISTED, '{"a":1,"b":2}', False),  # listed properties and nothing said of others: none
+    ({**LISTED, "additionalProperties": True}, '{"a":1,"b":2}', True),
+    ({**LISTED, "patternProperties": {"^b": {}}}, '{"a":1,"b":2}', True),
+    ({"type": "object"}, '{"b":2}', True),  # json_object's schema: any object
+    ({"type": "array", "items": LISTED}, '[{"a":1,"c":3}]', False),
+    ({"properties": {"o": LISTED}}, '{"o":{"a":1,"c":3}}', False),
+    ({"$defs": {"L": LISTED}, "$ref": "#/$defs/L"}, '{"a":1,"c":3}', False),
+    ({"anyOf": [{**LISTED, "required": ["a"]}, {"type": "string"}]}, '{"a":1,"c":3}', False),
+    # an allOf's branches each hold part of one object: left open, they still meet
+    ({"allOf": [LISTED, {"properties": {"b": {"type": "integer"}}}]}, '{"a":1,"b":2}', True),
+])
+def test_an_object_that_lists_its_properties_takes_no_others(tok, schema, text, taken):
+    assert accepts(tok, schema, text) == taken

@@ -7,6 +7,7 @@ and the `openai` SDK's chat.completions.parse(response_format=PydanticModel) aga
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Literal
 
 import httpx
@@ -17,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from tests.engine.helpers import hearth_serve
 
+DEMO = Path(__file__).resolve().parents[3] / "hearth_resources" / "demo_model"
 QUESTION = [{"role": "user", "content": "Describe a fruit as JSON."}]
 SCHEMA = {"type": "object", "properties": {
     "fruit": {"enum": ["apple", "pear", "plum"]},
@@ -70,6 +72,27 @@ def test_completions_take_json_object_and_json_schema(server):
     assert text.startswith("{")
     if choice["finish_reason"] == "stop":
         assert isinstance(json.loads(text), dict)
+
+
+def test_an_object_that_lists_its_properties_gets_no_others(server):
+    # as `llm --schema` sends one: no additionalProperties, not strict. Every token that could
+    # close the object is biased away, so where other keys were allowed the answer would write
+    # keys of its own (until its token limit); held to the listed ones, it must close
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(DEMO)
+    closers = [i for i in range(len(tok)) if "}" in tok.decode([i])]
+    assert 0 < len(closers) <= 300  # logit_bias's bound
+    schema = {"type": "object", "properties": {"fruit": {"enum": ["apple", "pear", "plum"]}},
+              "required": ["fruit"]}
+    r = post(server, "chat/completions", messages=QUESTION, temperature=0, max_tokens=60,
+             response_format={"type": "json_schema", "json_schema": {"name": "f",
+                                                                      "schema": schema}},
+             logit_bias={str(i): -100 for i in closers})
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "stop", choice["message"]["content"]
+    assert list(json.loads(choice["message"]["content"])) == ["fruit"]
 
 
 @pytest.mark.parametrize("fmt, reason", [

@@ -4,11 +4,13 @@ that thinks and calls get_weather when thinking is on, and answers in prose when
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import httpx
 import openai
 import pytest
+from pydantic import BaseModel
 
 from tests.engine.helpers import hearth_serve
 from tests.fixtures import tool_model
@@ -75,14 +77,37 @@ def test_a_call_streamed_reassembles_to_the_non_streamed_call(served):
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
-def test_the_sdks_stream_helper_reads_the_call(served):
+class Weather(BaseModel):
+    """The weather in a city now."""
+    city: str
+
+
+def test_the_sdks_stream_helper_yields_its_events_and_parses_a_strict_tool(served):
     _, url = served
-    with client(url).chat.completions.stream(model="m", messages=ASK, tools=[WEATHER],
+    # a Pydantic model as a strict tool, as the SDK's users declare one
+    tool = openai.pydantic_function_tool(Weather, name="get_weather")
+    with client(url).chat.completions.stream(model="m", messages=ASK, tools=[tool],
                                              temperature=0, max_tokens=64) as stream:
+        events = list(stream)
         final = stream.get_final_completion()
-    (call,) = final.choices[0].message.tool_calls
-    assert (call.function.name, call.function.arguments) == ("get_weather",
-                                                             tool_model.ARGUMENTS)
+    kinds = [e.type for e in events]
+    assert "chunk" in kinds and kinds.index("content.done") < kinds.index(
+        "tool_calls.function.arguments.done")
+    text = [e for e in events if e.type == "content.delta"]
+    assert "".join(e.delta for e in text) == tool_model.CONTENT_BEFORE_CALL
+    deltas = [e for e in events if e.type == "tool_calls.function.arguments.delta"]
+    assert len(deltas) > 1 and {(e.name, e.index) for e in deltas} == {("get_weather", 0)}
+    assert "".join(e.arguments_delta for e in deltas) == tool_model.ARGUMENTS
+    assert [e.arguments for e in deltas] == list(itertools.accumulate(
+        e.arguments_delta for e in deltas))  # each snapshot is the arguments so far
+    (done,) = [e for e in events if e.type == "tool_calls.function.arguments.done"]
+    assert (done.name, done.index, done.arguments) == ("get_weather", 0, tool_model.ARGUMENTS)
+    assert done.parsed_arguments == Weather(city="Paris")
+    choice = final.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content == tool_model.CONTENT_BEFORE_CALL
+    (call,) = choice.message.tool_calls
+    assert call.id.startswith("call_") and call.function.parsed_arguments == Weather(city="Paris")
 
 
 def test_enable_thinking_false_reaches_the_template(served):
