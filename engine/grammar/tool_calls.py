@@ -5,7 +5,8 @@ family's call syntax (engine/answer/tool_syntax.py) and the call schema of the r
   required, a named function  the answer opens with a call (after the thinking, for a model
                               that thinks) and holds nothing but calls: the family's opener, an
                               object of the call schema, the closer; several where
-                              parallel_tool_calls allows, one where not; then it ends.
+                              parallel_tool_calls allows (MAX_CALLS at most), one where
+                              not; then it ends.
   auto                        any text, until the opener appears: from there a lazy rule holds
                               the call to the schema and the closer, then text again (the
                               grammar is lazy: it is one matcher from the first token, and
@@ -32,6 +33,9 @@ from engine.events import GrammarSpec
 JSON_LAYOUT = {"whitespace_flexible": True, "whitespace_pattern": "[ ]?"}
 TEXT = "TEXT: /(.|\\n)*/"
 BLANK = "BLANK: /[ \\n]{0,2}/"  # between the thinking and a call, and between calls
+# calls in one answer at most: a small model that never chooses to stop still ends
+MAX_CALLS = 16
+MORE = f"{{0,{MAX_CALLS - 1}}}"
 
 
 def _call_json(schema: dict) -> str:
@@ -69,19 +73,19 @@ class _Writer:
             rules = [f"call: {alts}"] + [
                 f"named_{i}: {json.dumps(n)} {self.marker(ARGS)} {_call_json(p)}"
                 for i, (n, p) in enumerate(zip(names, params, strict=True))]
-            more = f' (BLANK {self.marker(s.openers[0])} call)*' if tools.parallel else ""
+            more = f" (BLANK {self.marker(s.openers[0])} call){MORE}" if tools.parallel else ""
             return [f"calls: call{more}", *rules]
         key = "parameters" if s.name == "llama3" else "arguments"
         rules = [f"object: {_call_json(tools.call_schema(key))}"]
         if s.in_array:
-            more = ' (", " object)*' if tools.parallel else ""
+            more = f' (", " object){MORE}' if tools.parallel else ""
             return [f'calls: " "? "[" object{more} "]"', *rules]
         if s.closer:
             closer = self.marker(s.closer)
             rules.append(f'call: "\\n"? object "\\n"? {closer}')
-            more = f" (BLANK {self.marker(s.openers[0])} call)*" if tools.parallel else ""
+            more = f" (BLANK {self.marker(s.openers[0])} call){MORE}" if tools.parallel else ""
             return [f"calls: call{more}", *rules]
-        more = f' ({json.dumps(s.separator)} " "? object)*' if tools.parallel else ""
+        more = f' ({json.dumps(s.separator)} " "? object){MORE}' if tools.parallel else ""
         return [f"calls: object{more}", *rules]
 
     def thinking(self, thinking_open: bool) -> list[str]:

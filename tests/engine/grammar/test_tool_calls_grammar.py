@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 from engine.answer.tool_request import tool_use
 from engine.answer.tool_syntax import SYNTAXES
 from engine.grammar import compiled
-from engine.grammar.tool_calls import call_grammar
+from engine.grammar.tool_calls import MAX_CALLS, call_grammar
 
 MARKERS = ["<tool_call>", "</tool_call>", "<think>", "</think>", "<|python_tag|>"]
 MISTRAL_MARKERS = ["[TOOL_CALLS]", "[ARGS]"]  # special in Mistral's own tokenizers
@@ -135,3 +135,9 @@ def test_mistral_calls_in_an_array_or_by_name_and_args(tok):
                          no_args)
     assert passes(tok, array, f"[TOOL_CALLS][{call()}, {call('get_time', {'zone': 0})}]")
     assert not passes(tok, array, f"[TOOL_CALLS]{call()}")
+
+
+def test_parallel_calls_are_bounded(tok):
+    g = grammar(tok, "hermes")
+    assert passes(tok, g, hermes(*[call()] * MAX_CALLS))
+    assert not passes(tok, g, hermes(*[call()] * (MAX_CALLS + 1)))
