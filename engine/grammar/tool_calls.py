@@ -14,9 +14,9 @@ family's call syntax (engine/answer/tool_syntax.py) and the call schema of the r
 
 A marker that is one special token of the tokenizer (Qwen's `<tool_call>`, Llama's
 `<|python_tag|>`, Mistral's `[TOOL_CALLS]`) is named by its id, or its text spelled in pieces:
-llguidance never reads a special token as text. Between a call object's tokens one space at most may stand (compact JSON, and
-the templates' `tojson` layout, ", " and ": ", both pass), so an answer cannot pad itself with
-blanks to its token limit.
+llguidance never reads a special token as text. Between a call object's tokens one space at
+most may stand (compact JSON, and the templates' `tojson` layout, ", " and ": ", both pass), so
+an answer cannot pad itself with blanks to its token limit.
 """
 
 from __future__ import annotations
