@@ -130,6 +130,9 @@ def test_required_and_named_choices_hold_prose_and_name_a_missing_call():
     _, missing = read_whole(Reading(HERMES, must_call="get_weather"),
                             f"<tool_call>{WEATHER}</tool_call>")
     assert missing is None
+    # held by the grammar, an answer misses its call only where it was cut short
+    _, missing = read_whole(Reading(HERMES, must_call="", enforced=True), "<tool_call>")
+    assert "before calling a function" in missing and "max_tokens" in missing
 
 
 @pytest.mark.parametrize("template, name", [
