@@ -65,6 +65,8 @@ class _Writer:
     def calls(self, tools: ToolUse) -> list[str]:
         """`calls`: the calls after the opener, one where parallel_tool_calls is false."""
         s = self.syntax
+        # another call after the first: its own opener again (hermes, Mistral's later form)
+        again = f" (BLANK {self.marker(s.openers[0])} call){MORE}" if tools.parallel else ""
         if s.name == "mistral" and self.special(ARGS) is not None:  # name[ARGS]{...}, each
             names = [t["function"]["name"] for t in tools.template_tools() or []]
             params = [t["function"].get("parameters") or {"type": "object"}
@@ -73,8 +75,7 @@ class _Writer:
             rules = [f"call: {alts}"] + [
                 f"named_{i}: {json.dumps(n)} {self.marker(ARGS)} {_call_json(p)}"
                 for i, (n, p) in enumerate(zip(names, params, strict=True))]
-            more = f" (BLANK {self.marker(s.openers[0])} call){MORE}" if tools.parallel else ""
-            return [f"calls: call{more}", *rules]
+            return [f"calls: call{again}", *rules]
         key = "parameters" if s.name == "llama3" else "arguments"
         rules = [f"object: {_call_json(tools.call_schema(key))}"]
         if s.in_array:
@@ -83,8 +84,7 @@ class _Writer:
         if s.closer:
             closer = self.marker(s.closer)
             rules.append(f'call: "\\n"? object "\\n"? {closer}')
-            more = f" (BLANK {self.marker(s.openers[0])} call){MORE}" if tools.parallel else ""
-            return [f"calls: call{more}", *rules]
+            return [f"calls: call{again}", *rules]
         more = f' ({json.dumps(s.separator)} " "? object){MORE}' if tools.parallel else ""
         return [f"calls: object{more}", *rules]
 
