@@ -67,17 +67,17 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="hearth-structured-"))
     folder = random_folder(a.model, scratch / "random") if a.random else a.model
     proc, url = serve(folder)
+    print(f"{a.model.name + ' (random weights)' if a.random else folder.name}, max_tokens "
+          f"{a.max_tokens}, temperature {a.temperature}\n", flush=True)
     try:
         schemas = structured.run_schemas(url, a.schemas, a.max_tokens, a.temperature)
+        print(structured.table(schemas, "schema"), "\n", flush=True)  # before the tools run
         tools = structured.run_tools(url, a.tools, a.max_tokens, a.temperature)
+        print(structured.table(tools, "choice"))
     finally:
         proc.terminate()
         proc.wait(60)
         shutil.rmtree(scratch, ignore_errors=True)
-    print(f"{folder.name if not a.random else a.model.name + ' (random weights)'}, "
-          f"max_tokens {a.max_tokens}, temperature {a.temperature}\n")
-    print(structured.table(schemas, "schema"), "\n")
-    print(structured.table(tools, "choice"))
     if a.json:
         a.json.write_text(json.dumps({"schemas": schemas, "tools": tools}, indent=1))
 
