@@ -34,7 +34,7 @@ JSON_LAYOUT = {"whitespace_flexible": True, "whitespace_pattern": "[ ]?"}
 TEXT = "TEXT: /(.|\\n)*/"
 BLANK = "BLANK: /[ \\n]{0,2}/"  # between the thinking and a call, and between calls
 # calls in one answer at most: a small model that never chooses to stop still ends
-MAX_CALLS = 16
+MAX_CALLS = 8
 MORE = f"{{0,{MAX_CALLS - 1}}}"
 
 
