@@ -4,6 +4,7 @@ enums, required fields, bounded numbers) and M under tool_choice required and na
 answer checked with jsonschema; prints a table per schema and per choice.
 
     python bench/structured_output.py MODEL_FOLDER [--schemas 50] [--tools 20] [--max-tokens 512]
+        [--tool-max-tokens 256]
     python bench/structured_output.py MODEL_FOLDER --random   # its tokenizer, random weights
 
 --random serves a model of MODEL_FOLDER's tokenizer and architecture with random weights (2
@@ -61,6 +62,7 @@ def main() -> None:
     ap.add_argument("--schemas", type=int, default=50)
     ap.add_argument("--tools", type=int, default=20)
     ap.add_argument("--max-tokens", type=int, default=512)
+    ap.add_argument("--tool-max-tokens", type=int, default=256)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--json", type=Path, help="also write every answer here")
     a = ap.parse_args()
@@ -68,11 +70,12 @@ def main() -> None:
     folder = random_folder(a.model, scratch / "random") if a.random else a.model
     proc, url = serve(folder)
     print(f"{a.model.name + ' (random weights)' if a.random else folder.name}, max_tokens "
-          f"{a.max_tokens}, temperature {a.temperature}\n", flush=True)
+          f"{a.max_tokens} (tools {a.tool_max_tokens}), temperature {a.temperature}\n",
+          flush=True)
     try:
         schemas = structured.run_schemas(url, a.schemas, a.max_tokens, a.temperature)
         print(structured.table(schemas, "schema"), "\n", flush=True)  # before the tools run
-        tools = structured.run_tools(url, a.tools, a.max_tokens, a.temperature)
+        tools = structured.run_tools(url, a.tools, a.tool_max_tokens, a.temperature)
         print(structured.table(tools, "choice"))
     finally:
         proc.terminate()
