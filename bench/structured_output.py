@@ -4,7 +4,7 @@ enums, required fields, bounded numbers) and M under tool_choice required and na
 answer checked with jsonschema; prints a table per schema and per choice.
 
     python bench/structured_output.py MODEL_FOLDER [--schemas 50] [--tools 20] [--max-tokens 512]
-        [--tool-max-tokens 256]
+        [--tool-max-tokens 512]
     python bench/structured_output.py MODEL_FOLDER --random   # its tokenizer, random weights
 
 --random serves a model of MODEL_FOLDER's tokenizer and architecture with random weights (2
@@ -62,7 +62,7 @@ def main() -> None:
     ap.add_argument("--schemas", type=int, default=50)
     ap.add_argument("--tools", type=int, default=20)
     ap.add_argument("--max-tokens", type=int, default=512)
-    ap.add_argument("--tool-max-tokens", type=int, default=256)
+    ap.add_argument("--tool-max-tokens", type=int, default=512)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--json", type=Path, help="also write every answer here")
     a = ap.parse_args()
