@@ -19,15 +19,14 @@ class Reading:
     or tool_choice "none"); `thinks` where the thinking is split off, `thinking_open` where the
     prompt opened it; `max_calls` 1 under parallel_tool_calls false (later calls dropped).
     `must_call` (tool_choice required: "", a named function: its name) holds content back to
-    the end, and an answer without such a call is `missing_call`; `enforced` where a grammar
-    holds the answer to it (then only an answer cut short misses its call)."""
+    the end, and an answer without such a call is `missing_call`: a grammar holds the answer to
+    calls (engine/grammar/tool_calls.py), so only an answer cut short misses its call."""
 
     syntax: ToolSyntax | None = None
     thinks: bool = False
     thinking_open: bool = False
     max_calls: int | None = None
     must_call: str | None = None
-    enforced: bool = False
 
     @property
     def is_plain(self) -> bool:
@@ -74,11 +73,8 @@ class AnswerReader:
         if wanted is None or (self.called and (not wanted or wanted in self.called)):
             return None
         which = f"the function {wanted}" if wanted else "a function"
-        if self.reading.enforced:
-            return (f"the answer ended (at max_tokens or a stop sequence) before calling "
-                    f"{which}, which tool_choice requires; raise max_tokens")
-        return (f"the model answered without calling {which}, which tool_choice requires; "
-                "this server asks it of the model but does not yet enforce it")
+        return (f"the answer ended (at max_tokens or a stop sequence) before calling {which}, "
+                "which tool_choice requires; raise max_tokens")
 
     def _through_calls(self, parts: list) -> list:
         if self.calls is None:

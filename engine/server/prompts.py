@@ -228,7 +228,6 @@ async def chat_choices(body: ChatCompletionRequest, model: ModelView) -> list[Ch
     # the calls' grammar holds the answer, but under auto a response_format's holds it alone
     if calls and (tools.must_call or grammar is None):
         grammar = await _call_grammar(tools, reading, model)
-        reading = replace(reading, enforced=grammar is not None)
     return [replace(c, reading=reading) for c in _choices(
         body, [ids], [max_new], model.vocab_size,
         (body.top_logprobs or 0) if body.logprobs else None, grammar)]
