@@ -19,7 +19,8 @@ class Reading:
     or tool_choice "none"); `thinks` where the thinking is split off, `thinking_open` where the
     prompt opened it; `max_calls` 1 under parallel_tool_calls false (later calls dropped).
     `must_call` (tool_choice required: "", a named function: its name) holds content back to
-    the end, and an answer without such a call is `missing_call`."""
+    the end, and an answer without such a call is `missing_call`: a grammar holds the answer to
+    calls (engine/grammar/tool_calls.py), so only an answer cut short misses its call."""
 
     syntax: ToolSyntax | None = None
     thinks: bool = False
@@ -72,8 +73,8 @@ class AnswerReader:
         if wanted is None or (self.called and (not wanted or wanted in self.called)):
             return None
         which = f"the function {wanted}" if wanted else "a function"
-        return (f"the model answered without calling {which}, which tool_choice requires; "
-                "this server asks it of the model but does not yet enforce it")
+        return (f"the answer ended (at max_tokens or a stop sequence) before calling {which}, "
+                "which tool_choice requires; raise max_tokens")
 
     def _through_calls(self, parts: list) -> list:
         if self.calls is None:

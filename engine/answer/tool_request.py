@@ -3,9 +3,10 @@
 and `chat_template_kwargs` (bounded, JSON scalars only). Every refusal is a RequestError naming
 its parameter.
 
-`required` and a named function are asked of the model by an instruction in the system message,
-and an answer without such a call is an outcome of its own (AnswerReader.missing_call); the
-grammar that will enforce them takes its schema from `ToolUse.call_schema()`.
+`required` and a named function are asked of the model by an instruction in the system message
+and enforced by a grammar (engine/grammar/tool_calls.py), which takes its schema from
+`ToolUse.call_schema()`; an answer cut short before its call is an outcome of its own
+(AnswerReader.missing_call).
 """
 
 from __future__ import annotations
@@ -71,19 +72,20 @@ class ToolUse:
                     "answer in prose.")
         return None
 
-    def call_schema(self) -> dict | None:
+    def call_schema(self, arguments: str = "arguments") -> dict | None:
         """The JSON schema each call object must follow (None under "none"): the grammar's
-        hook. The model writes each call in its family's markers (ToolSyntax.openers and
-        closer) around an object of this schema; one call at most where `parallel` is false.
-        Under required or a named function a call must open the answer (`must_call`); under
-        auto the schema holds once an opener appears."""
+        hook (engine/grammar/tool_calls.py). The model writes each call in its family's markers
+        (ToolSyntax.openers and closer) around an object of this schema; one call at most where
+        `parallel` is false. Under required or a named function a call must open the answer
+        (`must_call`); under auto the schema holds once an opener appears. `arguments`: the
+        family's key for them (Llama 3.1's is "parameters")."""
         if self.choice == "none":
             return None
         tools = self.template_tools() or []
         options = [{"type": "object", "additionalProperties": False,
-                    "required": ["name", "arguments"],
+                    "required": ["name", arguments],
                     "properties": {"name": {"const": t["function"]["name"]},
-                                   "arguments": t["function"].get("parameters")
+                                   arguments: t["function"].get("parameters")
                                    or {"type": "object"}}} for t in tools]
         return options[0] if len(options) == 1 else {"anyOf": options}
 

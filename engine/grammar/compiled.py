@@ -120,6 +120,16 @@ def tokenizer_for(tokenizer, vocab_size: int) -> llguidance.LLTokenizer:
     return held
 
 
+def special_token(tokenizer, vocab_size: int, text: str) -> int | None:
+    """The id of the token whose text is `text` where llguidance holds it special (added
+    tokens: a grammar names them by id, never by their text), else None."""
+    token = tokenizer.convert_tokens_to_ids(text)
+    if not isinstance(token, int) or not 0 <= token < vocab_size \
+            or tokenizer.convert_ids_to_tokens(token) != text:
+        return None
+    return token if tokenizer_for(tokenizer, vocab_size).is_special_token(token) else None
+
+
 def compile(tokenizer, vocab_size: int, spec: GrammarSpec) -> llguidance.LLMatcher:  # noqa: A001
     """The template matcher of `spec` on this tokenizer (cached; copy it with deep_copy before
     use). BadRequest, with llguidance's reason, where the grammar does not compile."""

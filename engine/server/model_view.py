@@ -18,6 +18,7 @@ from engine.events import BadRequest
 from engine.generate import template_guard
 from engine.generate.prompt import Splice, render_template, template_text
 from engine.generate.template_guard import RenderBudget
+from engine.grammar import compiled
 from engine.server.errors import APIError
 
 MAX_RENDERS = 4  # chat templates rendering at once, each in a child process of its own
@@ -64,6 +65,16 @@ class ModelView:
         self.tool_syntax, self.thinks = syntax_for(template), thinks(template)
         if getattr(self.tok, "chat_template", None):
             template_guard.prewarm()
+        # the grammar engine's view of the vocabulary (a second or two on a large one) is built
+        # now, on the tokenizer's thread, not by the first constrained request
+        self.grammar_ready = self._thread.submit(self._grammar_tokenizer)
+
+    def _grammar_tokenizer(self) -> bool:
+        try:
+            compiled.tokenizer_for(self.tok, self.vocab_size)
+        except ValueError:  # a slow tokenizer: a grammar is refused when one is asked for
+            return False
+        return True
 
     @classmethod
     def of(cls, session, given: str | None) -> ModelView:

@@ -12,7 +12,7 @@ from engine.answer.reader import Reading
 from engine.answer.reasoning import opens_thinking
 from engine.events import BadRequest, GenerateRequest, GrammarSpec, SamplingParams
 from engine.events.requests import MAX_LOGIT_BIAS, MAX_SEED, short_repr
-from engine.grammar import compiled, response_format
+from engine.grammar import compiled, response_format, tool_calls
 from engine.server.errors import bad_request
 from engine.server.model_view import ModelView
 from engine.server.wire import (
@@ -140,6 +140,25 @@ async def _grammar(fmt: dict | None, model: ModelView) -> GrammarSpec | None:
     return spec
 
 
+async def _call_grammar(tools, reading: Reading, model: ModelView) -> GrammarSpec | None:
+    """The grammar that holds the answer to tool_choice (engine/grammar/tool_calls.py),
+    compiled here as response_format's is: a 400 naming tools where a schema does not compile."""
+
+    def made() -> GrammarSpec | None:
+        spec = tool_calls.call_grammar(
+            tools, reading.syntax, lambda text: compiled.special_token(
+                model.tok, model.vocab_size, text),
+            reading.thinks, reading.thinking_open)
+        if spec is not None:
+            compiled.compile(model.tok, model.vocab_size, spec)
+        return spec
+
+    try:
+        return await model.run(made)
+    except BadRequest as e:
+        raise bad_request(f"tools: {e}", "tools") from None
+
+
 def _messages(body: ChatCompletionRequest) -> list[dict]:
     out = []
     for i, m in enumerate(body.messages):
@@ -206,6 +225,9 @@ async def chat_choices(body: ChatCompletionRequest, model: ModelView) -> list[Ch
                       thinking_open=model.thinks and opens_thinking(text),
                       max_calls=None if tools is None or tools.parallel else 1,
                       must_call=(tools.function or "") if calls and tools.must_call else None)
+    # the calls' grammar holds the answer, but under auto a response_format's holds it alone
+    if calls and (tools.must_call or grammar is None):
+        grammar = await _call_grammar(tools, reading, model)
     return [replace(c, reading=reading) for c in _choices(
         body, [ids], [max_new], model.vocab_size,
         (body.top_logprobs or 0) if body.logprobs else None, grammar)]

@@ -124,12 +124,15 @@ def test_call_ids_are_unique_and_mistrals_are_nine_letters_and_digits():
 def test_required_and_named_choices_hold_prose_and_name_a_missing_call():
     reader = Reading(HERMES, must_call="").reader()
     assert reader.feed("Sunny today.") == [] and reader.finish() == [Content("Sunny today.")]
-    assert "without calling a function" in reader.missing_call()
+    assert "before calling a function" in reader.missing_call()
     _, missing = read_whole(Reading(HERMES, must_call="g"), f"<tool_call>{WEATHER}</tool_call>")
     assert "the function g" in missing
     _, missing = read_whole(Reading(HERMES, must_call="get_weather"),
                             f"<tool_call>{WEATHER}</tool_call>")
     assert missing is None
+    # held by the grammar, an answer misses its call only where it was cut short
+    _, missing = read_whole(Reading(HERMES, must_call=""), "<tool_call>")
+    assert "before calling a function" in missing and "max_tokens" in missing
 
 
 @pytest.mark.parametrize("template, name", [

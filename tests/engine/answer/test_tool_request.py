@@ -35,6 +35,9 @@ def test_named_renders_that_function_alone_and_gives_its_call_schema():
     schema = named.call_schema()
     assert schema["properties"]["name"] == {"const": "f"}
     assert schema["properties"]["arguments"] == F["function"]["parameters"]
+    llama = named.call_schema("parameters")  # Llama 3.1's key for the arguments
+    assert llama["required"] == ["name", "parameters"]
+    assert llama["properties"]["parameters"] == F["function"]["parameters"]
     assert "the function f" in named.instruction()
 
 

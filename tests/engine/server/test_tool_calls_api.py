@@ -38,8 +38,8 @@ def client(url: str) -> openai.OpenAI:
 
 
 def ask(url: str, **kw):
-    return client(url).chat.completions.create(model="m", temperature=0, max_tokens=64,
-                                               **{"messages": ASK, **kw})
+    return client(url).chat.completions.create(model="m", temperature=0,
+                                               **{"messages": ASK, "max_tokens": 64, **kw})
 
 
 def test_models_name_the_call_syntax_and_reasoning_read_from_the_template(served):
@@ -136,31 +136,42 @@ def test_tool_choice_none_renders_no_tools_and_parses_no_call(served):
     assert none.usage.prompt_tokens < with_tools.usage.prompt_tokens
 
 
-def test_a_named_function_is_called_and_another_name_is_a_missing_call(served):
+def test_a_named_function_is_called_even_where_the_model_would_call_another(served):
     _, url = served
     named = ask(url, tools=[WEATHER, TIME],
                 tool_choice={"type": "function", "function": {"name": "get_weather"}})
     assert named.choices[0].message.tool_calls[0].function.name == "get_weather"
-    with pytest.raises(openai.UnprocessableEntityError) as e:
-        ask(url, tools=[WEATHER, TIME],
-            tool_choice={"type": "function", "function": {"name": "get_time"}})
-    assert e.value.code == "tool_call_missing"
+    # the model's own answer calls get_weather: the grammar makes it call get_time
+    other = ask(url, tools=[WEATHER, TIME], parallel_tool_calls=False,
+                tool_choice={"type": "function", "function": {"name": "get_time"}})
+    (call,) = other.choices[0].message.tool_calls
+    assert call.function.name == "get_time" and other.choices[0].finish_reason == "tool_calls"
+    assert isinstance(json.loads(call.function.arguments), dict)
 
 
-def test_required_without_a_call_is_an_outcome_of_its_own(served):
+def test_required_makes_a_model_that_answers_in_prose_call(served):
     _, url = served
-    with pytest.raises(openai.UnprocessableEntityError) as e:
-        ask(url, tools=[WEATHER], tool_choice="required", extra_body=NO_THINKING)
+    answer = ask(url, tools=[TIME], tool_choice="required", parallel_tool_calls=False,
+                 extra_body=NO_THINKING)
+    (call,) = answer.choices[0].message.tool_calls
+    assert call.function.name == "get_time" and answer.choices[0].finish_reason == "tool_calls"
+    assert not answer.choices[0].message.content  # its prose ("Sunny today!") is not written
+    assert isinstance(json.loads(call.function.arguments), dict)
+
+
+def test_an_answer_cut_short_before_its_call_is_an_outcome_of_its_own(served):
+    _, url = served
+    with pytest.raises(openai.UnprocessableEntityError) as e:  # the opener alone fits
+        ask(url, tools=[WEATHER], tool_choice="required", max_tokens=1, extra_body=NO_THINKING)
     assert e.value.code == "tool_call_missing" and e.value.param == "tool_choice"
+    assert "max_tokens" in e.value.message
     events = []
     with httpx.stream("POST", url + "/chat/completions", timeout=60, json={
             "model": "m", "messages": ASK, "tools": [WEATHER], "tool_choice": "required",
-            "temperature": 0, "stream": True, **NO_THINKING}) as r:
+            "temperature": 0, "max_tokens": 1, "stream": True, **NO_THINKING}) as r:
         events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     assert json.loads(events[-2])["error"]["code"] == "tool_call_missing"
-    # the prose was held back: a client of "required" never sees it as an answer
-    assert not any("Sunny" in e for e in events)
 
 
 def test_a_history_of_calls_and_results_renders_as_transformers_renders_it(served):
