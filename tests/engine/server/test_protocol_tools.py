@@ -196,13 +196,17 @@ def test_a_responses_function_call_streamed_is_the_whole_one_and_kept(url):
     assert e.value.param == "previous_response_id"
 
 
-def test_a_call_asked_for_and_not_made_is_an_error_in_each_protocols_shape(url):
+def test_a_call_asked_for_is_made_or_cut_short_in_each_protocols_shape(url):
     """tool_choice any (Anthropic) and required (Responses) where this model, thinking off,
-    answers in prose: the chat route's 422 tool_call_missing, whole or mid-stream, the prose
-    never given as an answer."""
+    would answer in prose: the grammar makes it call; cut short before its call (one token),
+    the chat route's 422 tool_call_missing in each protocol's shape, whole or mid-stream, no
+    prose given as an answer."""
     ask = dict(model="m", max_tokens=64, messages=ASK, tools=[ANTHROPIC_TOOL],
                tool_choice={"type": "any"}, thinking={"type": "disabled"},
                extra_body={"temperature": 0})
+    made = claude(url).messages.create(**ask)
+    assert made.stop_reason == "tool_use" and [b.type for b in made.content] == ["tool_use"]
+    ask["max_tokens"] = 1
     with pytest.raises(anthropic.UnprocessableEntityError) as e:
         claude(url).messages.create(**ask)
     assert e.value.body["type"] == "error"
@@ -212,6 +216,9 @@ def test_a_call_asked_for_and_not_made_is_an_error_in_each_protocols_shape(url):
     assert e.value.body["error"]["message"] and "Sunny" not in str(e.value.body)
     ask = dict(model="m", input=QUESTION, tools=[RESPONSES_TOOL], tool_choice="required",
                reasoning={"effort": "none"}, temperature=0, max_output_tokens=64)
+    made = oa(url).responses.create(**ask)
+    assert [item.type for item in made.output] == ["function_call"]
+    ask["max_output_tokens"] = 1
     with pytest.raises(openai.UnprocessableEntityError) as e:
         oa(url).responses.create(**ask)
     assert (e.value.code, e.value.param) == ("tool_call_missing", "tool_choice")
