@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import torch
 
-from engine.cache import kv_arena
+from engine.cache import key_rotation, kv_arena
 from engine.cache.block_manager import BlockManager, Sequence
 from engine.cache.kv_arena import STORAGE, KVArena  # noqa: F401 (STORAGE re-exported)
 from engine.config import overrides
@@ -86,6 +86,9 @@ class KVCache:
         self.arena = KVArena(num_layers, num_kv_heads, head_dim, self.num_blocks + 1,
                              block_size, self.kv_dtype, device)
         self.device = self.arena.k[0].device  # with its index: "cuda:0", as kernels report it
+        # R of cache/key_rotation.py: every pass that writes keys here rotates them and its
+        # queries by it first (None: a 16-bit cache, stored as it comes)
+        self.key_rotation = key_rotation.matrix(head_dim, self.device) if self.quantized else None
         self.blocks = BlockManager(self.num_blocks, block_size)
         self.seq = Sequence()
         self.table = torch.full((max_blocks,), self.scratch, dtype=torch.int32, device=device)
