@@ -22,6 +22,8 @@ import math
 
 import torch
 
+from engine.kernels import kv_quant
+
 SEED = 0x4B56  # the seeded QR's, for a head size that is not a power of two
 
 
@@ -48,7 +50,7 @@ def matrix(head_dim: int, device: torch.device | str) -> torch.Tensor:
 def rotate(x: torch.Tensor, r: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """x: [..., D] -> x R in fp32, returned in `dtype` (default: x's). Keys go to the cache's
     quantizer in fp32 (no extra rounding before it rounds); queries keep their own dtype."""
-    return (x.float() @ r).to(x.dtype if dtype is None else dtype)
+    return kv_quant.rotate(x, r).to(x.dtype if dtype is None else dtype)
 
 
 def rotate_qk(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor | None

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels import kv_write_kernel
+from engine.kernels import kv_quant, kv_write_kernel
 from engine.kernels.int4_gemv_kernel import GEMV_MAX_ROWS
 from engine.platform.nvrtc import pdl_mode, pdl_wanted
 
@@ -236,7 +236,7 @@ def qkv_rope(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: torch.Tenso
         num_warps=1 if D <= 128 else 2, **pdl_options(qkv.device, T))
     if not to_cache:
         if rotation is not None:  # rotated keys, read by rotated queries: in fp32
-            q, k_out = (q.float() @ rotation).to(q.dtype), k_out.float() @ rotation
+            q, k_out = kv_quant.rotate(q, rotation).to(q.dtype), kv_quant.rotate(k_out, rotation)
         kv_write_kernel.quantize_store(k_cache, k_scale, table, pos, k_out)
         kv_write_kernel.quantize_store(v_cache, v_scale, table, pos, v_out)
     return q

@@ -78,3 +78,19 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.
                ) -> torch.Tensor:
     """q: [..., D] int8/fp8, scale: [...] fp16 -> [..., D] in `dtype` (multiplied in fp32)."""
     return (q.float() * scale.float()[..., None]).to(dtype)
+
+
+def rotate(x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """x: [..., D] -> x R in fp32, for the rotation of keys and queries of a quantized cache
+    (cache/key_rotation.py; r: R, [D, D] fp32). A normalized Hadamard R (D a power of two) is
+    applied as the fast Walsh-Hadamard transform: sums and differences element by element, so
+    a token's bits do not depend on how many rows its pass holds (a product's rounding does)."""
+    x32, D = x.float(), x.shape[-1]
+    if D & (D - 1):
+        return x32 @ r
+    h = 1
+    while h < D:  # butterflies at stride h: (a, b) -> (a + b, a - b)
+        y = x32.reshape(*x.shape[:-1], D // (2 * h), 2, h)
+        x32 = torch.stack((y[..., 0, :] + y[..., 1, :], y[..., 0, :] - y[..., 1, :]), dim=-2)
+        h *= 2
+    return x32.reshape(x.shape) * D ** -0.5
