@@ -7,12 +7,14 @@ key by an orthonormal R (D x D) spreads an outlier over all D channels; rotating
 the same R keeps every score, (q R)(k R)^T = q R R^T k^T = q k^T, so attention reads the
 rotated cache as it is, in every kernel, with no change to how it stores or reads blocks.
 
-R: the normalized Hadamard matrix (entries +-1/sqrt(D)) where D is a power of two; otherwise
-a fixed orthonormal matrix from a seeded QR (the same on every run and device). Applied after
-RoPE, to the keys before the cache quantizes them and to the queries before attention reads
-the cache, only where the cache is quantized: a 16-bit cache is left exactly as it was.
-Values are not rotated: they have no outlier channels of their own in the models measured
-(BENCHMARKS.md, "Keys with outlier channels").
+R: the normalized Hadamard matrix (entries +-1/sqrt(D)) where D is a power of two, applied as
+the fast Walsh-Hadamard transform (kernels/kv_quant.rotate); otherwise a fixed orthonormal
+matrix from a seeded QR (the same on every run and device). Applied after RoPE, to the keys
+before the cache quantizes them and to the queries before attention reads the cache, where
+the KV dtype asks for it (formats/kv_dtypes.py: int8). fp8 keeps its keys as they come: it
+measured better rotated on SmolLM2, but a step over in one layer then moves every later
+layer's values past what the cache's grouping test allows (BENCHMARKS.md, "Rotated keys").
+Values are not rotated: quantized alone, they cost a fraction of what the keys cost.
 """
 
 from __future__ import annotations

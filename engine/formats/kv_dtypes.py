@@ -23,6 +23,9 @@ class KVDtype:
     # PyTorch reference reads it
     min_compute_capability: tuple[int, int] | None = None
     offered: bool = True  # listed in the app's pickers (fp32 is the CPU reference's dtype)
+    # keys and queries rotated before keys are stored (cache/key_rotation.py): int8, whose
+    # per-token scale otherwise spends its levels on a key's outlier channels
+    rotated_keys: bool = False
 
 
 _REGISTRY: dict[str, KVDtype] = {}
@@ -97,5 +100,6 @@ for _kv in (KVDtype("bf16", 2, "bfloat16"), KVDtype("fp16", 2, "float16"),
             # e4m3fn's largest finite value; Ada and Hopper convert it in hardware
             KVDtype("fp8", 1, "float8_e4m3fn", scaled=True, qmax=448.0,
                     min_compute_capability=(8, 9)),
-            KVDtype("int8", 1, "int8", scaled=True, qmax=127.0)):  # symmetric int8
+            KVDtype("int8", 1, "int8", scaled=True, qmax=127.0,
+                    rotated_keys=True)):  # symmetric int8
     register(_kv)

@@ -5,7 +5,7 @@ one run. The README's KV figures come from this table.
 Rows per quantized KV dtype:
 - "per-token scales": the cache as it was before keys were rotated (one scale per token per
   head; the rotation switched off);
-- "rotated keys" (the engine's default): keys and queries rotated by cache/key_rotation.py;
+- "rotated keys": keys and queries rotated by cache/key_rotation.py (int8's default);
 - "per-channel key scales (simulated)": the KIVI alternative, simulated at its best: keys
   quantized with one scale per channel per head taken from the window's own keys (what a scale
   calibrated on the prefill would be, before any later token could clip), values per token, in
@@ -30,6 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from engine.cache import key_rotation  # noqa: E402
 from engine.cache.kv_cache import KVCache  # noqa: E402
 from engine.events import LoadRequest  # noqa: E402
 from engine.generate.session import Session  # noqa: E402
@@ -82,10 +83,12 @@ def measure(args) -> dict:
 
     rows = {}
     for kv in args.kv_dtypes:
-        plain = cache_like(session, kv, length)
-        plain.key_rotation = None
-        rows[f"{kv}, per-token scales"] = row(plain)
-        rows[f"{kv}, rotated keys"] = row(cache_like(session, kv, length))
+        for name, rotate in (("per-token scales", False), ("rotated keys", True)):
+            cache = cache_like(session, kv, length)
+            default = cache.key_rotation is not None
+            cache.key_rotation = key_rotation.matrix(cache.head_dim, cache.device) if rotate \
+                else None
+            rows[f"{kv}, {name}{' (default)' if rotate == default else ''}"] = row(cache)
         sim = cache_like(session, session.kv_dtype, length)
         write, dtype = sim.write, kv_quant.storage(kv)
         sim.write = lambda i, pos, k, v, w=write, d=dtype: w(i, pos, per_channel(k, d),

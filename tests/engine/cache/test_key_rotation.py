@@ -42,12 +42,13 @@ def test_rotated_attention_equals_plain_attention_in_fp32():
     torch.testing.assert_close(got32, want.float(), atol=2e-6, rtol=2e-6)
 
 
-def test_a_16bit_cache_is_not_rotated():
-    for kv in ("fp32", "bf16"):
+def test_only_an_int8_cache_is_rotated():
+    """fp8 keeps its keys as they come: rotated, one step over in a layer moves every later
+    layer's values past what the cache's grouping test allows (BENCHMARKS.md, "Rotated keys")."""
+    for kv in ("fp32", "bf16", "fp8"):
         assert KVCache(1, HKV, D, T, kv, "cpu").key_rotation is None
-    for kv in ("int8", "fp8"):
-        torch.testing.assert_close(KVCache(1, HKV, D, T, kv, "cpu").key_rotation,
-                                   key_rotation.matrix(D, "cpu"))
+    torch.testing.assert_close(KVCache(1, HKV, D, T, "int8", "cpu").key_rotation,
+                               key_rotation.matrix(D, "cpu"))
 
 
 def outlier_qkv(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -68,8 +69,7 @@ def engine_attention(kv_dtype: str, q, k, v, rotate: bool) -> torch.Tensor:
     """The engine's attention function over a one-layer cache: a prefill chunk of T tokens,
     then a one-token step -> both outputs [1, T + 1, H, D]."""
     cache = KVCache(1, HKV, D, T + 1, kv_dtype, "cpu")
-    if not rotate:
-        cache.key_rotation = None
+    cache.key_rotation = key_rotation.matrix(D, "cpu") if rotate else None
     module = SimpleNamespace(layer_idx=0)
     out = []
     for lo, hi in ((0, T), (T, T + 1)):
