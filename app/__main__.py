@@ -29,6 +29,7 @@ from app.worker import worker_client
 from app.worker.worker_client import WorkerClient
 from engine.events import LoadRequest, kv_dtype_choices, quant_choices
 from engine.files import model_home
+from engine.platform import display
 
 log = logging.getLogger("hearth")
 ICON = "icons/hearth.svg"  # in RESOURCES_DIR, package data
@@ -65,17 +66,20 @@ def create_application() -> QApplication:
 
 def open_window(args: argparse.Namespace, settings: AppSettings | None = None) -> MainWindow:
     """The start before the window shows: the data folder, the log, the conversations (a
-    damaged or unwritable database gets a notice in the window, not a traceback), the worker."""
+    damaged or unwritable database, or an unreadable models folder, gets a notice in the
+    window, not a traceback), the worker."""
     folder = data_dir()
     log_path = setup_logging(folder)
     log.info("starting; data in %s, log in %s", folder, log_path or "none (stderr only)")
     opened = open_store(folder)
-    if opened.notice:
-        log.warning("%s", opened.notice)
+    # what the user must know of Hearth's folders: said in the window, the start goes on
+    notice = " ".join(n for n in (opened.notice, model_home.models_dir_problem()) if n)
+    if notice:
+        log.warning("%s", notice)
     command = shlex.split(args.worker_command) if args.worker_command else None
     window = MainWindow(opened.store, WorkerClient(command), settings or AppSettings())
-    if opened.notice:
-        window.show_storage_notice(opened.notice)
+    if notice:
+        window.show_storage_notice(notice)
     return window
 
 
@@ -86,6 +90,9 @@ def load_request(args: argparse.Namespace) -> LoadRequest:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if not display.has_display():  # Qt would abort with its own message
+        print(f"hearth: {display.NO_DISPLAY}", file=sys.stderr)
+        return 2
     qt_app = create_application()
     collector = GuiThreadGC(qt_app)  # Qt objects are destroyed on the GUI thread only
     window = open_window(args)

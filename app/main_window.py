@@ -25,7 +25,6 @@ from app.remote.endpoint_client import EndpointClient, RemoteLoad
 from app.remote.endpoint_keys import EndpointKeys
 from app.remote.endpoints import EndpointModel
 from app.server.server_panel import ServerPanel
-from app.widgets.banner_overlay import BannerOverlay
 from app.widgets.notice_panel import NoticePanel
 from app.widgets.theme import Theme
 from app.window_menus import RESTART, build_docks, build_menus
@@ -75,9 +74,10 @@ class MainWindow(PickerWiring, QMainWindow):
         splitter.setSizes([240, 900])
         central = QWidget()
         layout = QVBoxLayout(central)
+        # in the layout, above the content: a banner covers none of the sidebar's controls
+        layout.addWidget(self.storage_notice)
+        layout.addWidget(self.notice)
         layout.addWidget(splitter, 1)
-        # over the content, not in its layout: a banner never moves the chat under the pointer
-        self.banners = BannerOverlay(central, [self.storage_notice, self.notice])
         self.setCentralWidget(central)
         self.server_panel = ServerPanel(worker, settings)
         build_docks(self)
@@ -149,6 +149,7 @@ class MainWindow(PickerWiring, QMainWindow):
         self.server_panel.set_has_model(False)
         self.model_status.show_loading(request.model or "the demo model")
         self.worker.send(request)
+        self.chat_view.show_model_state()
 
     def load_remote(self, choice: EndpointModel) -> None:
         """Answer from an endpoint's model; the local worker ends, freeing this machine's VRAM."""
@@ -157,6 +158,7 @@ class MainWindow(PickerWiring, QMainWindow):
         self.model_status.show_loading(f"{choice.model} on {choice.where}")
         self.endpoint_client.send(RemoteLoad(choice.base_url, choice.model,
                                              self.endpoint_keys.get(choice.base_url)))
+        self.chat_view.show_model_state()
         if self.endpoint_keys.notice:
             self.notice.show_message(self.endpoint_keys.notice, is_error=False)
 
@@ -169,7 +171,9 @@ class MainWindow(PickerWiring, QMainWindow):
         self.controller.set_client(client)
 
     def open_conversation_settings(self, conversation_id: int) -> ConversationSettingsDialog:
-        dialog = ConversationSettingsDialog(self.store.conversation(conversation_id), self)
+        loaded = self.controller.loaded  # the defaults it shows are this model's
+        dialog = ConversationSettingsDialog(self.store.conversation(conversation_id), self,
+                                            loaded.sampling if loaded is not None else {})
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.accepted.connect(lambda: self._on_settings_dialog_accepted(dialog))
         dialog.open()
@@ -201,6 +205,7 @@ class MainWindow(PickerWiring, QMainWindow):
     def _on_endpoint_client_failed(self, event: Failed) -> None:
         if self.endpoint_client.ended_command == "load":
             self.model_status.show_unloaded("No model in use (the endpoint could not be used)")
+            self.chat_view.show_model_state()
             self.notice.show_message(f"Could not use the endpoint's model: {event.error}",
                                      event.hint)
 
@@ -208,6 +213,7 @@ class MainWindow(PickerWiring, QMainWindow):
         if self.worker.ended_command == "load":
             self.server_panel.set_has_model(False)
             self.model_status.show_unloaded("No model loaded (the load failed)")
+            self.chat_view.show_model_state()
             self.notice.show_message(f"Could not load the model: {event.error}", event.hint)
 
     def _on_worker_finished(self, event: Finished) -> None:

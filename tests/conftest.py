@@ -78,6 +78,22 @@ def _cached_build() -> Path | None:
     return final
 
 
+# The longest test files first (minutes each on 2 cores: the install test, an AWQ search, the
+# demo model's evaluation, kernels in Triton's interpreter): under xdist's --dist loadfile a long
+# file scheduled last runs alone while the other worker idles. Within a file the order stays.
+LONG_FILES = ("tests/test_packaging.py", "tests/engine/tools/test_awq_group_sizes.py",
+              "tests/engine/test_demo_models.py",
+              "tests/engine/generate/test_reproducible_smollm2.py",
+              "tests/engine/kernels/test_paged_decode_kernel.py",
+              "tests/engine/kernels/test_batched_decode_kernel.py",
+              "tests/engine/generate/test_batch_run.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {path: i for i, path in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _no_user_models(tmp_path_factory: pytest.TempPathFactory):
     """Hearth's models folder decides which model loads by default (the starter model once
@@ -90,6 +106,13 @@ def _no_user_models(tmp_path_factory: pytest.TempPathFactory):
         os.environ.pop("HEARTH_MODELS_DIR", None)
     else:
         os.environ["HEARTH_MODELS_DIR"] = before
+
+
+@pytest.fixture(autouse=True)
+def _fresh_models_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch):
+    """And one of each test's own: a test that imports or downloads into the models folder
+    (the starter, through the window or the CLI) must not make it the default of the next."""
+    monkeypatch.setenv("HEARTH_MODELS_DIR", str(tmp_path_factory.mktemp("hearth-models")))
 
 
 @pytest.fixture(scope="session")

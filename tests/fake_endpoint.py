@@ -8,7 +8,13 @@ chunk, a usage chunk when asked, `data: [DONE]`). Modes for what goes wrong:
   mode="error_chunk"  an error chunk after `fail_after` deltas, then [DONE]
   mode="cut"       the connection drops after `fail_after` deltas, mid chunked body
   mode="stall"     the role chunk, then nothing until the client goes (or the server stops)
+  mode="endless"   content deltas without end, whatever max_tokens says, until the client goes
+  mode="long_line" after `fail_after` deltas, one `data:` line that never ends
+  mode="long_event"  after `fail_after` deltas, `data:` lines without the blank line that
+                   ends an event
   closed_port_url()  a base URL nothing listens on
+The endless modes make their bytes as the client reads them, and give up after FLOOD_CAP_BYTES
+(`sent_bytes` counts what went out): a client that stops reading stops the flood.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 ANSWER = ("Hello", "!", " I", " am", " a", " fake", " model", " on", " a", " cluster", ".")
 CHUNK_ID = "chatcmpl-9fAkE0penAIcompat1ble"
 CREATED = 1_733_000_000
+FLOOD_CAP_BYTES = 64 << 20  # an endless mode's end, should a client never stop reading
+FLOOD_PIECE = 64 << 10
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -48,6 +56,7 @@ class FakeEndpoint:
         self.delay_s = delay_s
         self.contexts = dict(contexts or {})  # model -> max_model_len, as vLLM lists it
         self.requests: list[dict] = []  # {"path", "headers", "body"} of each request
+        self.sent_bytes = 0  # of the streams' bodies, all requests together
         self.stopping = threading.Event()
         self._server = _QuietServer(("127.0.0.1", 0), _Handler)
         self._server.daemon_threads = True
@@ -148,6 +157,8 @@ class _Handler(BaseHTTPRequestHandler):
                 pass
             self.close_connection = True
             return
+        if fake.mode == "endless":
+            return self._flood(lambda: self._event_bytes(chunk(model, {"content": " again"})))
         pieces = fake.answer[:body.get("max_tokens") or len(fake.answer)]
         for i, piece in enumerate(pieces):
             if i == fake.fail_after and fake.mode == "cut":
@@ -160,6 +171,11 @@ class _Handler(BaseHTTPRequestHandler):
                              "worker 3", "type": "InternalServerError", "param": None,
                              "code": 500}})
                 return self._done()
+            if i == fake.fail_after and fake.mode == "long_line":
+                self._write_chunk(b"data: ")
+                return self._flood(lambda: b"x" * FLOOD_PIECE)
+            if i == fake.fail_after and fake.mode == "long_event":
+                return self._flood(lambda: b"data: " + b"x" * FLOOD_PIECE + b"\n")
             time.sleep(fake.delay_s)
             self._event(chunk(model, {"content": piece}))
         reason = "length" if len(pieces) < len(fake.answer) else "stop"
@@ -173,18 +189,33 @@ class _Handler(BaseHTTPRequestHandler):
         self._done()
 
     def _event(self, obj: dict) -> None:
-        self._write_chunk(f"data: {json.dumps(obj)}\n\n".encode())
+        self._write_chunk(self._event_bytes(obj))
+
+    @staticmethod
+    def _event_bytes(obj: dict) -> bytes:
+        return f"data: {json.dumps(obj)}\n\n".encode()
+
+    def _flood(self, piece) -> None:
+        """`piece()` after piece until the client goes or FLOOD_CAP_BYTES went out."""
+        start = self.fake.sent_bytes
+        while self.fake.sent_bytes - start < FLOOD_CAP_BYTES and self._write_chunk(piece()):
+            pass
+        self.close_connection = True
 
     def _done(self) -> None:
         self._write_chunk(b"data: [DONE]\n\n")
         self._write_chunk(b"")  # the last chunk of the chunked body
 
-    def _write_chunk(self, data: bytes) -> None:
+    def _write_chunk(self, data: bytes) -> bool:
+        """-> whether it went out (False: the client is gone)."""
         try:
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             self.wfile.flush()
+            self.fake.sent_bytes += len(data)
+            return True
         except OSError:  # the client went away (a stop): nothing more to send
             self.close_connection = True
+            return False
 
     def _client_is_there(self) -> bool:
         try:

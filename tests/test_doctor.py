@@ -3,11 +3,14 @@ for what Hearth needs. Missing pieces are simulated; this machine has no GPU and
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
+from engine.platform import display
 from engine.platform.gpu import GpuInfo, GpuReport
 from engine.serve import cli
 from engine.tools import doctor
@@ -46,7 +49,7 @@ def test_every_check_is_one_line_with_a_known_status(capsys):
     checks = doctor.run_checks()
     names = [c.name for c in checks]
     for needed in ("Python", "torch", "NVIDIA driver", "bitsandbytes", "gptqmodel", "Triton",
-                   "C compiler", "Qt"):
+                   "C compiler", "Qt", "Window", "server extra"):
         assert needed in names
     for c in checks:
         assert c.status in (doctor.OK, doctor.NOTE, doctor.MISSING)
@@ -156,3 +159,78 @@ def test_importing_doctor_imports_neither_torch_nor_qt():
             "sys.exit(str(bad) if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+# ldd of PySide6 6.11's xcb plugin on a Debian 12 that has the README's old apt line only
+LDD_TWO_MISSING = """\
+\tlinux-vdso.so.1 (0x00007efe63cf4000)
+\tlibQt6XcbQpa.so.6 => /venv/PySide6/Qt/lib/libQt6XcbQpa.so.6 (0x00007efe63000000)
+\tlibxcb-cursor.so.0 => /lib/x86_64-linux-gnu/libxcb-cursor.so.0 (0x00007efe63b3c000)
+\tlibxcb-icccm.so.4 => not found
+\tlibxcb-util.so.1 => /lib/x86_64-linux-gnu/libxcb-util.so.1 (0x00007efe63b34000)
+\tlibxcb-keysyms.so.1 => not found
+\tlibxcb-randr.so.0 => /lib/x86_64-linux-gnu/libxcb-randr.so.0 (0x00007efe63b1b000)
+\tlibxcb-icccm.so.4 => not found
+\tlibxcb-keysyms.so.1 => not found
+\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007efe61e1e000)
+"""
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="Qt's X11 plugin and ldd are Linux's")
+
+
+@linux_only
+def test_window_names_each_missing_library_of_the_x11_plugin(monkeypatch, capsys):
+    monkeypatch.setattr(display, "ldd", lambda path: LDD_TWO_MISSING)
+    rc = cli.main(["doctor"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    line = next(line for line in out.splitlines() if line.startswith("MISSING Window"))
+    assert "libxcb-icccm.so.4, libxcb-keysyms.so.1 not found" in line
+    assert line.endswith("Fix: sudo apt-get install -y libxcb-icccm4 libxcb-keysyms1")
+    assert "Window" in out.splitlines()[-1]
+
+
+@linux_only
+def test_window_with_its_plugin_away_from_qts_own_libraries(monkeypatch, tmp_path):
+    """The real plugin, copied where its RUNPATH ($ORIGIN/../../lib) finds none of Qt's
+    libraries: the real ldd names them, and the fix reinstalls PySide6."""
+    plugin = display.plugin_path("xcb")
+    if plugin is None or shutil.which("ldd") is None:
+        pytest.skip("no PySide6 xcb plugin or no ldd here")
+    fake = tmp_path / "plugins" / "platforms" / plugin.name
+    fake.parent.mkdir(parents=True)
+    shutil.copy(plugin, fake)
+    monkeypatch.setattr(display, "plugin_path", lambda platform="xcb": fake)
+    check = doctor.check_window()
+    assert check.status == doctor.MISSING
+    assert "libQt6XcbQpa.so.6" in check.detail and "not found" in check.detail
+    assert "PySide6" in check.fix
+
+
+def test_window_loads_the_platform_plugin_for_real(monkeypatch):
+    monkeypatch.setattr(display, "xcb_missing", lambda: [])
+    monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
+    check = doctor.check_window()
+    assert (check.status, check.detail) == (doctor.OK, "Qt's offscreen platform plugin loads")
+    monkeypatch.setenv("QT_QPA_PLATFORM", "no-such-platform")
+    check = doctor.check_window()
+    assert check.status == doctor.MISSING and "no-such-platform" in check.detail
+    assert "apt-get install" in check.fix or os.name == "nt"
+
+
+def test_no_display_is_a_note_naming_the_headless_commands(monkeypatch):
+    monkeypatch.setattr(display, "xcb_missing", lambda: [])
+    monkeypatch.setattr(display.sys, "platform", "linux")
+    for name in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"):
+        monkeypatch.delenv(name, raising=False)
+    check = doctor.check_window()
+    assert check.status == doctor.NOTE
+    assert "no display" in check.detail and "hearth chat" in check.detail
+
+
+def test_the_server_extra_is_listed_with_its_install_line(monkeypatch):
+    assert doctor.check_server().status == doctor.OK  # the dev install has it
+    _without(monkeypatch, "fastapi")
+    check = doctor.check_server()
+    assert check.status == doctor.NOTE and "fastapi not installed" in check.detail
+    assert "-m pip install" in check.fix and "fastapi" in check.fix and "uvicorn" in check.fix

@@ -110,7 +110,7 @@ def test_pynvml_not_installed(monkeypatch):
 
 
 def test_real_nvml_never_raises():
-    r = detect_gpus()  # on this machine: no driver; on the H200: the GPU
+    r = detect_gpus()  # on this machine: no driver; on a GPU machine: its GPUs
     assert isinstance(r, GpuReport) and (r.gpus or r.reason)
 
 

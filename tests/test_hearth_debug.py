@@ -1,4 +1,4 @@
-"""HEARTH_DEBUG turns tracebacks on only when it says so (issue 22, item 10): "0", "false" or
+"""HEARTH_DEBUG turns tracebacks on only when it says so: "0", "false" or
 "" keep the one-line error that users get."""
 
 from __future__ import annotations

@@ -20,8 +20,11 @@ PACKAGE = REPO / "hearth_resources"
 
 def packaged_files() -> set[Path]:
     config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-    patterns = config["tool"]["setuptools"]["package-data"]["hearth_resources"]
-    return {p for pattern in patterns for p in PACKAGE.glob(pattern) if p.is_file()}
+    # one entry a package: hearth_resources and each of its folders (hearth_resources.icons)
+    entries = config["tool"]["setuptools"]["package-data"].items()
+    return {p for package, patterns in entries if package.split(".")[0] == "hearth_resources"
+            for pattern in patterns
+            for p in (REPO.joinpath(*package.split("."))).glob(pattern) if p.is_file()}
 
 
 def test_every_resource_is_package_data():

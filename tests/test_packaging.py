@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.platform import display
 from engine.serve import cli
 from engine.tools import desktop_entry, doctor
 from tests.engine.helpers import REPO
@@ -138,9 +139,12 @@ def test_install_ps1_parses():
 
 @pytest.mark.skipif(os.environ.get("HEARTH_SKIP_INSTALL_TEST") == "1",
                     reason="HEARTH_SKIP_INSTALL_TEST=1 (CI runs it)")
-def test_install_sh_in_a_fresh_folder_answers_with_the_demo_model(tmp_path):
+def test_install_sh_in_a_fresh_folder_answers_with_the_default_model(tmp_path):
     """One full install (pip, about a minute); everything else about it is checked here too."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    # the fresh machine's own folders: not the test session's models folder (conftest), which
+    # would take the starter away from XDG_DATA_HOME
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "HEARTH_MODELS_DIR", "HEARTH_DATA_DIR")}
     env.update(HEARTH_TORCH_SPEC="torch==2.13.0",  # the CPU build on local disk, never CUDA
                HEARTH_PYTHON=sys.executable, XDG_DATA_HOME=str(tmp_path / "share"),
                HEARTH_BIN_DIR=str(tmp_path / "bin"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -162,7 +166,9 @@ def test_install_sh_in_a_fresh_folder_answers_with_the_demo_model(tmp_path):
                          text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip(), run.stderr
-    assert "loaded Qwen2ForCausalLM" in run.stderr
+    # the default model is the starter once imported (SmolLM2, a Llama), else the demo (Qwen2)
+    default_arch = "LlamaForCausalLM" if wheel is not None else "Qwen2ForCausalLM"
+    assert f"loaded {default_arch}" in run.stderr, run.stderr
     assert re.search(r"\[(eos|max_tokens|stop_string)\] [1-8] tokens", run.stderr), run.stderr
 
     if wheel is not None:
@@ -174,3 +180,82 @@ def test_install_sh_in_a_fresh_folder_answers_with_the_demo_model(tmp_path):
     assert entry_values(entry)["TryExec"] == str(hearth)
     if VALIDATE:
         validate(entry)
+
+    # the installed copy stands alone: its code, style sheet and icon come from the venv, not
+    # from this clone (a file missing from the package would be read from the clone otherwise)
+    python = str(venv / "bin" / "python")
+    alone = subprocess.run([python, "-c", "import engine, sys; print(engine.__file__.startswith("
+                            "sys.prefix))"], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert alone.stdout.strip() == "True", alone.stderr
+    check = subprocess.run([python, "-m", "app", "--startup-check"], cwd=tmp_path,
+                           env={**env, "QT_QPA_PLATFORM": "offscreen",
+                                "XDG_CONFIG_HOME": str(tmp_path / "config")}, capture_output=True,
+                           text=True, timeout=300)
+    assert check.returncode == 0, check.stderr[-2000:]
+    assert re.search(r"^style sheet: loaded", check.stdout, re.M), check.stdout
+    assert re.search(rf"^icon: loaded \({re.escape(str(venv))}/", check.stdout, re.M), check.stdout
+
+
+def _readme_apt_packages() -> list[str]:
+    """The packages of the README's install line, read as .ci/run reads them."""
+    line = re.search(r"apt-get install -y ([^&]*)&&", (REPO / "README.md").read_text())
+    assert line, "the README's install line has no apt-get install"
+    return line.group(1).split()
+
+
+def test_readme_apt_line_names_every_library_qt_needs_for_the_window():
+    assert sorted(_readme_apt_packages()) == sorted(["python3-venv", *display.QT_PACKAGES])
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "grep -m 1 -o 'apt-get install -y [^&]*' README.md" in ci
+    assert "packaging/window_check.sh" in ci
+
+
+def test_the_x11_plugin_links_no_system_library_outside_the_apt_line():
+    """Every library Qt's xcb plugin and the Qt libraries under it link (ELF NEEDED) is either
+    bundled with PySide6, part of any Linux (libc, libstdc++, zlib) or in the table the
+    README's apt line and doctor's fix are made from."""
+    plugin, readelf = display.plugin_path("xcb"), shutil.which("readelf")
+    if plugin is None or readelf is None:
+        pytest.skip("no PySide6 xcb plugin or no readelf (binutils) here")
+    qt_lib = plugin.parents[2] / "lib"
+    base = {"libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "libz.so.1",
+            "libzstd.so.1", "libpthread.so.0", "libdl.so.2", "librt.so.1",
+            "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1"}
+    files = [plugin, *(qt_lib / f"libQt6{name}.so.6"
+                       for name in ("XcbQpa", "Gui", "Core", "DBus", "Widgets", "OpenGL"))]
+    unknown = set()
+    for path in files:
+        out = subprocess.run([readelf, "-d", str(path)], capture_output=True, text=True,
+                             check=True).stdout
+        for name in re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", out):
+            if not (qt_lib / name).exists() and name not in base:
+                unknown.add(name)
+    assert unknown - set(display.XCB_LIBRARY_PACKAGES) == set()
+
+
+def test_window_check_is_valid_bash():
+    script = REPO / "packaging" / "window_check.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    assert os.access(script, os.X_OK)
+    if shutil.which("shellcheck"):
+        proc = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout
+
+
+def test_every_resource_folder_is_a_package_of_the_wheel():
+    """setuptools treats each folder of files as a package and warns (three times in
+    `python -m build`) about any its configuration leaves out."""
+    import tomllib
+
+    from setuptools import find_namespace_packages
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = set(find_namespace_packages(where=str(REPO),
+                                        include=config["packages"]["find"]["include"]))
+    resources = REPO / "hearth_resources"
+    folders = {".".join(d.relative_to(REPO).parts) for d in [resources, *resources.rglob("*")]
+               if d.is_dir() and "__pycache__" not in d.parts
+               and any(f.is_file() for f in d.iterdir())}
+    assert folders <= found
+    assert folders <= set(config["package-data"])

@@ -24,6 +24,7 @@ from engine.plan.memory import (
     seed_kv_cache_size,
     weight_bytes,
 )
+from engine.platform.gpu import GpuInfo, GpuReport
 from engine.tools import plan_report
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,6 +111,30 @@ def test_sliding_window_rules():
     assert p.kv_bytes == 4096 * kv_bytes_per_token(s, "bf16")
     assert shape(dict(mistral, sliding_window=32768)).sliding_window is None
     assert shape(dict(mistral, use_sliding_window=False)).sliding_window is None
+
+
+GEMMA3_12B = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
+              "text_config": dict(
+                  model_type="gemma3_text", hidden_size=3840, num_hidden_layers=48,
+                  num_attention_heads=16, num_key_value_heads=8, head_dim=256,
+                  intermediate_size=15360, vocab_size=262208, max_position_embeddings=131072,
+                  sliding_window=1024, query_pre_attn_scalar=256, torch_dtype="bfloat16",
+                  rope_scaling={"rope_type": "linear", "factor": 8.0})}
+
+
+def test_gemma3_12b_at_4_bit_fits_24_gib_past_its_window():
+    """Gemma 3's local layers are masked to their window, so the window does not cap the
+    context; the cache keeps every layer's K/V, and the planner counts all 48 layers."""
+    s = shape(GEMMA3_12B)
+    assert s.model_type == "gemma3_text" and s.sliding_window is None and s.tie_word_embeddings
+    # four norms a layer and the q/k head norms: 48 (4 x 3840 + 2 x 256) + 3840
+    assert s.other_params == 48 * (4 * 3840 + 2 * 256) + 3840
+    assert abs(s.total_params - 11.77e9) < 0.01e9  # the language model of the 12B checkpoint
+    per_token = 48 * 2 * 8 * 256 * 2  # layers x (K, V) x KV heads x head_dim x bf16 bytes
+    assert kv_bytes_per_token(s, "bf16") == per_token == 384 * 1024
+    p = plan(s, "nf4", "bf16", 32768, 24 * GiB)
+    assert p.context == 32768 and not p.notes and p.kv_bytes == 32768 * per_token  # 12 GiB
+    assert p.fits and p.total_bytes < 24 * GiB and p.max_context > 32768
 
 
 def test_bad_configs_raise_plan_error():
@@ -374,7 +399,15 @@ def test_run_plan_json(q7_folder, capsys):
     assert out["recommended"]["quant"] == "bf16" and out["kv_bytes_per_token"] == 57344
 
 
-def test_run_plan_human_and_no_card(q7_folder, capsys):
+NO_GPU = GpuReport((), "no NVIDIA driver is installed; CPU mode")
+A_GPU = GpuReport((GpuInfo(index=0, name="NVIDIA GeForce RTX 4090", uuid="GPU-0",
+                           total_bytes=24 * GiB, free_bytes=23 * GiB, used_bytes=GiB,
+                           compute_capability=(8, 9), driver_version="550.54.15",
+                           supports_bf16=True, supports_fp8=True),))
+
+
+def test_run_plan_human_and_no_card(q7_folder, capsys, monkeypatch):
+    monkeypatch.setattr(plan_report, "detect_gpus", lambda: A_GPU)  # a GPU, but none asked for
     assert plan_report.run_plan(str(q7_folder), context=4096, quant="nf4") == 0
     out = capsys.readouterr().out
     assert "nf4 weights" in out and "total" in out
@@ -414,6 +447,37 @@ def test_cli_plan_extreme_numbers_exit_2_in_one_line(q7_folder, capsys, flags):
     cap = capsys.readouterr()
     assert len(cap.err.strip().splitlines()) == 1 and "Traceback" not in cap.err
     assert cap.err.startswith("hearth")
+
+
+def test_on_the_cpu_nothing_of_cudas_is_counted():
+    s = shape(QWEN7B)
+    gpu = plan(s, "bf16", "bf16", 4096, 40 * GiB)
+    cpu = plan(s, "bf16", "bf16", 4096, 40 * GiB, device="cpu")
+    assert (cpu.cuda_context_bytes, cpu.graph_pool_bytes) == (0, 0) and cpu.fits
+    assert gpu.total_bytes - cpu.total_bytes >= CUDA_CONTEXT_BYTES
+    assert cpu.weights_bytes == gpu.weights_bytes and cpu.kv_bytes == gpu.kv_bytes
+    small = recommend(s, 4 * GiB, device="cpu")  # 15 GiB of bf16 weights in 4 GiB of RAM
+    assert (small.device, small.fits) == ("cpu", False)
+    assert "4.0 GiB of memory free" in small.note
+    short = recommend(s, 16 * GiB, device="cpu")  # the weights fit; the whole 32K cache not
+    assert short.fits and short.context < 32768 and "shortened" in short.note
+
+
+@pytest.mark.parametrize("ram_gib, code, fits", [(64, 0, True), (8, 2, False)])
+def test_run_plan_on_a_cpu_fits_against_the_computers_memory(q7_folder, capsys, monkeypatch,
+                                                            ram_gib, code, fits):
+    monkeypatch.setattr(plan_report, "detect_gpus", lambda: NO_GPU)
+    monkeypatch.setattr(plan_report, "available_ram_bytes", lambda: ram_gib * GiB)
+    for gpu in (None, "auto"):  # nothing asked, or a GPU asked for that is not there
+        assert plan_report.run_plan(str(q7_folder), gpu=gpu, context=4096,
+                                    as_json=True) == code
+        out = json.loads(capsys.readouterr().out)
+        assert (out["device"], out["fits"], out["vram_bytes"]) == ("cpu", fits, ram_gib * GiB)
+        assert (out["cuda_context_bytes"], out["graph_pool_bytes"]) == (0, 0)
+    assert plan_report.run_plan(str(q7_folder), context=4096) == code
+    out = capsys.readouterr().out
+    assert f"Runs on   the CPU, {ram_gib:.2f} GiB of memory free (no GPU: no NVIDIA" in out
+    assert "CUDA" not in out and ("  fits" in out) == fits
 
 
 def test_planner_modules_import_without_torch():

@@ -22,7 +22,7 @@ from engine.remote import (
 from engine.remote.answer_stream import AnswerStream
 from engine.remote.sse import ServerEvent
 from engine.serve import cli
-from tests.fake_endpoint import ANSWER, FakeEndpoint, closed_port_url
+from tests.fake_endpoint import ANSWER, FLOOD_CAP_BYTES, FakeEndpoint, closed_port_url
 
 KEY = "sk-test-0123456789abcdefXYZ"
 HI = GenerateRequest(messages=({"role": "user", "content": "hi there"},), system="be brief")
@@ -224,3 +224,36 @@ def test_run_endpoint_cut_keeps_the_partial_answer_exits_1(capsys):
     assert rc == 1
     assert out.strip() == "Hello!"
     assert "cut mid-answer" in err.strip().splitlines()[-1]
+
+
+# ---------------------------------------------------------------- a hostile endpoint
+
+
+@pytest.mark.parametrize("mode, words", [("long_line", "a line longer than 1 MiB"),
+                                         ("long_event", "an event longer than 1 MiB")])
+def test_an_endless_line_or_event_ends_the_answer_in_one_line(capsys, mode, words):
+    """The endpoint sends two deltas, then a line or an event that never ends: the client
+    stops reading at its bound, keeps the two deltas and says why in one line."""
+    with FakeEndpoint(mode=mode, fail_after=2) as fake:
+        rc, out, err = run(capsys, "--endpoint", fake.base_url, "--model", "fake-7b",
+                           "--prompt", "hi")
+        sent = fake.sent_bytes
+    assert rc == 1
+    assert out.strip() == "Hello!"  # the partial answer stays
+    [line] = [ln for ln in err.strip().splitlines() if not ln.startswith("streaming ")]
+    assert words in line and "the answer stops there" in line
+    # the flood went on while it was read: the client stopped a few MiB in, not at its end
+    assert sent < FLOOD_CAP_BYTES // 4
+
+
+def test_an_endless_answer_stops_at_max_new_tokens(capsys):
+    with FakeEndpoint(mode="endless") as fake:
+        rc, out, err = run(capsys, "--endpoint", fake.base_url, "--model", "fake-7b",
+                           "--prompt", "hi", "--max-new-tokens", "8")
+        sent = fake.sent_bytes
+        [body] = fake.chat_requests
+    assert rc == 0
+    assert out.strip() == "again" + " again" * 7  # eight deltas, and no more
+    assert "[max_tokens] 8 tokens" in err
+    assert body["max_tokens"] == 8  # the limit is sent too
+    assert sent < FLOOD_CAP_BYTES // 4

@@ -9,6 +9,7 @@ STOP_REASONS = {
     "eos": "ended by the model",
     "stop_string": "ended at a stop string",
     "max_tokens": "cut at the answer's token limit",
+    "repetition": "cut: it was repeating itself",
     "cancelled": "stopped by you",
 }
 

@@ -16,13 +16,12 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.chat.conversation_browser import ConversationBrowser
 from app.chat.think_split import answer_only
-from app.history.conversation import DEFAULT_TITLE, Message
+from app.history.conversation import DEFAULT_TITLE, Message, title_of
 from app.history.conversation_store import ConversationStore
 from app.worker.worker_client import WorkerClient
 from engine.events import Failed, Finished, GenerateRequest, Loaded, SamplingParams, Stats, Token
 
 FLUSH_INTERVAL_MS = 250
-TITLE_CHARS = 48
 SAMPLING_TEMPERATURE = 0.8  # "regenerate with sampling" where the settings are greedy
 
 
@@ -155,7 +154,7 @@ class ChatController(ConversationBrowser):
             self.new_conversation()
         cid = self.conversation.id
         if self.conversation.title == DEFAULT_TITLE:
-            self.store.rename_conversation(cid, _title_of(text))
+            self.store.rename_conversation(cid, title_of(text))
             self._reload_conversation(cid)
         self.store.add_message(cid, "user", text)
         self._generate()
@@ -207,8 +206,8 @@ class ChatController(ConversationBrowser):
         first_user = next(m for m in self.store.messages(message.conversation_id)
                           if m.role == "user")
         if first_user.id == message_id and self.conversation.title in (
-                DEFAULT_TITLE, _title_of(message.content)):  # the title was never the user's
-            self.store.rename_conversation(message.conversation_id, _title_of(text))
+                DEFAULT_TITLE, title_of(message.content)):  # the title was never the user's
+            self.store.rename_conversation(message.conversation_id, title_of(text))
             self._reload_conversation(message.conversation_id)
             self.sig_conversations_changed.emit()
         self.store.set_content(message_id, text)
@@ -232,7 +231,7 @@ class ChatController(ConversationBrowser):
         request = GenerateRequest(
             messages=history, system=settings.system_prompt or None,
             max_new_tokens=settings.max_new_tokens, sampling=sampling or settings.sampling(),
-            prompt_lookup=self.prompt_lookup,
+            prompt_lookup=self.prompt_lookup, stop_on_repetition=True,
             num_speculative_tokens=self.num_speculative_tokens if self.prompt_lookup else None,
         )
         self._streaming = self.store.add_message(
@@ -318,8 +317,3 @@ class ChatController(ConversationBrowser):
                     break
         self.sig_context_changed.emit(ContextUsage(used_tokens, self.context_total_tokens,
                                                    self.has_model))
-
-
-def _title_of(text: str) -> str:
-    """A conversation's title from its first message."""
-    return " ".join(text.split())[:TITLE_CHARS]

@@ -5,14 +5,13 @@ ChatController says and asks it to act."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
     QPushButton,
-    QScrollArea,
     QStackedWidget,
     QVBoxLayout,
     QWidget,
@@ -22,6 +21,7 @@ from app.chat.chat_controller import ChatController, ContextUsage
 from app.chat.message_view import MessageView
 from app.chat.welcome_view import WelcomeView
 from app.history.conversation import Conversation, Message
+from app.widgets.following_scroll_area import FollowingScrollArea
 
 WINDOW = Qt.ShortcutContext.WindowShortcut  # the keys work wherever the focus is in the window
 RETURN_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
@@ -56,7 +56,7 @@ class ChatView(QWidget):
         self.transcript = QWidget()
         self.transcript_layout = QVBoxLayout(self.transcript)
         self.transcript_layout.addStretch(1)
-        self.scroll_area = QScrollArea()
+        self.scroll_area = FollowingScrollArea()  # follows a streaming answer, as chats do
         self.scroll_area.setWidgetResizable(True)
         self.scroll_area.setWidget(self.transcript)
         self.welcome = WelcomeView()
@@ -226,17 +226,13 @@ class ChatView(QWidget):
             self.message_views[message.id] = view
         self.pages.setCurrentWidget(self.scroll_area if messages else self.welcome)
         self._update_actions()
-        self._scroll_to_bottom()
+        self.scroll_area.follow()  # the question just sent (or the chat just opened) in view
 
     def _on_controller_message_updated(self, message: Message) -> None:
         view = self.message_views.get(message.id)
         if view is None:
             return
-        bar = self.scroll_area.verticalScrollBar()
-        is_at_bottom = bar.value() >= bar.maximum() - 4
-        view.set_message(message)
-        if is_at_bottom:
-            self._scroll_to_bottom()
+        view.set_message(message)  # the scroll area follows the growth if at the bottom
 
     def _on_controller_generating_changed(self, _is_generating: bool) -> None:
         self._update_actions()
@@ -250,9 +246,14 @@ class ChatView(QWidget):
             self.context_label.setText(f"Context {usage.used_tokens:,} tokens")
         else:
             self.context_label.setText("No model loaded")
+        self.show_model_state()
+        self._update_actions()
+
+    def show_model_state(self) -> None:
+        """The welcome screen says what is loaded, or that a load is under way (the window
+        calls this once a load has been sent or has failed: the context signal comes first)."""
         self.welcome.show_model(self.controller.loaded,
                                 is_loading=self.controller.worker.busy == "load")
-        self._update_actions()
 
     # ------------------------------------------------------------------ helpers
 
@@ -274,7 +275,3 @@ class ChatView(QWidget):
             view.set_can_switch(not (c.is_generating and c.streaming_message is not None
                                      and c.streaming_message.conversation_id
                                      == view.message.conversation_id))
-
-    def _scroll_to_bottom(self) -> None:
-        bar = self.scroll_area.verticalScrollBar()
-        QTimer.singleShot(0, self, lambda: bar.setValue(bar.maximum()))

@@ -1,5 +1,6 @@
 """A conversation's own settings: title, system prompt, sampling, and the answer length.
-Each sampling value can be left to the model's default (unticked)."""
+Each sampling value can be left to the model's default (unticked): the greyed value shown is
+that default, as the engine resolves it for the loaded model (the Loaded event's `sampling`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFormLayout,
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QPlainTextEdit,
     QSpinBox,
@@ -19,22 +21,29 @@ from PySide6.QtWidgets import (
 )
 
 from app.history.conversation import ChatSettings, Conversation
+from engine.formats.sampling_defaults import ENGINE_DEFAULTS
 
-# field, label, spin box kind, minimum, maximum, step, value shown when first ticked
+# field, label, spin box kind, minimum, maximum, step
 SAMPLING_FIELDS = (
-    ("temperature", "Temperature (0: greedy)", float, 0.0, 5.0, 0.05, 0.7),
-    ("top_p", "Top-p", float, 0.01, 1.0, 0.01, 0.9),
-    ("top_k", "Top-k (0: off)", int, 0, 1000, 1, 40),
-    ("repetition_penalty", "Repetition penalty", float, 0.5, 3.0, 0.01, 1.1),
-    ("seed", "Seed", int, 0, 2**31 - 1, 1, 0),
+    ("temperature", "Temperature (0: greedy)", float, 0.0, 5.0, 0.05),
+    ("top_p", "Top-p", float, 0.01, 1.0, 0.01),
+    ("top_k", "Top-k (0: off)", int, 0, 1000, 1),
+    ("repetition_penalty", "Repetition penalty", float, 0.5, 3.0, 0.01),
+    ("seed", "Seed", int, 0, 2**31 - 1, 1),
 )
+UNKNOWN_DEFAULT = "model's default"  # shown unticked where no model says (none, an endpoint)
+RANDOM_SEED = "random"  # an unticked seed: a new one each answer
 
 
 class ConversationSettingsDialog(QDialog):
-    def __init__(self, conversation: Conversation, parent=None) -> None:
+    """`defaults`: the loaded model's sampling defaults (Loaded.sampling; {} where unknown)."""
+
+    def __init__(self, conversation: Conversation, parent=None,
+                 defaults: dict | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Conversation settings")
         self.conversation = conversation
+        self.defaults = dict(defaults or {})
         settings = conversation.settings
         self.title_edit = QLineEdit(conversation.title)
         self.system_edit = QPlainTextEdit(settings.system_prompt)
@@ -46,19 +55,31 @@ class ConversationSettingsDialog(QDialog):
         form.addRow("Title", self.title_edit)
         form.addRow("System prompt", self.system_edit)
         form.addRow("Max new tokens", self.max_new_tokens)
+        source = self.defaults.get("source")
+        self.defaults_label = QLabel(
+            f"Unticked: the model's default, from {source}." if source else
+            "Unticked: the model's default.")
+        self.defaults_label.setWordWrap(True)
+        form.addRow(self.defaults_label)
         self.overrides: dict[str, tuple[QCheckBox, QSpinBox | QDoubleSpinBox]] = {}
-        for name, label, kind, lo, hi, step, initial in SAMPLING_FIELDS:
+        for name, label, kind, lo, hi, step in SAMPLING_FIELDS:
             box = QCheckBox()
             spin = QDoubleSpinBox() if kind is float else QSpinBox()
             if kind is float:
                 spin.setDecimals(2)
-            spin.setRange(lo, hi)
+            default = self.defaults.get(name)
+            # a model's default outside the usual range is still shown as it is
+            spin.setRange(lo if default is None else min(lo, default),
+                          hi if default is None else max(hi, default))
             spin.setSingleStep(step)
             value = getattr(settings, name)
             box.setChecked(value is not None)
-            spin.setValue(value if value is not None else initial)
+            if value is not None:
+                spin.setValue(value)
+            else:
+                self._show_default(name, spin)
             spin.setEnabled(value is not None)
-            box.toggled.connect(spin.setEnabled)
+            box.toggled.connect(lambda on, n=name, s=spin: self._on_box_toggled(n, s, on))
             row = QWidget()
             row_layout = QHBoxLayout(row)
             row_layout.setContentsMargins(0, 0, 0, 0)
@@ -71,6 +92,25 @@ class ConversationSettingsDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
+
+    def _show_default(self, name: str, spin: QSpinBox | QDoubleSpinBox) -> None:
+        """An unticked field shows what the engine will use: the model's default, or words where
+        that is no number (a random seed) or unknown (no model, an endpoint's model)."""
+        default = self.defaults.get(name)
+        if default is None:  # the special text shows while the value is the minimum
+            spin.setSpecialValueText(RANDOM_SEED if name == "seed" else UNKNOWN_DEFAULT)
+            spin.setValue(spin.minimum())
+        else:
+            spin.setSpecialValueText("")
+            spin.setValue(default)
+
+    def _on_box_toggled(self, name: str, spin: QSpinBox | QDoubleSpinBox, on: bool) -> None:
+        spin.setEnabled(on)
+        if not on:
+            return self._show_default(name, spin)
+        if spin.specialValueText():  # a value of the user's own from here: start from a number
+            spin.setSpecialValueText("")
+            spin.setValue(ENGINE_DEFAULTS.get(name, spin.minimum()))
 
     def title(self) -> str:
         return self.title_edit.text()

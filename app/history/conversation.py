@@ -15,11 +15,25 @@ ROLES = ("user", "assistant")
 # interrupted: the app or the worker died mid-answer; failed: the engine reported an error
 STATUSES = ("done", "streaming", "cancelled", "interrupted", "failed")
 DEFAULT_TITLE = "New chat"
+MAX_TITLE_CHARS = 48
+ELLIPSIS = "\u2026"
+
+
+def title_of(text: str) -> str:
+    """A conversation's title from its first message: its words on one line, cut at a word's
+    end with an ellipsis when too long (a single overlong word is cut inside)."""
+    line = " ".join(text.split())
+    if len(line) <= MAX_TITLE_CHARS:
+        return line
+    cut = line[:MAX_TITLE_CHARS]  # the ellipsis takes the place of the space at the cut
+    head = cut.rsplit(" ", 1)[0] if " " in cut else cut[:-1]
+    return (head.rstrip(" ,.;:") or cut[:-1]) + ELLIPSIS
 
 
 @dataclass(frozen=True)
 class ChatSettings:
-    """Per-conversation settings; None leaves a value to the model's generation_config.json."""
+    """Per-conversation settings; None leaves a value to the model's default (its
+    generation_config.json, else its family's preset: engine/formats/sampling_defaults.py)."""
 
     system_prompt: str = ""
     max_new_tokens: int = 1024

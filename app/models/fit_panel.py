@@ -219,7 +219,9 @@ class FitPanel(QWidget):
         if self.gpu_report is None:
             self.gpu_label.setText("Looking for a GPU…")
         elif gpu is None:
-            self.gpu_label.setText(f"No GPU: {self.gpu_report.reason}")
+            ram = fit_check.cpu_memory(self.gpu_report)
+            on_cpu = f" Models run on the CPU: {ram / GiB:.1f} GiB of memory free." if ram else ""
+            self.gpu_label.setText(f"No GPU: {self.gpu_report.reason.rstrip('.')}.{on_cpu}")
         else:
             more = f"; {num} GPUs in all" if num >= 2 else ""
             self.gpu_label.setText(
@@ -248,7 +250,8 @@ class FitPanel(QWidget):
             if n > 1:
                 table = split_check.fit_table(self.shape, self.gpu_report, n, kv, context)
             else:
-                table = fit_check.fit_table(self.shape, gpu, kv, context, self._draft_shape())
+                table = fit_check.fit_table(self.shape, gpu, kv, context, self._draft_shape(),
+                                            fit_check.cpu_memory(self.gpu_report))
             if preselect and self.quant_combo.findText(table.recommended_quant) >= 0:
                 self.quant_combo.blockSignals(True)
                 self.quant_combo.setCurrentText(table.recommended_quant)
@@ -296,7 +299,8 @@ class FitPanel(QWidget):
             row = split_check.fit_row(self.shape, self.gpu_report, n, quant, kv, context)
         elif row is None:
             row = fit_check.fit_row(self.shape, fit_check.first_gpu(self.gpu_report), quant, kv,
-                                    context, self._draft_shape())
+                                    context, self._draft_shape(),
+                                    fit_check.cpu_memory(self.gpu_report))
         verdict = {True: "fits", False: "does not fit", None: "runs on the CPU"}[row.fits]
         self.verdict_label.setText(f"{row.reason}: {verdict}.")
         self.verdict_label.setProperty("fits", FIT_WORDS[row.fits])

@@ -27,9 +27,11 @@ from app.remote.endpoint_keys import EndpointKeys
 from app.server.server_watch import ServerWatch
 from app.worker.worker_client import WorkerClient
 from engine.events import Failed, ServeRequest, ServerStats, ServerStopped, ServeStopRequest
+from engine.events.server_routes import SERVER_ROUTES
 from engine.remote.server_figures import ServerFigures
 
 NEEDS_MODEL = "Load a model first: the server answers with the window's model."
+READY = "Ready: Start server serves the window's model at this address."
 
 
 # the local server's key, in the system keyring like the endpoints' keys (never in the settings);
@@ -72,6 +74,11 @@ class ServerPanel(QWidget):
         url_row = QHBoxLayout()
         url_row.addWidget(self.url_label, 1)
         url_row.addWidget(self.copy_url_button)
+        # what the server answers under its address, by protocol, for pointing a client at it
+        self.routes_label = QLabel("\n".join(f"{protocol}: {' · '.join(paths)}"
+                                              for protocol, paths in SERVER_ROUTES))
+        self.routes_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.routes_label.setWordWrap(True)
         self.stats_label = QLabel("")
         self.status_label = QLabel(NEEDS_MODEL)
         self.status_label.setWordWrap(True)
@@ -84,6 +91,7 @@ class ServerPanel(QWidget):
         layout.addWidget(self.keep_check)
         layout.addWidget(self.start_button)
         layout.addLayout(url_row)
+        layout.addWidget(self.routes_label)
         layout.addWidget(self.stats_label)
         layout.addWidget(self.status_label)
         layout.addStretch(1)
@@ -221,6 +229,8 @@ class ServerPanel(QWidget):
             self.url_label.setText("")
         if not (busy or elsewhere or self.has_model or self.is_wanted):
             self.status_label.setText(NEEDS_MODEL)
+        elif self.has_model and self.status_label.text() == NEEDS_MODEL:
+            self.status_label.setText(READY)  # the model the words asked for has come
 
     def _address(self) -> str:
         host = self.host_edit.text().strip() or "127.0.0.1"

@@ -91,6 +91,8 @@ class PerformancePanel(QWidget):
             plot.getAxis("left").enableAutoSIPrefix(False)  # no "(x0.001)" on short runs
             plot.setXRange(-self.window_s, 0, padding=0)  # until the first slide
             plot.setMouseEnabled(x=False, y=False)  # the window slides; dragging would fight it
+            # every charted figure is >= 0: autorange's padding must not draw a negative axis
+            plot.getViewBox().setLimits(yMin=0)
             plot.addLegend(offset=(5, 5))
             plot.showGrid(x=True, y=True, alpha=0.2)
             for name in names:

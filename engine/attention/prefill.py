@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
-from engine.attention import decode_attention
+from engine.attention import decode_attention, sliding_window
 from engine.cache import key_rotation
 from engine.cache.kv_cache import KVCache
 
@@ -51,15 +51,19 @@ def hearth_attention(module, query, key, value, attention_mask, scaling=None, dr
     step: StepContext | None = kwargs.get("hearth_step")
     if step is None:
         raise RuntimeError("hearth attention called without a hearth_step context")
-    if kwargs.get("softcap") is not None:
-        raise NotImplementedError("attention logit soft-capping is not supported")
     layer, cache, T = module.layer_idx, step.cache, query.shape[2]
     # written first, read back after: a token is quantized (int8/fp8) before anything reads it,
     # its own query included, so results do not depend on how tokens were grouped into passes;
     # an int8/fp8 cache holds rotated keys, read by rotated queries (cache/key_rotation.py)
     query, key = key_rotation.rotate_qk(query, key, cache.key_rotation)
     cache.write(layer, step.positions, key, value)
-    how = step.attention
+    how, window, softcap = step.attention, kwargs.get("sliding_window"), kwargs.get("softcap")
+    if (window is not None and step.end > window) or softcap is not None:
+        # a local layer past its window (Gemma 2, 3), or soft-capped logits (Gemma 2)
+        out = sliding_window.attend(query, cache.layer(layer), step.positions, step.end, window,
+                                    scaling if scaling is not None else query.shape[-1] ** -0.5,
+                                    softcap)
+        return out.view(1, T, query.shape[1], query.shape[3]), None
     if T == 1 and how != "sdpa":  # split-context decode, reading int8/fp8 as stored
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         out = decode_attention.attend(query, cache.layer(layer), step.positions, step.end, scale,

@@ -1,1 +1,2 @@
-"""Continuous batching: sequences in one shared paged arena and the scheduler that fills a step."""
+"""Continuous batching: sequences in one shared paged arena, the scheduler that fills a step, and
+a step's tokens while they are still on the device."""

@@ -4,6 +4,7 @@ JSON-lines form (request_json.py, stream.py). Pure data, no torch: the Qt app im
 Every public name is importable from `engine.events` itself, as the app and the engine do.
 """
 
+from engine.events.grammar_spec import GrammarSpec
 from engine.events.request_json import MAX_NESTING, request_from_json, request_to_json
 from engine.events.requests import (
     LM_HEADS,
@@ -45,7 +46,7 @@ from engine.events.stream import (
 __all__ = [
     "EVENTS", "FINISH_REASONS", "LM_HEADS", "MAX_NESTING", "MAX_PATH_CHARS", "MAX_SEED",
     "MAX_SPECULATIVE_TOKENS", "MAX_TOP_K", "REQUESTS", "TERMINAL", "BadRequest", "CancelRequest",
-    "Failed", "Finished", "GenerateRequest", "LoadProgress", "LoadRequest", "Loaded",
+    "Failed", "Finished", "GenerateRequest", "GrammarSpec", "LoadProgress", "LoadRequest", "Loaded",
     "PrefillProgress", "SamplingParams", "ServeRequest", "ServeStopRequest", "ServerStats",
     "ServerStopped", "Serving", "ShutdownRequest", "Stats", "Token", "UnloadRequest",
     "event_from_json", "event_to_json", "kv_dtype_choices", "quant_choices", "request_from_json",

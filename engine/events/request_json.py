@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 
+from engine.events.grammar_spec import GrammarSpec
 from engine.events.requests import REQUESTS, BadRequest, SamplingParams, short_repr
 
 
@@ -66,14 +67,14 @@ def _convert(command: str, where: str, base: str, optional: bool, value):
             return None
         if base in _NULL_IS_EMPTY:  # what older clients send for "none"
             return _NULL_IS_EMPTY[base]()
-    elif base == "SamplingParams":
+    elif base in _NESTED:
         if isinstance(value, dict):
-            return _build(SamplingParams, value, command, "sampling.")
+            return _build(_NESTED[base], value, command, where + ".")
     else:
         ok, convert, _ = _KINDS[base]
         if ok(value):
             return convert(value)
-    wanted = "an object" if base == "SamplingParams" else _KINDS[base][2]
+    wanted = "an object" if base in _NESTED else _KINDS[base][2]
     raise BadRequest(f"{command} field {where!r} must be {wanted}{' or null' * optional}, "
                      f"got {_describe(value)}")
 
@@ -100,8 +101,13 @@ _KINDS = {  # annotation -> (accepts the JSON value, converts it, what it must b
     "tuple[str, ...]": (_list_of(lambda v: isinstance(v, str)), tuple, "a list of strings"),
     "tuple[int, ...]": (_list_of(_is_int), tuple, "a list of whole numbers"),
     "tuple[dict, ...]": (_list_of(lambda v: isinstance(v, dict)), tuple, "a list of objects"),
+    "tuple[tuple[int, float], ...]": (
+        _list_of(lambda v: isinstance(v, list) and len(v) == 2 and _is_int(v[0])
+                 and _is_number(v[1])),
+        lambda v: tuple((int(i), float(b)) for i, b in v), "a list of [token id, bias] pairs"),
 }
 _NULL_IS_EMPTY = {"tuple[str, ...]": tuple, "SamplingParams": SamplingParams}
+_NESTED = {"SamplingParams": SamplingParams, "GrammarSpec": GrammarSpec}  # objects in a request
 
 
 def _field_kinds(cls) -> dict[str, tuple[str, bool]]:
@@ -110,13 +116,13 @@ def _field_kinds(cls) -> dict[str, tuple[str, bool]]:
     for f in dataclasses.fields(cls):
         parts = [p.strip() for p in str(f.type).split("|")]
         base = [p for p in parts if p != "None"]
-        if len(base) != 1 or (base[0] not in _KINDS and base[0] != "SamplingParams"):
+        if len(base) != 1 or (base[0] not in _KINDS and base[0] not in _NESTED):
             raise TypeError(f"{cls.__name__}.{f.name}: no JSON check for {f.type!r}")
         kinds[f.name] = (base[0], "None" in parts)
     return kinds
 
 
-_FIELD_KINDS = {cls: _field_kinds(cls) for cls in (*REQUESTS.values(), SamplingParams)}
+_FIELD_KINDS = {cls: _field_kinds(cls) for cls in (*REQUESTS.values(), *_NESTED.values())}
 
 
 def _describe(v) -> str:

@@ -7,9 +7,12 @@ from __future__ import annotations
 import ipaddress
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from engine.formats import kv_dtypes, weights
+
+if TYPE_CHECKING:
+    from engine.events.grammar_spec import GrammarSpec
 
 
 class BadRequest(ValueError):
@@ -39,6 +42,12 @@ class SamplingParams:
     top_k: int | None = None
     repetition_penalty: float | None = None
     seed: int | None = None
+    # OpenAI's penalties over the generated tokens, its logit_bias as (token id, bias) pairs,
+    # and how many of the likeliest tokens to report beside each chosen one (None: no logprobs)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    logprobs: int | None = None
 
     def validate(self) -> None:
         # `not (...)` so that NaN fails too; inf is no temperature or penalty a sampler can use
@@ -55,8 +64,33 @@ class SamplingParams:
         if self.seed is not None and not (type(self.seed) is int and 0 <= self.seed <= MAX_SEED):
             raise BadRequest(f"seed must be a whole number from 0 to 2**64 - 1, "
                              f"got {short_repr(self.seed)}")
+        check_openai_sampling(self)
 
 
+def check_openai_sampling(s: SamplingParams) -> None:
+    """The options OpenAI's API adds: penalties in [-2, 2], a bounded logit_bias of [-100, 100]
+    per token (ids past the vocabulary are the Session's check), 0 to MAX_LOGPROBS logprobs."""
+    for name in ("presence_penalty", "frequency_penalty"):
+        v = getattr(s, name)
+        if not (type(v) in (int, float) and math.isfinite(v) and -2 <= v <= 2):
+            raise BadRequest(f"{name.replace('_', ' ')} must be from -2 to 2, got {v}")
+    if len(s.logit_bias) > MAX_LOGIT_BIAS:
+        raise BadRequest(f"logit_bias takes at most {MAX_LOGIT_BIAS} tokens, got "
+                         f"{len(s.logit_bias)}")
+    for pair in s.logit_bias:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and type(pair[0]) is int
+                and pair[0] >= 0 and type(pair[1]) in (int, float) and math.isfinite(pair[1])
+                and -100 <= pair[1] <= 100):
+            raise BadRequest(f"logit_bias maps token ids (0 or more) to biases from -100 to 100, "
+                             f"got {short_repr(pair)}")
+    if s.logprobs is not None and not (type(s.logprobs) is int
+                                       and 0 <= s.logprobs <= MAX_LOGPROBS):
+        raise BadRequest(f"logprobs takes 0 to {MAX_LOGPROBS} top tokens, got "
+                         f"{short_repr(s.logprobs)}")
+
+
+MAX_LOGIT_BIAS = 300  # OpenAI's own bound on logit_bias entries
+MAX_LOGPROBS = 20  # top_logprobs' range on chat completions (completions take 5)
 MAX_TOP_K = 2**31 - 1  # torch.topk takes an int32-sized k; any k past the vocab means "off"
 MAX_SEED = 2**64 - 1  # torch.Generator.manual_seed's range, less the negative half
 
@@ -155,6 +189,9 @@ class GenerateRequest:
     """Exactly one of `prompt`, `messages` or `prompt_ids` (token ids, sent as they are).
 
     `raw` tokenizes the prompt as is, no template. `ignore_eos` (benchmarks) runs to max tokens.
+    `stop_on_repetition` ends an answer that repeats itself (generate/loop_guard.py) with the
+    finish reason "repetition": the window, `hearth chat` and `hearth run` ask for it; the
+    server's API only where its request does (a client may want the tokens as they come).
     Speculation: a session loaded with a draft uses it; `prompt_lookup` proposes from n-gram
     matches in the conversation instead; `num_speculative_tokens` fixes K for this request
     (None: the session's choice, adaptive unless fixed at load; 0: no speculation).
@@ -173,8 +210,12 @@ class GenerateRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     prompt_lookup: bool = False
     num_speculative_tokens: int | None = None
+    stop_on_repetition: bool = False
+    grammar: GrammarSpec | None = None  # the answer's form (events/grammar_spec.py)
 
     def validate(self) -> None:
+        if self.grammar is not None:
+            self.grammar.validate()
         if sum(x is not None for x in (self.prompt, self.messages, self.prompt_ids)) != 1:
             raise BadRequest("give exactly one of a prompt, a list of messages or token ids")
         if self.raw and self.messages is not None:

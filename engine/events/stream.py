@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 # "unloaded" ends an unload command's stream; the others end a generation (or a cancelled load)
-FINISH_REASONS = ("eos", "stop_string", "max_tokens", "cancelled", "unloaded")
+# "repetition": the answer was repeating itself (generate/loop_guard.py), where the request asked
+# for the guard
+FINISH_REASONS = ("eos", "stop_string", "max_tokens", "repetition", "cancelled", "unloaded")
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,10 @@ class Loaded:
     # the load's resolved configuration (EngineConfig.as_dict: placement, KV dtype, prefill
     # chunk, backend settings and the decode path they came to); {} from remote endpoints
     config: dict = field(default_factory=dict, hash=False, compare=False)
+    # what a generation's unset sampling settings take: temperature, top_p, top_k (0: off),
+    # repetition_penalty and their "source" (formats/sampling_defaults.py); {} where unknown (a
+    # remote endpoint's)
+    sampling: dict = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,9 @@ class Token:
     name: ClassVar[str] = "token"
     text: str
     token_ids: tuple[int, ...]
+    # where the request asked for logprobs, one (logprob, top) per id: the chosen token's log
+    # probability and the likeliest tokens' (id, logprob) pairs, most likely first
+    logprobs: tuple[tuple[float, tuple[tuple[int, float], ...]], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,8 @@ TERMINAL = (Finished, Failed, Loaded)
 
 def event_to_json(ev) -> str:
     body = {"event": ev.name, **dataclasses.asdict(ev)}
+    if isinstance(ev, Token) and ev.logprobs is None:
+        del body["logprobs"]  # a token line stays as it was where none were asked for
     line = json.dumps(body, ensure_ascii=False)
     try:
         line.encode("utf-8")
@@ -161,4 +172,6 @@ def event_from_json(line: str):
     for key in ("token_ids", "notes"):
         if key in obj:
             obj[key] = tuple(obj[key])
+    if obj.get("logprobs") is not None:
+        obj["logprobs"] = tuple((lp, tuple(map(tuple, top))) for lp, top in obj["logprobs"])
     return cls(**obj)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.events import BadRequest
+from engine.files import gguf_layout
 from engine.formats import families
 
 MAGIC = b"GGUF"
@@ -52,6 +53,8 @@ def check(path: Path) -> GGUFSummary:
         raise BadGGUF(f"{path}: cannot read it ({e.strerror or e})") from None
     if not stat.S_ISREG(st.st_mode):  # a FIFO would block the reader forever
         raise BadGGUF(f"{path} is not a regular file")
+    if st.st_size < 24:  # /proc files (/proc/self/mem) are "regular" files of size 0
+        raise BadGGUF(f"{path} is not a GGUF file (it is {st.st_size} bytes long)")
     num_tensors, num_keys = _header(path, st.st_size)
     if num_tensors == 0:
         raise BadGGUF(f"{path} holds no tensors")
@@ -75,6 +78,11 @@ def check(path: Path) -> GGUFSummary:
                           "fit in the file; it is truncated or damaged")
         types.add(type_name)
         elements += n
+    try:  # every tensor the header's sizes imply, and a tokenizer inside its token list
+        gguf_layout.check(arch, lambda key: _field(reader, key),
+                          {t.name: [int(d) for d in t.shape] for t in reader.tensors})
+    except gguf_layout.LayoutError as e:
+        raise BadGGUF(f"{path}: {e}") from None
     name = _field(reader, "general.name") or path.stem
     return GGUFSummary(path, ARCHITECTURES[arch], str(name), len(reader.tensors), elements,
                        st.st_size, tuple(sorted(types)))
@@ -82,8 +90,11 @@ def check(path: Path) -> GGUFSummary:
 
 def _header(path: Path, size: int) -> tuple[int, int]:
     """magic, version, tensor count, metadata key count: 24 bytes, little-endian."""
-    with path.open("rb") as f:
-        head = f.read(24)
+    try:
+        with path.open("rb") as f:
+            head = f.read(24)
+    except OSError as e:
+        raise BadGGUF(f"{path}: cannot read it ({e.strerror or e})") from None
     if len(head) < 24 or head[:4] != MAGIC:
         raise BadGGUF(f"{path} is not a GGUF file (it does not start with 'GGUF')")
     version, num_tensors, num_keys = struct.unpack("<IQQ", head[4:24])

@@ -17,7 +17,12 @@ from pathlib import Path
 from engine.config import overrides
 from engine.events import LoadProgress
 from engine.files.gguf_check import BadGGUF, GGUFSummary, check
-from engine.files.model_home import STARTER_PACKAGE, models_dir
+from engine.files.model_home import (
+    STARTER_PACKAGE,
+    models_dir,
+    remove_dead_imports,
+    work_prefix,
+)
 
 # tokenizer files, config, generation config: what the weights do not count
 OVERHEAD_BYTES = 64 << 20
@@ -32,8 +37,10 @@ def import_gguf(path: Path, out: Path | None,
     on_progress(LoadProgress("checking the GGUF file", 1, STAGES, str(path)))
     summary = check(path)
     out = _destination(summary, out)
+    remove_dead_imports(out.parent)  # a killed import's work folder holds disk space
     _check_disk_space(summary, out.parent)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.importing-", dir=out.parent))
+    # the pid in its name tells a later import (or the app) whether this one still runs
+    work = Path(tempfile.mkdtemp(prefix=work_prefix(out), dir=out.parent))
     try:
         on_progress(LoadProgress("reading the tokenizer", 2, STAGES, ""))
         tokenizer = _tokenizer(summary)
@@ -133,23 +140,34 @@ def _tokenizer(summary: GGUFSummary):
     try:
         return AutoTokenizer.from_pretrained(str(summary.path.parent),
                                              gguf_file=summary.path.name)
-    except (ValueError, KeyError, TypeError, NotImplementedError) as e:
-        raise BadGGUF(f"{summary.path}: its tokenizer cannot be read ({e})") from None
+    except Exception as e:  # tokenizers' own errors are plain Exceptions
+        raise BadGGUF(f"{summary.path}: its tokenizer cannot be read "
+                      f"({' '.join(str(e).split())[:300]})") from None
 
 
 def _model(summary: GGUFSummary):
     import torch
+    import transformers.modeling_gguf_pytorch_utils as gguf_loader
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     if not overrides.debug():
         hf_logging.set_verbosity_error()  # its notes on packed GGUF kernels are not for users
     hf_logging.disable_progress_bar()  # the stages travel as LoadProgress instead
+    # its GGUF reader draws tqdm's bar itself; transformers' own tqdm obeys the switch above
+    gguf_loader.tqdm = hf_logging.tqdm
     try:
-        return AutoModelForCausalLM.from_pretrained(
-            str(summary.path.parent), gguf_file=summary.path.name, dtype=torch.bfloat16)
+        model, info = AutoModelForCausalLM.from_pretrained(
+            str(summary.path.parent), gguf_file=summary.path.name, dtype=torch.bfloat16,
+            output_loading_info=True)
     except (ValueError, KeyError, TypeError, NotImplementedError) as e:
         raise BadGGUF(f"{summary.path}: transformers cannot read its weights ({e})") from None
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:  # gguf_check knows the families' tensors; this holds for any other gap
+        more = f" and {len(missing) - 1:,} more" if len(missing) > 1 else ""
+        raise BadGGUF(f"{summary.path}: it lacks the weight {missing[0]}{more}, which "
+                      "transformers would fill with random values")
+    return model
 
 
 def _save(model, tokenizer, summary: GGUFSummary, work: Path) -> None:

@@ -5,7 +5,8 @@ huggingface_hub lays out its cache, so the engine (and `hf`) see an ordinary sna
 
 Nothing the server says is trusted as a path or a length: commit ids, names and ETags are
 checked, every path written is resolved inside the repo's folder, a stream stops at its declared
-size, and an LFS file counts as complete only once its sha256 matches.
+(else announced) size and never fills the disk past a margin, and an LFS file counts as complete
+only once its sha256 matches.
 
 huggingface_hub's own hf_hub_download (2.x) starts a cut-off file over; this does not."""
 
@@ -36,6 +37,7 @@ CHUNK_BYTES = 1 << 20  # a cancel lands within one chunk
 READ_TIMEOUT_S = 30.0
 # a small file the Hub gives no size for is cut off here (the largest tokenizer.json is ~35 MB)
 MAX_UNDECLARED_BYTES = 128 << 20
+DISK_MARGIN_BYTES = 10**9  # a download never leaves the disk with less than this free
 
 
 class DownloadCancelled(Exception):
@@ -108,10 +110,16 @@ def _check_disk_space(listing: RepoListing, repo: Path, snapshot: Path) -> None:
     repo.mkdir(parents=True, exist_ok=True)
     missing = sum(f.size for f in listing.files if not (snapshot / f.name).exists())
     arrived = sum(p.stat().st_size for p in repo.glob("blobs/*.incomplete"))
-    need, free = missing - arrived, shutil.disk_usage(repo).free
-    if need > free:
+    need, free = missing - arrived, free_bytes(repo)
+    if need > free - DISK_MARGIN_BYTES:
         raise HubError(f"{listing.repo_id} needs {need / 1e9:.1f} GB more disk space; the disk "
-                       f"of {repo.parent} has {free / 1e9:.1f} GB free")
+                       f"of {repo.parent} has {free / 1e9:.1f} GB free (Hearth leaves "
+                       f"{DISK_MARGIN_BYTES / 1e9:.1f} GB)")
+
+
+def free_bytes(folder: Path) -> int:
+    """The free space of the disk holding `folder`."""
+    return shutil.disk_usage(folder).free
 
 
 def _fetch(listing: RepoListing, f: RepoFile, repo: Path, pointer: Path,
@@ -140,7 +148,6 @@ def _fetch(listing: RepoListing, f: RepoFile, repo: Path, pointer: Path,
         if size is not None and have > size:  # not this file's bytes: start over
             partial.unlink()
             have = 0
-        max_bytes = size if size is not None else _undeclared_cap(name, repo)
         hasher = hashlib.sha256() if sha256 else None
         if hasher and have:
             _hash_file(hasher, partial)  # bytes from an earlier try count towards the hash
@@ -156,6 +163,7 @@ def _fetch(listing: RepoListing, f: RepoFile, repo: Path, pointer: Path,
                 raise_for_status(response)
                 resumed = response.status_code == 206
                 n = have if resumed else 0  # a 200 ignored the Range: the whole file comes
+                max_bytes, said = _stream_bound(name, size, _announced(response, n), n, repo)
                 if hasher and not resumed:
                     hasher = hashlib.sha256()
                 too_long = False
@@ -173,7 +181,6 @@ def _fetch(listing: RepoListing, f: RepoFile, repo: Path, pointer: Path,
                             raise DownloadCancelled()
             if too_long:
                 partial.unlink()
-                said = "declared" if size is not None else "allowed for a file of unknown size"
                 raise HubError(f"{name} kept coming past the {max_bytes:,} bytes {said}, so it "
                                "was stopped and deleted")
         got = partial.stat().st_size
@@ -208,12 +215,34 @@ def _expected(f: RepoFile, head_size: int | None, etag: str) -> tuple[int | None
     return size, sha256
 
 
-def _undeclared_cap(name: str, repo: Path) -> int:
-    """How far a stream of unknown length may run: small files are small, and a weight known
-    only by its hash may not fill the disk."""
-    if name.endswith(".safetensors"):
-        return shutil.disk_usage(repo).free
-    return MAX_UNDECLARED_BYTES
+def _announced(response, start: int) -> int | None:
+    """The whole file's size as the response announces it (Content-Range's total, else where it
+    starts plus its Content-Length); None when it announces none."""
+    total = response.headers.get("Content-Range", "").rpartition("/")[2].strip()
+    length = response.headers.get("Content-Length", "").strip()
+    if total.isdigit():
+        return int(total)
+    return start + int(length) if length.isdigit() else None
+
+
+def _stream_bound(name: str, size: int | None, announced: int | None, start: int,
+                  repo: Path) -> tuple[int, str]:
+    """How large the file may grow in this stream (it holds `start` bytes), and what set that
+    bound, for the error: the size the Hub declared, else the one the response announces, else
+    a small file's cap; never past the disk's free space less a margin. A file announced larger
+    than that is refused before a byte is written."""
+    room = start + max(free_bytes(repo) - DISK_MARGIN_BYTES, 0)
+    if size is not None or announced is not None:
+        bound, said = (size, "declared") if size is not None else (announced, "announced")
+        if bound > room:
+            raise HubError(f"{name} is {bound / 1e9:.1f} GB, more than the disk of "
+                           f"{repo.parent} can take while leaving "
+                           f"{DISK_MARGIN_BYTES / 1e9:.1f} GB free, so it was not downloaded")
+        return bound, said
+    if not name.endswith(".safetensors") and MAX_UNDECLARED_BYTES <= room:
+        return MAX_UNDECLARED_BYTES, "allowed for a file of unknown size"
+    # a weight known only by its hash may not fill the disk before the hash is checked
+    return room, f"the disk can take while leaving {DISK_MARGIN_BYTES / 1e9:.1f} GB free"
 
 
 def _hash_file(hasher, path: Path) -> None:

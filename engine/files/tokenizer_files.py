@@ -12,6 +12,9 @@ from pathlib import Path
 from engine.formats.model_shape import PlanError, read_json_file, regular_file
 
 TOKENIZER_MODELS = ("BPE", "WordPiece", "WordLevel", "Unigram")
+# the largest real chat templates are tens of KiB, and parsing costs seconds per few hundred:
+# a longer one (characters in a JSON file, bytes in a .jinja file) is refused before any work
+MAX_TEMPLATE_CHARS = 256 * 2**10
 
 
 def check_text_files(folder: Path) -> None:
@@ -78,17 +81,28 @@ def _named(obj, source: str) -> list[tuple[str, str]]:
     if obj is None:
         return []
     if isinstance(obj, str):
-        return [(source, obj)]
+        return [(source, _short(obj, source))]
     if isinstance(obj, list) and all(isinstance(t, dict) and isinstance(t.get("template"), str)
                                      for t in obj):
-        return [(f"{source} ({t.get('name')})", t["template"]) for t in obj]
+        return [(f"{source} ({t.get('name')})", _short(t["template"], source)) for t in obj]
     raise PlanError(f"{source} has a chat_template that is neither text nor a list of templates")
+
+
+def _short(template: str, source: str) -> str:
+    if len(template) > MAX_TEMPLATE_CHARS:
+        raise PlanError(f"{source} has a chat template of {len(template):,} characters, more "
+                        f"than the {MAX_TEMPLATE_CHARS:,} a chat template may have")
+    return template
 
 
 def _read_text(path: Path) -> str:
     try:
-        regular_file(path)  # stat first: a FIFO must not block
-        return path.read_bytes().decode("utf-8")
+        size = regular_file(path).st_size  # stat first: a FIFO must not block
+        if size > MAX_TEMPLATE_CHARS:
+            raise PlanError(f"{path} is {size:,} bytes, more than the {MAX_TEMPLATE_CHARS:,} a "
+                            "chat template may have")
+        with path.open("rb") as f:  # no more than the bound, should it grow meanwhile
+            return f.read(MAX_TEMPLATE_CHARS + 1).decode("utf-8")
     except UnicodeDecodeError:
         raise PlanError(f"{path} is not valid UTF-8 text") from None
     except OSError as e:

@@ -116,8 +116,14 @@ class ModelShape:
         max_pos = num("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
                       default=2048)
         window = c.get("sliding_window")
-        in_force = (c.get("use_sliding_window") is not False and isinstance(window, int)
-                    and 0 < window < max_pos)  # Qwen2.5 ships a window that is switched off
+        on = c.get("use_sliding_window") is not False  # Qwen2.5 ships a window switched off
+        if on and window is not None and (not isinstance(window, int) or isinstance(
+                window, bool) or window <= 0):  # the cache would be capped at it
+            raise PlanError(f"config.json has sliding_window = {json.dumps(window)[:40]}; it "
+                            "must be a positive whole number (or null, or use_sliding_window "
+                            "false)")
+        # a family that masks its local layers (sliding_layers) runs past the window
+        in_force = on and isinstance(window, int) and window < max_pos and not fam.sliding_layers
         q, k = heads * hd, kv * hd
         mlp = ((inter, hidden, 2), (hidden, inter, 1)) if fam.gated_mlp else (
             (inter, hidden, 1), (hidden, inter, 1))
@@ -127,7 +133,7 @@ class ModelShape:
         # a family's unstated q/k/v biases (Qwen2); Llama-style attention_bias covers o too
         bias = q + 2 * k if fam.qkv_bias else (q + 2 * k + hidden) * bool(c.get("attention_bias"))
         bias += sum(o * n for o, _, n in mlp) if c.get("mlp_bias") else 0
-        qk_norm = 2 * hd if fam.qk_norm else 0
+        norms = fam.layer_norms * hidden + (2 * hd if fam.qk_norm else 0)  # a layer's
         tied = bool(c.get("tie_word_embeddings", cfg.get("tie_word_embeddings",
                                                           fam.tied_by_default)))
         qc = cfg.get("quantization_config") or c.get("quantization_config") or {}
@@ -137,7 +143,7 @@ class ModelShape:
                    _DTYPES.get(str(c.get("dtype") or c.get("torch_dtype") or cfg.get("dtype")
                                    or cfg.get("torch_dtype")), "fp32"),  # HF's default: fp32
                    tuple((o, i, n) for (o, i), n in lin.items()), vocab * hidden,
-                   0 if tied else vocab * hidden, layers * (2 * hidden + bias + qk_norm) + hidden,
+                   0 if tied else vocab * hidden, layers * (norms + bias) + hidden,
                    method, group, dq)
 
     @classmethod

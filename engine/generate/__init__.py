@@ -1,1 +1,2 @@
-"""The session loop: prompts and chat templates, the detokenizer, one conversation's turns."""
+"""The session loop: prompts and chat templates, the detokenizer and the loop guard, one
+conversation's turns."""

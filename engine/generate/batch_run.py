@@ -1,4 +1,4 @@
-"""BatchRun: many generations of one Session at once, in continuous batches (issue 25).
+"""BatchRun: many generations of one Session at once, in continuous batches.
 
 Every request is a sequence with its own blocks in the session's arena (batch/scheduler.py plans
 each step under a token budget: running decodes first, then chunked prefill of waiting sequences;
@@ -7,9 +7,9 @@ in one pass where the family step takes each of them (models/prefill_batch.py), 
 at a time through the Decoder's own prefill path, and its one-token rows together:
 one row through the Decoder's own step (its graphs: a single chat pays nothing for batching),
 two or more through step/batched.py. Each request keeps its own sampler (sampling parameters,
-seed), detokenizer, stop strings, eos and token limit, and its events go to its own sink, ending
-in one Finished or Failed. A step's tokens reach the host while the next step runs
-(generate/inflight.py), and its events go out then. Speculative decoding is not here: a
+seed), detokenizer, stop strings, eos, loop guard and token limit, and its events go to its own
+sink, ending in one Finished or Failed. A step's tokens reach the host while the next step runs
+(batch/inflight.py), and its events go out then. Speculative decoding is not here: a
 speculative request decodes plainly in the batch, and hand_off gives it back to the service
 (service/engine.py) to speculate alone once it is the last one left.
 """
@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 import torch
 
+from engine.batch.inflight import UNKNOWN, InFlight
 from engine.batch.scheduler import Scheduler, TooLong
 from engine.batch.sequence import Seq, State
 from engine.events import (
@@ -33,9 +34,8 @@ from engine.events import (
     PrefillProgress,
     Token,
 )
-from engine.generate import session_events
+from engine.generate import loop_guard, session_events
 from engine.generate.generation import Generation, new_generation, resumed_generation
-from engine.generate.inflight import UNKNOWN, InFlight
 from engine.generate.resume import Resume
 from engine.generate.template_guard import RenderCancelled
 from engine.models import prefill_batch
@@ -118,8 +118,8 @@ class BatchRun:
         req, seq = gen.req, gen.seq
         speculates = (req.prompt_lookup or req.num_speculative_tokens
                       or self.session.draft is not None) and req.num_speculative_tokens != 0
-        if not speculates or gen.cancel.is_set() or not seq.output_ids \
-                or seq.state is not State.RUNNING or seq.num_pending != 1:
+        if not speculates or gen.sampler.one_token_a_step or gen.cancel.is_set() \
+                or not seq.output_ids or seq.state is not State.RUNNING or seq.num_pending != 1:
             return None
         self._resolve()
         self._flush()  # its last token goes out from here (and may end it)
@@ -265,13 +265,15 @@ class BatchRun:
         gen.n_new += 1
         lm = self.session.lm
         if tid in lm.eos_ids and not gen.req.ignore_eos:
-            gen.sink(Token("", (tid,)))
+            gen.sink(gen.sampler.token("", (tid,)))
             return self._end(gen, "eos")
         piece, stopped = gen.stop.feed(gen.detok.add(tid))
-        if stopped or gen.n_new >= gen.seq.max_new_tokens:
-            gen.sink(Token(piece + ("" if stopped else gen.stop.flush()), (tid,)))
-            return self._end(gen, "stop_string" if stopped else "max_tokens")
-        gen.sink(Token(piece, (tid,)))
+        reason = loop_guard.end_reason(gen.req, gen.seq.output_ids, stopped, gen.n_new,
+                                       gen.seq.max_new_tokens, gen.sampler)
+        if reason:
+            gen.sink(gen.sampler.token(piece + ("" if stopped else gen.stop.flush()), (tid,)))
+            return self._end(gen, reason)
+        gen.sink(gen.sampler.token(piece, (tid,)))
         now = time.perf_counter()
         if now - gen.last_stats > STATS_INTERVAL_S:
             gen.last_stats = now

@@ -11,7 +11,13 @@ import threading
 from typing import NamedTuple
 
 from engine.events import BadRequest, GenerateRequest
-from engine.generate.template_guard import RenderBudget, RenderCancelled, RenderTooCostly
+from engine.generate import template_guard
+from engine.generate.template_guard import (
+    RenderBudget,
+    RenderCancelled,
+    RenderFailed,
+    RenderTooCostly,
+)
 
 
 class Prompt(NamedTuple):
@@ -63,22 +69,27 @@ def build(tok, req: GenerateRequest, history: list[int], context: int,
     return Prompt(best[0], starts[best[1]])
 
 
-def render_template(tok, messages: list[dict], budget: RenderBudget) -> str:
-    """The chat template's text for `messages`; whatever goes wrong in the template (too slow,
-    too long, blocked by the sandbox, raising, not parsing) is one BadRequest naming it."""
+def render_template(tok, messages: list[dict], budget: RenderBudget,
+                    extra: dict | None = None) -> str:
+    """The chat template's text for `messages`, as `tok.apply_chat_template` gives it, rendered
+    where it can be stopped (generate/template_guard.py); whatever goes wrong in the template
+    (too slow, too long, blocked by the sandbox, raising, not parsing) is one BadRequest.
+    `extra`: more of apply_chat_template's arguments (`tools`, a template's own kwargs)."""
     name = f"the chat template of {getattr(tok, 'name_or_path', '') or 'this model'}"
     try:
-        with budget.watching():
-            return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        template = tok.get_chat_template()
+        kwargs = {**tok.special_tokens_map, **(extra or {})}
+        return template_guard.render(template, messages, kwargs, budget)
     except RenderCancelled:
         raise
     except RenderTooCostly as e:
         raise BadRequest(f"{name} {e} and was stopped; the model folder's template is broken "
                          "or hostile") from None
-    except Exception as e:  # SecurityError, TemplateSyntaxError, raise_exception(...), ...
-        detail = " ".join(str(e).split())  # one line, whatever the template made of it
+    except (RenderFailed, ValueError) as e:  # ValueError: no template by that name
+        kind, detail = e.args if isinstance(e, RenderFailed) else (type(e).__name__, str(e))
+        detail = " ".join(detail.split())  # one line, whatever the template made of it
         detail = detail if len(detail) <= 300 else detail[:297] + "..."
-        raise BadRequest(f"{name} failed: {type(e).__name__}: {detail}") from None
+        raise BadRequest(f"{name} failed: {kind}: {detail}") from None
 
 
 class Splice:

@@ -1,6 +1,6 @@
 """Whether a session runs in the reproducible mode (models/invariant.py), and why: as asked,
-else this device's default, chosen by what the mode costs there (BENCHMARKS.md, "Reproducible
-greedy"). Not the mode itself."""
+else this device's default, chosen by what the mode costs there (docs/benchmark-log.md,
+"Reproducible greedy"). Not the mode itself."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def reproducible_of(args) -> bool | None:
     return WORDS[getattr(args, "reproducible", "auto")]
 
 
-# device type -> (on by default, why); the figures behind each are in BENCHMARKS.md
+# device type -> (on by default, why); the figures behind each are in docs/benchmark-log.md
 DEFAULTS = {
     "cpu": (False, "off by default on a CPU: decode runs as fast, but prefill takes 4-9x "
                    "longer; --reproducible on turns it on"),

@@ -1,5 +1,5 @@
-"""A generation carried between the batch and a session of one, mid-answer (issue 25: speculation
-is a batch of one's; it switches off while others run and back on when one is left).
+"""A generation carried between the batch and a session of one, mid-answer (speculation
+is a batch of one's: it switches off while others run and back on when one is left).
 
 What moves is everything per request that is not K/V: the tokens so far, the sampler (its seeded
 generator and penalty state), the stop matcher's held-back text, the clocks. The K/V stays in the

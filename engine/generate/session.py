@@ -36,7 +36,7 @@ from engine.events import (
     Stats,
     Token,
 )
-from engine.generate import session_events
+from engine.generate import constrained, loop_guard, session_events
 from engine.generate.detokenizer import StopMatcher, detokenizer_for
 from engine.generate.prompt import Prompt
 from engine.generate.prompt import build as build_prompt
@@ -51,7 +51,7 @@ from engine.spec.proposers import DraftModel, PromptLookup
 from engine.spec.speculative import SpeculativeDecoding
 from engine.step.decode import DecodeEngine, Decoder
 from engine.step.plain_decoding import PlainDecoding
-from engine.step.sampling import Sampler, resolve
+from engine.step.sampling import Sampler
 
 STATS_INTERVAL_S = 0.25
 
@@ -188,7 +188,7 @@ class Session:
             raise BadRequest(f"the prompt has {len(ids)} tokens but the context holds "
                              f"{lm.context}")
         tensor = torch.tensor(ids, dtype=torch.long, device=lm.device)  # one copy, two uses
-        sampler = Sampler(resolve(req.sampling, lm.gen_config), vocab, lm.device, tensor)
+        sampler = constrained.sampler(lm, req, vocab, tensor)
         return CheckedPrompt(ids, tensor, dropped, min(req.max_new_tokens, lm.context - len(ids)),
                              sampler)
 
@@ -236,7 +236,7 @@ class Session:
             proposer = self.synthetic or DraftModel(self.draft, self.lm.model.config.vocab_size)
         elif req.num_speculative_tokens:
             raise BadRequest("speculative tokens need a draft model (--draft) or prompt lookup")
-        if proposer is None or k == 0:
+        if proposer is None or k == 0 or sampler.one_token_a_step:
             return PlainDecoding(self.decoder, self.cache, sampler)
         max_k = k or MAX_ADAPTIVE_K
         self.decoder.capture_blocks(range(2, max_k + 2))  # once; a no-op without CUDA graphs
@@ -301,16 +301,16 @@ class Session:
                 shown.append(tid)
                 generated.append(tid)
                 if tid in self.lm.eos_ids and not req.ignore_eos:
-                    yield Token(text, tuple(shown))
+                    yield sampler.token(text, shown)
                     return (yield Finished("eos", stats()))
                 piece, stopped = stop.feed(detok.add(tid))
                 text += piece
-                if stopped or n_new == max_new:
+                reason = loop_guard.end_reason(req, generated, stopped, n_new, max_new, sampler)
+                if reason:
                     text += "" if stopped else stop.flush()
-                    yield Token(text, tuple(shown))
-                    reason = "stop_string" if stopped else "max_tokens"
+                    yield sampler.token(text, shown)
                     return (yield Finished(reason, stats()))
-            yield Token(text, tuple(shown))
+            yield sampler.token(text, shown)
             if cancel.is_set():
                 tail = stop.flush()
                 if tail:

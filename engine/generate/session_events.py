@@ -8,6 +8,7 @@ import time
 
 from engine.attention import decode_attention
 from engine.events import Failed, Loaded, Stats
+from engine.formats import sampling_defaults
 from engine.plan.oom import out_of_memory
 from engine.platform import telemetry
 
@@ -37,7 +38,9 @@ def loaded(session) -> Loaded:
           + f", in blocks of {session.cache.block_size} tokens"
           + (" that later conversations share by prefix" if session.cache.share_prefixes
              else ""))
+    sampling = lm.sampling_defaults
     notes = (*lm.notes, kv, f"decode path: {session.decoder.mode}", batching_note(session),
+             sampling_defaults.describe(sampling),
              decode_attention.describe(session.cache),
              *([session.kernel_note] if session.kernel_note else []), *session.decoder.notes,
              session.config.summary())
@@ -52,7 +55,7 @@ def loaded(session) -> Loaded:
         session.cache), "failed_kernels": session.cache.health.as_list()}
     return Loaded(str(lm.folder.path), lm.folder.architecture, str(lm.device), lm.quant,
                   session.kv_dtype, lm.context, lm.weights_bytes, session.cache.num_bytes, notes,
-                  os.getpid(), config)
+                  os.getpid(), config, sampling)
 
 
 def stats(session, ids, n_new, t_start, t_first, start, dropped, decoding=None) -> Stats:

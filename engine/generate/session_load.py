@@ -16,6 +16,7 @@ from engine.config.engine_config import EngineConfig, Speculation
 from engine.events import BadRequest, LoadProgress, LoadRequest
 from engine.files.model_folder import check
 from engine.formats.model_shape import ModelShape
+from engine.generate import template_guard
 from engine.generate.reproducible import reproducible_for
 from engine.kernels import attention_backend
 from engine.load import loader
@@ -51,7 +52,7 @@ def arena_blocks(kv_tokens: int, num_layers: int, num_kv_heads: int, head_dim: i
     per_block = KVArena.bytes_per_block(num_layers, num_kv_heads, head_dim, BLOCK_SIZE, kv_dtype)
     if device.type != "cuda":  # the computer's RAM: refused in one sentence rather than an
         # allocation failure that blames the model
-        from engine.plan.oom import available_ram_bytes
+        from engine.plan.ram import available_ram_bytes
 
         free = available_ram_bytes()
         if want * per_block > free - ARENA_RESERVE_BYTES:
@@ -172,6 +173,7 @@ def _load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None],
         check_same_tokenizer(tok, draft_tok, req.draft)
     backends = overrides.backends()  # the developer overrides: read once a load
     overrides.pdl()  # a value not understood fails the load here, naming it (not a kernel check)
+    template_guard.prewarm()  # the chat template's renderer starts while the weights load
     lm = loader.load(folder, req, progress, cancel, tokenizer=tok, backends=backends)
     config = resolve_config(lm, req.kv_dtype, not req.eager, req.compile,
                             Speculation(req.num_speculative_tokens), backends,

@@ -44,12 +44,12 @@ class KernelHealth:
 
 # auto: every cache through the Triton kernel on a GPU where Triton runs: a paged arena cannot be
 # read in place by SDPA, and even a bf16 cache decodes faster through the kernel, by far at long
-# contexts (BENCHMARKS.md: SDPA's masked grouped-query path reads slowly). Elsewhere int8/fp8
-# through the PyTorch reference and 16-bit caches through SDPA over a gathered contiguous copy
-# (the numerics of prefill and of transformers' modules, so the fused step stays token-identical
-# to them on CPU). triton: the same as auto. sdpa: SDPA over a gathered copy for 16-bit caches,
-# the reference for quantized ones. reference: the PyTorch split algorithm for every cache (if
-# Triton misbehaves somewhere)
+# contexts (docs/benchmark-log.md: SDPA's masked grouped-query path reads slowly). Elsewhere
+# int8/fp8 through the PyTorch reference and 16-bit caches through SDPA over a gathered
+# contiguous copy (the numerics of prefill and of transformers' modules, so the fused step stays
+# token-identical to them on CPU). triton: the same as auto. sdpa: SDPA over a gathered copy for
+# 16-bit caches, the reference for quantized ones. reference: the PyTorch split algorithm for
+# every cache (if Triton misbehaves somewhere)
 ENV = overrides.DECODE_ATTENTION  # the developer override of the setting
 KERNEL = "decode_attention"  # its name in a session's KernelHealth
 

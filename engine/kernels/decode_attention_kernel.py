@@ -1,6 +1,6 @@
 """Launching the Triton kernels of decode attention (kernels/decode_attention_programs.py): one
 sequence's step, verify block or prefill chunk (decode_attention), or one step of a batch of
-sequences (batched_decode_attention), with the launch settings chosen on the H200.
+sequences (batched_decode_attention), with the launch settings chosen by a sweep.
 attention/decode_attention.py holds the algorithm's description, its PyTorch reference and the
 choice of path; this module is imported only there, on a CUDA device where Triton imports (CPU
 torch ships no Triton; tests run it in Triton's interpreter).
@@ -24,21 +24,13 @@ if TYPE_CHECKING:  # the cache sits above the kernels; its view is only a parame
 
 # Launch settings, for 16-bit and for quantized caches: keys per loop iteration (block_n),
 # programs per SM (waves), warps, pipeline stages, query rows per tile for steps and verify
-# blocks (block_m), table entries read at a time (chunk). Chosen by a sweep on the H200
-# (`kv_attention_speed.py --sweep`; its figures are in BENCHMARKS.md):
-# - Block ids read a chunk of 64 table entries at a time ("chunk", the scales with them): read
-#   per tile inside the loop, they left Triton's pipelining one tile deep and exposed (a tile's
-#   loads issued after computing the tile before, then waited on at once) and the scales loaded
-#   synchronously, so an int8 cache read no faster than bf16 at twice the bytes.
-# - 16-row tiles (mma.sync) for steps and verify blocks: a step has 4-7 query rows, and a
-#   64-row tile (wgmma) holds 251 registers a thread, two programs an SM.
-# - "fp16_dots" with "asm": int8 codes widened to fp16 by a byte permute and a paired fp16
-#   subtraction in PTX (four codes a register; exact), e4m3 by its conversion to fp16, the dots
-#   in fp16 (the query and probabilities round to fp16: finer than bf16, less range).
-# - No loop pipelined by hand (each tile's loads issued while the one before is computed): it is
-#   no faster than Triton's own pipelining over the chunk.
-# Both: "consistent" steps and verify blocks (see decode_attention), splits placed by granules
-# of 1,024 keys.
+# blocks (block_m), table entries read at a time (chunk); chosen by `bench/kv_attention_speed.py
+# --sweep` (the measurements: docs/benchmark-log.md, "Tuning notes moved from the code"):
+# - chunk: block ids read 64 at a time, so no load in the tile loop waits on another's address
+#   and Triton pipelines the tiles;
+# - block_m 16 (mma.sync): a step has 4-7 query rows, and a 64-row tile costs its registers;
+# - fp16_dots with asm: int8 codes widened to fp16 exactly in PTX, e4m3 converted, dots in fp16;
+# - consistent, granule 1,024: steps and verify blocks split alike (see decode_attention).
 _SHARED = dict(consistent=True, granule=1024, block_m=16, chunk=64, waves=2, num_warps=4,
                num_stages=3, min_split=MIN_SPLIT_TOKENS)
 CONFIGS = {False: dict(block_n=64, **_SHARED),

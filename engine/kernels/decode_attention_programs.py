@@ -162,7 +162,7 @@ def partial_softmax(Q, K, V, KS, VS, TABLE, POS, LENS, SPLITS, PM, PL, PO, kv_le
                 # [BLOCK_N]: TABLE[n // B]. The modulo is the identity for this chunk's tiles;
                 # Triton's pipelining also runs this line for the tiles past the loop's end (their
                 # loads masked off), whose indices would fall outside the chunk: a gather out of
-                # range read outside shared memory (an illegal address on the H200)
+                # range reads outside shared memory (an illegal address)
                 block = tl.gather(blocks, (n - first) // B % CHUNK, 0)
                 k, v, ks, vs = _load_tile(K, V, KS, VS, block, n, n < last, head, stride_kb,
                                           stride_kh, stride_sb, stride_sh, d, d_ok, D, B, False)
@@ -193,8 +193,8 @@ def combine_splits(PM, PL, PO, OUT, SPLITS, n_splits, ROWS, SEQ_ROWS, D: tl.cons
     OUT: [H_kv, ROWS, D]; a split past the row's position has l = 0 and weighs nothing.
     BATCHED: row r belongs to sequence r // SEQ_ROWS, which wrote its first SPLITS[seq] splits
     of the n_splits the layout holds. The partial outputs are read CHUNK_S splits at a time, as
-    many as the row has: a [BLOCK_S, D] tile where a row has 4 splits of 64 held 64 registers a
-    thread and took 20 us a 7B layer at 64 rows on the H200. The row's own split count alone
+    many as the row has, not a [BLOCK_S, D] tile of mostly empty splits (its registers cost more
+    than the reads: docs/benchmark-log.md). The row's own split count alone
     sets the loop, so its bits are those of its step alone. PDL: fused_ops_kernel.pdl_options."""
     if PDL:
         gdc_wait()

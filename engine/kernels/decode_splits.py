@@ -4,8 +4,8 @@ reference (attention/decode_attention.py), which must agree on it."""
 from __future__ import annotations
 
 MIN_SPLIT_TOKENS = 64  # a split shorter than this costs more in launch and combine than it saves
-# (the H200, a 7B's 1,024-key bucket: 64 keys a split decoded 4% faster than 256, 32 slower;
-# BENCHMARKS.md, issue 28, session 22). Long contexts are cut by the programs wanted instead
+# (measured on a 7B's 1,024-key bucket: docs/benchmark-log.md). Long contexts are cut by the
+# programs wanted instead
 MAX_SPLITS = 64  # the combine kernel holds one split per row of a [splits, D] tile
 
 

@@ -6,9 +6,9 @@ arena (kernels/kv_write_kernel.py quantizes them, for an int8/fp8 cache, in two 
 In PyTorch ops (layers.FamilyStep) an RMSNorm is eight kernels (the fp32 copy, square, mean,
 epsilon, rsqrt, product, cast back, weight) and SiLU * up two; a Llama/Qwen layer runs two norms
 and one MLP, about 18 small kernels a layer that each cost a few microseconds of a captured step
-whatever their size (a share of the step that does not scale with the weights: issue 12's
-arithmetic in BENCHMARKS.md); RoPE on q and k and the two indexed stores are about 20 more.
-torch.compile fuses them too (`--compile`), at seconds of load time.
+whatever their size (a share of the step that does not scale with the weights); RoPE on q and k and
+the two indexed stores are about 20 more. torch.compile fuses them too (`--compile`), at seconds of
+load time.
 
 The rounding is PyTorch's, step for step: the sum in the input dtype, the norm in fp32 and cast
 back before the weight's product in the input dtype, SiLU rounded before its product; only the
@@ -54,9 +54,9 @@ def pdl_options(device: torch.device, tokens: int) -> dict:
     PDL, whether it lets the next kernel start at once (gdc_launch_dependents: a product's
     blocks then start while this piece runs) and waits for its inputs (gdc_wait, a no-op unless
     it was itself launched as a dependent); launch_pdl, whether it is: HEARTH_PDL=auto, a Triton
-    that has the option, and a step of at most GEMV_MAX_ROWS tokens, whose products are the
-    gemv's (on the H200 pieces launched so in a batch of 16 took 5-9% off its tokens/s:
-    BENCHMARKS.md, issue 28). Off the GPU (the interpreter's tensors too), neither."""
+    that has the option, and a step of at most GEMV_MAX_ROWS tokens, whose products are the gemv's
+    (in a batch of 16, pieces launched so cost 5-9% of its tokens/s). Off the GPU (the interpreter's
+    tensors too), neither."""
     if device.type != "cuda":
         return _OFF
     index = device.index if device.index is not None else torch.cuda.current_device()

@@ -1,4 +1,4 @@
-"""A Triton GEMM over torch's tinygemm int4 layout (issue 28): the weights stay as tinygemm packed
+"""A Triton GEMM over torch's tinygemm int4 layout: the weights stay as tinygemm packed
 them for decode, and a prefill chunk (or a batch of many rows) dequantizes each tile in
 registers on its way to the tensor cores, instead of unpacking the whole layer to 16 bits first.
 
@@ -69,7 +69,7 @@ def _tinygemm_mm(X, W, SZ, OUT, M, N, KO, stride_xm, stride_sg, stride_sn, strid
 
 def default_config(M: int, N: int) -> dict:
     """Tiles for a shape: a prefill chunk takes 128 x 128 tiles, a few rows narrower ones.
-    Untuned: the H200 sweep (packaging/bench/int4_gemm.py) is what should set these."""
+    Untuned: a GPU sweep (bench/int4_gemm.py) is what should set these."""
     block_m = 16 if M <= 16 else 32 if M <= 32 else 64 if M <= 64 else 128
     return dict(BLOCK_M=block_m, BLOCK_N=128 if N >= 128 else 64, num_warps=4 if M <= 64 else 8,
                 num_stages=3)

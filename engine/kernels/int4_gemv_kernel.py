@@ -24,7 +24,7 @@ from engine.kernels.int4_dequant_kernel import codebook_source
 from engine.platform import nvrtc
 
 GEMV_MAX_ROWS = 4  # at 8 rows int4_mma was as fast or faster on three of a 7B's four
-# products on the H200, at 1-4 the gemv on all four (BENCHMARKS.md; 5-7 not measured)
+# products, at 1-4 the gemv on all four (5-7 not measured)
 
 _GEMV = r"""
 /* Grid: one block a row tile (16 output rows); SPLITS x S warps a block. Warp (s, w) takes the
@@ -202,7 +202,7 @@ int4_gemv(const u16* __restrict__ x, const uint4* __restrict__ w, const u32* __r
     /* launched as a programmatic dependent (platform/nvrtc.py): the next product's blocks may
        start once all of this one's have, and this one reads x, the output of the kernel before
        it, only once that kernel is done (prefetching the first weights into the L2 before the
-       wait was slower on the H200: BENCHMARKS.md, issue 28) */
+       wait measured slower) */
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
@@ -239,12 +239,12 @@ int4_gemv(const u16* __restrict__ x, const uint4* __restrict__ w, const u32* __r
 
 def variant(G: int, N: int, K: int, codebook: bool = False) -> dict:
     """Launch constants from the layer's shape alone: W = S x SPLITS warps a row tile, so that
-    the grid holds about 4,096 warps (the small q/k/v, o and down products of a 7B fill the H200's
-    132 SMs) but at least 4 and at most 16, S <= 8 of them sharing one split of K. XPRE: x's
+    the grid holds about 4,096 warps (the small q/k/v, o and down products of a 7B fill a
+    132-SM GPU) but at least 4 and at most 16, S <= 8 of them sharing one split of K. XPRE: x's
     fragments loaded a k-group ahead with the weights; LUT: the k-group's words (of 4) whose
-    codes come from the shared table. The H200's sweeps (BENCHMARKS.md, issue 28, session 21)
-    found these best or within 1 us at every 7B layer: XPRE slowed AWQ's products by 15-20% and
-    sped NF4's q/k/v, o and down by 9-13%; of LUT 0-4, 2 was best or within 0.9 us for NF4."""
+    codes come from the shared table. These were best or within 1 us at every 7B layer in
+    `bench/int4_gemv.py`'s sweeps (XPRE helps NF4 and slows AWQ; LUT 2 balances the ALU and the
+    shared-memory pipe: docs/benchmark-log.md)."""
     want = max(4, 4096 // max(1, N // 16))
     W = min(16, 1 << (want.bit_length() - 1))  # a power of two: 4, 8 or 16
     S = min(8, W)

@@ -70,7 +70,7 @@ def _num_sms(device_index: int) -> int:
 def default_config(M: int, N: int, K: int, G: int, device: torch.device) -> dict:
     """Tiles and split for a shape: enough programs for ~4 per SM, each a whole number of
     BLOCK_K tiles inside its share of K. Other tiles win some, never enough to catch tinygemm,
-    the CUDA default (awq_speed.py's sweep, BENCHMARKS.md); so these stay."""
+    the CUDA default (awq_speed.py's sweep, docs/benchmark-log.md); so these stay."""
     block_k = min(128, G)
     block_n = 64 if M == 1 else 32
     sms = _num_sms(device.index or 0) if device.type == "cuda" else 132

@@ -234,8 +234,8 @@ def _compiled(name: str, source: str, kinds: str, device_index: int, pdl: bool) 
 def variant(rows: int, G: int, N: int, K: int) -> dict:
     """Launch constants: MT products of 8 rows for `rows` rows of x; R row tiles a warp, S warps a
     block, SPLITS blocks along K from the shape alone (a row's sum order never depends on the rows
-    beside it). The H200's sweep (BENCHMARKS.md, issue 28) found R = 2, S = 8 best or near it at
-    one row at every 7B shape, 4 splits of K best below 1,024 row tiles (q/k/v, o, down)."""
+    beside it). `bench/int4_mma.py`'s sweep found R = 2, S = 8 best or near it at one row at
+    every 7B shape, 4 splits of K best below 1,024 row tiles (q/k/v, o, down)."""
     mt = 1 if rows <= 8 else (2 if rows <= 16 else (4 if rows <= 32 else 8))
     splits = 4 if N // 16 < 1024 and K // 64 >= 32 else 1
     return dict(R=2, S=8, MT=mt, G=G, SPLITS=splits, U=2 if mt <= 2 else 1)

@@ -2,8 +2,8 @@
 
 kv_arena.store does the same in PyTorch ops: about a dozen small kernels for K and again for V,
 in every layer of every decode step, costing a captured step far more than the bytes they move
-(an int8 cache decoded slower than a bf16 one: BENCHMARKS.md). Here one program quantizes one
-(token, head) vector of D values and stores its codes and its fp16 scale: two launches a layer,
+(an int8 cache decoded slower than a bf16 one: docs/benchmark-log.md). Here one program quantizes
+one (token, head) vector of D values and stores its codes and its fp16 scale: two launches a layer,
 for K and for V.
 
 Bit for bit the rounding of kv_quant.quantize: the scale rounded to fp16 first, an IEEE division

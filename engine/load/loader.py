@@ -20,7 +20,9 @@ from engine.config import overrides
 from engine.config.backends import Backends
 from engine.events import BadRequest, LoadProgress, LoadRequest
 from engine.files.model_folder import ModelFolder
-from engine.formats import weights
+from engine.formats import families, weights
+from engine.formats.sampling_defaults import model_defaults
+from engine.load import checkpoint_checks, language_model
 from engine.load.memory_limit import (  # noqa: F401 (callers and tests import them here)
     apply_memory_limit,
     clear_memory_limit,
@@ -53,6 +55,11 @@ class LoadedModel:
     @property
     def weights_bytes(self) -> int:
         return self.model.get_memory_footprint()
+
+    @property
+    def sampling_defaults(self) -> dict:
+        """What a request's unset sampling settings take (formats/sampling_defaults.py)."""
+        return model_defaults(self.gen_config, self.folder.family)
 
 
 def choose_device(req: LoadRequest) -> torch.device:
@@ -125,7 +132,7 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
     """`tokenizer`: the folder's, where the caller has read it already (a draft's check);
     `backends`: the session's settings (the int4 kernel; None: the developer overrides)."""
     library_noise.skip_torchao()  # before transformers' quantizer registry loads
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+    from transformers import BitsAndBytesConfig
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # progress travels as LoadProgress events instead
@@ -135,11 +142,13 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
             raise LoadCancelled()
         progress(LoadProgress(name, done, 4, message))
 
+    checkpoint_checks.check_rope(folder)  # before anything reads the config
     device, quant, compute_dtype = _placement(req, folder)
 
     stage("tokenizer", 0, "reading the tokenizer")
     if tokenizer is None:
         tokenizer = read_tokenizer(folder)
+    library_noise.quiet_tokenizer(tokenizer)
     gen_config = _read_json(folder.path / "generation_config.json")
 
     slow = _slow_on_cpu(quant, device)
@@ -158,14 +167,18 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
         forced = (overrides.backends() if backends is None else backends).int4_kernel
         model = awq_loader.load_model(folder, device, compute_dtype, forced=forced)
     else:
-        model = AutoModelForCausalLM.from_pretrained(folder.path, **kwargs).eval()
+        with library_noise.quiet_load_report():
+            model, info = language_model.from_pretrained(folder.path, folder.architecture,
+                                                         **kwargs)
+        checkpoint_checks.refuse_missing_weights(model, info, folder)
+        model.eval()
     _own_nf4(model, quant, device, backends)
     head_notes = _quantize_lm_head(model, req, device, compute_dtype)
     stage("attention", 2, "installing the engine's attention")
     attention.register()
     model.set_attn_implementation(attention.ATTN_IMPLEMENTATION)
 
-    context, notes = _context(folder.config, req.context)
+    context, notes = _context(folder, req.context)
     notes += head_notes + ([slow] if slow else [])
     stage("ready", 3)
     return LoadedModel(folder, model, tokenizer, gen_config, _eos_ids(model, tokenizer, gen_config),
@@ -201,10 +214,12 @@ def random_model(folder: ModelFolder, req: LoadRequest, backends: Backends | Non
                  ) -> LoadedModel:
     """A model with real shapes and random weights, from config.json alone (benchmarks)."""
     library_noise.skip_torchao()
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
+    checkpoint_checks.check_rope(folder)
     device, quant, compute_dtype = _placement(req, folder, random_weights=True)
-    config = AutoConfig.from_pretrained(folder.path, trust_remote_code=False)
+    config = language_model.text_config(
+        AutoConfig.from_pretrained(folder.path, trust_remote_code=False))
     torch.manual_seed(0)
     quantized = quant in ("nf4", "int8")
     if quant == "awq":  # random 4-bit codes made on the device: no 16-bit copy ever exists
@@ -218,8 +233,8 @@ def random_model(folder: ModelFolder, req: LoadRequest, backends: Backends | Non
         model = _random_bnb_on_meta(config, quant, device, compute_dtype)
     else:
         with torch.device(device):
-            model = AutoModelForCausalLM.from_config(config, dtype=compute_dtype,
-                                                     attn_implementation="sdpa").eval()
+            model = language_model.from_config(config, folder.architecture,
+                                               dtype=compute_dtype).eval()
         if quantized:
             from engine.quant.bnb import quantize_linears
 
@@ -228,7 +243,7 @@ def random_model(folder: ModelFolder, req: LoadRequest, backends: Backends | Non
     head_notes = _quantize_lm_head(model, req, device, compute_dtype)
     attention.register()
     model.set_attn_implementation(attention.ATTN_IMPLEMENTATION)
-    context, notes = _context(folder.config, req.context)
+    context, notes = _context(folder, req.context)
     notes += head_notes
     gen = {"eos_token_id": config.eos_token_id}
     return LoadedModel(folder, model, None, gen, _eos_ids(model, None, gen), device, quant,
@@ -258,7 +273,7 @@ def _random_bnb_on_meta(config, quant: str, device: torch.device, dtype: torch.d
 
 def _own_nf4(model, quant: str, device: torch.device, backends: Backends | None) -> None:
     """bitsandbytes' NF4 layers on a GPU swapped for the engine's (quant/nf4_linear.py: the same
-    codes, run by the int4 kernels' codebook variant; against bitsandbytes' decode on the H200 in
+    codes, run by the int4 kernels' codebook variant, faster than bitsandbytes' layers:
     BENCHMARKS.md); a session's int4 kernel other than "mma" keeps bitsandbytes' layers."""
     if quant != "nf4" or device.type != "cuda":
         return
@@ -296,18 +311,20 @@ def _eos_ids(model, tokenizer, gen_config: dict) -> frozenset[int]:
     return frozenset(ids)
 
 
-def _context(config: dict, requested: int | None) -> tuple[int, list[str]]:
-    """The cache length: requested or a chat-sized default, capped by the model's limits."""
-    notes = []
+def _context(folder: ModelFolder, requested: int | None) -> tuple[int, list[str]]:
+    """The cache length: requested or a chat-sized default, capped by the model's limits (and
+    a sliding window, unless the family masks each windowed layer: sliding_layers)."""
+    notes, text = [], folder.config.get("text_config")
+    config = {**folder.config, **text} if isinstance(text, dict) else folder.config
     native = config.get("max_position_embeddings")  # a whole number: model_folder checked it
     native = native if isinstance(native, int) else DEFAULT_MAX_CONTEXT
     context = requested or min(native, DEFAULT_MAX_CONTEXT)
     if context > native:
         raise BadRequest(f"context {context} is longer than the model's {native} positions")
     window = config.get("sliding_window")
-    if config.get("use_sliding_window") is not False and isinstance(window, int) and (
-            window < context):
-        # the engine's attention is full attention: stay inside the window instead of faking it
+    masked = getattr(families.get(folder.family), "sliding_layers", False)
+    if not masked and config.get("use_sliding_window") is not False and isinstance(
+            window, int) and window < context:
         notes.append(f"context capped at the model's sliding window of {window} tokens")
-        context = window
+        context = window  # all of its attention is windowed: stay inside the window
     return context, notes

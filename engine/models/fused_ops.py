@@ -63,7 +63,9 @@ def prepare(step, device: torch.device, compile_layers: bool) -> str | None:
     Triton pieces where wanted, then torch.compile's fusion of the step's when asked (prefill
     chunks keep the Triton ones: a compiled piece would compile again for each new length)
     -> the load event's note on them (None where neither runs)."""
-    note = (enable(step) or NOTE) if wanted(device, step.cache.backends.fused_ops) else None
+    wanted_here = wanted(device, step.cache.backends.fused_ops) and getattr(
+        step, "fused_pieces", True)  # a family whose math the Triton pieces do not compute
+    note = (enable(step) or NOTE) if wanted_here else None
     if compile_layers:
         step.fns = dict(step.eager_fns)
         compile_pieces(step, device)

@@ -1,12 +1,12 @@
 """The reproducible mode's pieces of the family step: each token's logits get the same bits
 however the pass that computed them was cut (a prefill chunk of 1 or 512 tokens, a verify
 block, a decode step, a warm or a cold cache), so a greedy answer does not change with how it
-was computed (issue 32; "Defeating Nondeterminism in LLM Inference", Thinking Machines, 2025).
+was computed ("Defeating Nondeterminism in LLM Inference", Thinking Machines, 2025).
 
 What varies with the number of rows in a pass, and what the mode does about it:
 - matrix products: BLAS libraries pick a kernel, and with it a summation order, by the row
-  count (BENCHMARKS.md, "Reproducible greedy", says which counts kept a row's bits where). At
-  load, `calibrate` finds for each linear the largest tile of rows, at most MAX_TILE, whose
+  count (docs/benchmark-log.md, "Reproducible greedy", says which counts kept a row's bits where).
+  At load, `calibrate` finds for each linear the largest tile of rows, at most MAX_TILE, whose
   every size gives each row the bits of that row alone (under 1 thread and the session's
   count), and the mode runs products in tiles of that size (1 where none matches), a tile of
   one row as two (`paired`: the matrix-vector kernel is never used);
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-MAX_TILE = 16  # rows: the probe's size; bf16 products on the CPU and the H200 keep 16
+MAX_TILE = 16  # rows: the probe's size; bf16 products on the CPU and GPUs measured keep 16
 
 
 @dataclass

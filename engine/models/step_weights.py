@@ -86,7 +86,7 @@ def in_family(model) -> bool:
     n = family.names
     layer = model.get_submodule(n.layers)[0]
     return all(getattr(layer.get_submodule(m), "bias", None) is None
-               for m in (n.gate, n.up, n.down))
+               for m in (n.gate, n.up, n.down) if m)
 
 
 def supports(model) -> bool:
@@ -94,8 +94,27 @@ def supports(model) -> bool:
     (Llama's attention_bias) decodes through transformers' modules on one device."""
     if not in_family(model):
         return False
-    n = family_of(model).names
-    return model.get_submodule(n.layers)[0].get_submodule(n.o).bias is None
+    family, cfg = family_of(model), model.config
+    # the family step's attention is SDPA's: soft-capped attention logits only on Gemma's step
+    capped = getattr(cfg, "attn_logit_softcapping", None) is not None
+    bias = model.get_submodule(family.names.layers)[0].get_submodule(family.names.o).bias
+    return bias is None and (family.sliding_layers or not capped) and _whole_fixed_rope(model)
+
+
+def _whole_fixed_rope(model) -> bool:
+    """RoPE over each head's every dimension, from frequencies fixed at load: the step's table
+    (not a partial rotary factor, nor longrope or dynamic scaling, which change with length)."""
+    cfg = model.config
+    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    kinds = [r for r in rope.values() if isinstance(r, dict)] or [rope]
+    if any(r.get("rope_type", r.get("type")) in ("longrope", "dynamic") for r in kinds):
+        return False
+    inv_freq, _ = rope_of(model.get_submodule(family_of(model).names.rotary))
+    return 2 * inv_freq.numel() == head_dim_of(cfg)
+
+
+def head_dim_of(cfg) -> int:
+    return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
 
 
 def weights_of(model) -> StepWeights:
@@ -106,20 +125,37 @@ def weights_of(model) -> StepWeights:
     num_heads = cfg.num_attention_heads
     lm_head = model.get_submodule(n.lm_head)
     rotary = model.get_submodule(n.rotary)
+    inv_freq, rope_scale = rope_of(rotary)
     layers = model.get_submodule(n.layers)
     return StepWeights(
         num_heads=num_heads, num_kv_heads=cfg.num_key_value_heads,
-        head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // num_heads,
+        head_dim=head_dim_of(cfg),
         eps=cfg.rms_norm_eps, scaling=layers[0].get_submodule(n.attn).scaling,
-        rope_scale=float(getattr(rotary, "attention_scaling", 1.0)),
+        rope_scale=rope_scale,
         embed=model.get_submodule(n.embed).weight, norm=model.get_submodule(n.norm).weight,
-        inv_freq=rotary.inv_freq.float(),
+        inv_freq=inv_freq,
         lm_head=lm_head.weight if _is_plain(lm_head) else lm_head,
         layers=[_params(layer, family) for layer in layers])
 
 
+def rope_of(rotary, layer_type: str | None = None) -> tuple[torch.Tensor, float]:
+    """A rotary embedding's inverse frequencies [D/2] (fp32) and attention scaling; where it
+    holds one set per layer type (Gemma 3: local and global bases), `layer_type`'s, the global
+    layers' by default; where it holds one set, that one for every type (Gemma 2)."""
+    if hasattr(rotary, "inv_freq"):
+        return rotary.inv_freq.float(), float(getattr(rotary, "attention_scaling", 1.0))
+    kind = layer_type or "full_attention"
+    return (getattr(rotary, f"{kind}_inv_freq").float(),
+            float(getattr(rotary, f"{kind}_attention_scaling", 1.0)))
+
+
 def _is_plain(*mods) -> bool:
     return all(type(m) is torch.nn.Linear for m in mods)
+
+
+def _plain(mod):
+    """A plain linear's weight, else the module itself."""
+    return mod.weight if _is_plain(mod) else mod
 
 
 def _fuse(mods: list[torch.nn.Linear]) -> torch.Tensor:
@@ -136,6 +172,8 @@ def _fuse(mods: list[torch.nn.Linear]) -> torch.Tensor:
 def _params(layer, family: families.Family) -> LayerParams:
     """One decoder layer's weights, found by the family's module names."""
     n = family.names
+    if n.fused:  # one linear each for [q; k; v] and [gate; up]: the layout the step reads
+        return _fused_params(layer, n)
     q, k, v, o, gate, up, down = (layer.get_submodule(name) for name in n.linears)
     if _is_plain(q, k, v):
         qkv = _fuse([q, k, v])
@@ -147,11 +185,17 @@ def _params(layer, family: families.Family) -> LayerParams:
     gate_up = _fuse([gate, up]) if _is_plain(gate, up) else _concat(gate, up)
     if hasattr(gate_up, "choose_glu"):  # the int4 layers' SiLU * up inside the product
         gate_up.choose_glu()
-    plain = lambda mod: mod.weight if _is_plain(mod) else mod
     norm = lambda name: layer.get_submodule(name).weight if family.qk_norm else None
-    return LayerParams(qkv, bias, plain(o), gate_up, plain(down),
+    return LayerParams(qkv, bias, _plain(o), gate_up, _plain(down),
                        layer.get_submodule(n.ln_in).weight, layer.get_submodule(n.ln_post).weight,
                        norm(n.q_norm), norm(n.k_norm), o.bias if _is_plain(o) else None)
+
+
+def _fused_params(layer, n: families.ModuleNames) -> LayerParams:
+    qkv, o, gate_up, down = (layer.get_submodule(name) for name in (n.q, n.o, n.gate, n.down))
+    return LayerParams(_plain(qkv), qkv.bias, _plain(o), _plain(gate_up), _plain(down),
+                       layer.get_submodule(n.ln_in).weight, layer.get_submodule(n.ln_post).weight,
+                       None, None, o.bias if _is_plain(o) else None)
 
 
 def _concat(*mods) -> torch.nn.Module:

@@ -2,8 +2,8 @@
 memory, where each GPU reads its peers' buffers over NVLink (no ring, no protocol handshake).
 
 A 7B decode step runs 56 of them on 7 KB messages, where NCCL's fixed cost per call adds up to a
-large share of a tensor-parallel step (BENCHMARKS.md). PyTorch's one-shot sum is built for such
-small messages. It is chosen at setup only where it is there, computes what
+large share of a tensor-parallel step (docs/benchmark-log.md). PyTorch's one-shot sum is built for
+such small messages. It is chosen at setup only where it is there, computes what
 NCCL computes, survives a CUDA graph's capture and replay, and is faster on this machine: every
 rank decides the same from the same measurements, agreed over NCCL, so no rank waits on a
 collective that another skipped. Multicast stays off (child_env.NO_MULTICAST): the one-shot sum

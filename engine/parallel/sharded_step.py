@@ -25,7 +25,7 @@ from engine.models.step_weights import LayerParams, Shard, StepWeights, family_o
 from engine.parallel.all_reduce import AllReduce
 
 DTYPES = {f.name: getattr(torch, f.torch_dtype) for f in weights.floats()}  # "bf16": bfloat16
-# all_gather_into_tensor is deprecated from torch 2.13 on; the H200 image runs 2.11
+# all_gather_into_tensor is deprecated from torch 2.13 on; older torch has only it
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 

@@ -5,7 +5,7 @@ weights in the chosen format, a paged KV arena for the whole context (cache/kv_c
 rounded up to whole blocks; blocks the live conversation does not use hold cached prefixes of
 earlier ones), a prefill-chunk workspace, the CUDA context, the decode graph pool, an optional
 draft model and a safety margin (each part's bytes: plan/sizes.py, whose allowances are to be
-calibrated against NVML peaks on the H200, issue 9).
+calibrated against NVML peaks: bench/plan_check.py).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class Plan:
 
 def _core(shape: ModelShape, quant: str, kv_dtype: str, context: int, vram: int | None,
           draft: ModelShape | None, chunk: int, seqs: int, spec: int, cuda_ctx: int,
-          prefill_graphs: bool = True) -> Plan:
+          prefill_graphs: bool = True, device: str = "cuda") -> Plan:
     if context < 1 or chunk < 1 or seqs < 1:
         raise PlanError("context, prefill chunk and concurrency must be positive")
     if context > shape.max_position_embeddings:
@@ -85,16 +85,19 @@ def _core(shape: ModelShape, quant: str, kv_dtype: str, context: int, vram: int 
     d_w = weight_bytes(draft, draft.quant_method or "bf16", draft.double_quant) if draft else 0
     d_tok = kv_bytes_per_token(draft, kv_dtype) if draft else 0
     margin = margin_bytes(vram)
+    on_gpu = device == "cuda"  # the CPU (its RAM): no CUDA context, cuBLAS workspace or graphs
+    cuda_ctx = cuda_ctx if on_gpu else 0
 
     def parts(ctx: int, n: int) -> tuple[int, ...]:
         t = min(ctx, shape.context_limit)
         rows = n * (1 + (spec if draft else 0))
-        act = workspace_bytes(shape, quant, kv_dtype, chunk, rows, t) + CUBLAS_WORKSPACE_BYTES
+        act = workspace_bytes(shape, quant, kv_dtype, chunk, rows, t)
         # + each KV arena's scratch block (cache/kv_cache.py), a decode-side buffer like the graphs'
         scratch = (per_tok + d_tok) * KV_BLOCK_SIZE * n
         graph = (GRAPH_POOL_BASE_BYTES + workspace_bytes(shape, "bf16", "bf16", rows, rows, 0)
                  + scratch + (workspace_bytes(shape, "bf16", "bf16", min(
                      chunk, PREFILL_GRAPH_TOKENS), 1, 0) if prefill_graphs else 0))
+        act, graph = (act + CUBLAS_WORKSPACE_BYTES, graph) if on_gpu else (act + scratch, 0)
         d_kv = d_tok * kv_arena_tokens(min(ctx, draft.context_limit)) * n if draft else 0
         return w, per_tok * kv_arena_tokens(t) * n, act, cuda_ctx, graph, d_w + d_kv, margin
 
@@ -130,7 +133,7 @@ class Recommendation:
     kv_dtype: str
     context: int
     concurrency: int
-    fits: bool | None  # None on CPU / no card
+    fits: bool | None  # None with no card and no memory given
     device: str  # "cuda" | "cpu"
     use_draft: bool
     note: str | None
@@ -146,31 +149,39 @@ def recommend(shape: ModelShape, vram_bytes: int | None, compute_capability=None
               context: int | None = None, *, quant: str = "auto", kv_dtype: str = "auto",
               concurrency: int = 1, draft: ModelShape | None = None, prefer_quality: bool = False,
               prefill_chunk: int = PREFILL_CHUNK, cuda_context_bytes: int = CUDA_CONTEXT_BYTES,
-              prefill_graphs: bool = True) -> Recommendation:
+              prefill_graphs: bool = True, device: str = "cuda") -> Recommendation:
     """The seed's recommend_config made general; the format is chosen for one sequence.
 
     GPU: bf16 (fp16 below cc 8.0) with a 16-bit KV cache at the wanted context; else the KV cache
     in fp8 (cc >= 8.9) or int8; else INT8 weights (only with prefer_quality); else 4-bit (AWQ for
     an AWQ checkpoint, NF4 otherwise); else a shorter context; else it says plainly that nothing
-    fits. A quantized checkpoint is planned in its own format. No card: the checkpoint's dtype.
+    fits. A quantized checkpoint is planned in its own format. No card, or device "cpu" with
+    `vram_bytes` the computer's free memory: the checkpoint's dtype, the context shortened to fit.
     """
     wanted = context or shape.context_limit
 
     def core(q: str, k: str, ctx: int, n: int = 1, d: ModelShape | None = draft) -> Plan:
         return _core(shape, q, k, ctx, vram_bytes, d, prefill_chunk, n, NUM_SPECULATIVE_TOKENS,
-                     cuda_context_bytes, prefill_graphs)
+                     cuda_context_bytes, prefill_graphs, device)
 
     def need(p: Plan) -> int:
         return vram_needed(p.total_bytes - p.margin_bytes)
 
-    if vram_bytes is None:
+    if vram_bytes is None or device == "cpu":
         q = quant if quant != "auto" else (shape.quant_method or shape.native_dtype)
         k = kv_dtype if kv_dtype != "auto" else (
             shape.native_dtype if shape.native_dtype in kv_dtypes.names() else "bf16")
         p = core(q, k, wanted, concurrency)
-        return Recommendation(q, k, p.context, concurrency, None, "cpu", draft is not None,
-                              f"no GPU given: on the CPU the checkpoint's own dtype ({q})",
-                              need(p), None, p)
+        note = (f"{'on' if vram_bytes else 'no GPU given: on'} the CPU the checkpoint's own "
+                f"dtype ({q})")
+        if p.fits is False and p.max_context >= min(MIN_USEFUL_CONTEXT, shape.context_limit):
+            p = core(q, k, p.max_context // 256 * 256 or p.max_context, concurrency)
+            note += f"; context shortened from {wanted:,} to {p.context:,} tokens to fit"
+        elif p.fits is False:
+            note += (f"; does not fit: it needs {need(p) / GiB:.1f} GiB and this computer has "
+                     f"{vram_bytes / GiB:.1f} GiB of memory free")
+        return Recommendation(q, k, p.context, concurrency, p.fits, "cpu", draft is not None,
+                              note, need(p), None, p)
     cc = tuple(compute_capability) if compute_capability else None
     w16 = sixteen_bit(cc)
     if quant not in ("auto", None):
@@ -238,12 +249,15 @@ def recommend(shape: ModelShape, vram_bytes: int | None, compute_capability=None
 def plan(shape: ModelShape, quant: str, kv_dtype: str, context: int | None,
          vram_bytes: int | None = None, draft: ModelShape | None = None,
          prefill_chunk: int = PREFILL_CHUNK, *, compute_capability=None, concurrency: int = 1,
-         cuda_context_bytes: int = CUDA_CONTEXT_BYTES, prefill_graphs: bool = True) -> Plan:
+         cuda_context_bytes: int = CUDA_CONTEXT_BYTES, prefill_graphs: bool = True,
+         device: str = "cuda") -> Plan:
     """Bytes for these settings; "auto" / None settings are the recommendation's.
     `prefill_graphs`: count the pool of prefill chunks replayed as CUDA graphs (one GPU's
-    engine; a tensor-parallel rank replays decode steps only)."""
+    engine; a tensor-parallel rank replays decode steps only). `device` "cpu": `vram_bytes` is
+    the computer's free memory, and nothing of CUDA's is counted."""
     kw = dict(concurrency=concurrency, draft=draft, prefill_chunk=prefill_chunk,
-              cuda_context_bytes=cuda_context_bytes, prefill_graphs=prefill_graphs)
+              cuda_context_bytes=cuda_context_bytes, prefill_graphs=prefill_graphs,
+              device=device)
     best = recommend(shape, vram_bytes, compute_capability, context, **kw)
     q, k, ctx = quant or "auto", kv_dtype or "auto", context
     if "auto" in (q, k) or ctx is None:
@@ -251,7 +265,7 @@ def plan(shape: ModelShape, quant: str, kv_dtype: str, context: int | None,
             shape, vram_bytes, compute_capability, context, quant=q, kv_dtype=k, **kw)
         q, k, ctx = r.quant, r.kv_dtype, ctx or r.context
     p = _core(shape, q, k, ctx, vram_bytes, draft, prefill_chunk, concurrency,
-              NUM_SPECULATIVE_TOKENS, cuda_context_bytes, prefill_graphs)
+              NUM_SPECULATIVE_TOKENS, cuda_context_bytes, prefill_graphs, device)
     return replace(p, recommended=best.to_dict())
 
 
@@ -261,7 +275,7 @@ def largest_prefill_chunk(shape: ModelShape, quant: str, kv_dtype: str, context:
     """The longest prefill pass that still fits, its activations within `most_activation_bytes`
     where given (what a batch's KV arena leaves free): fewer, larger passes shorten time to first
     token, and a step's token budget under continuous batching is this pass, so a wave of
-    prompts prefills in fewer steps that stall the running decodes (BENCHMARKS.md, issue 25)."""
+    prompts prefills in fewer steps that stall the running decodes."""
     for chunk in choices:
         p = plan(shape, quant, kv_dtype, context, vram_bytes, prefill_chunk=chunk)
         if p.fits and (most_activation_bytes is None

@@ -34,7 +34,7 @@ MAX_DEVICES = 8
 # NCCL's own device memory per card: ring buffers for each channel and peer (SIMPLE 4 MiB +
 # LL128 ~4.5 MiB + LL ~0.25 MiB; 16-32 channels over NVLink), the p2p buffers the weight transfer
 # uses, its work queues. The per-step all-reduces run in place on the linears' outputs, which the
-# workspace already counts. An allowance to calibrate against NVML on the 2 x H200 (issue 12).
+# workspace already counts. An allowance to calibrate against NVML on two GPUs (bench/tp_check.py).
 NCCL_BUFFERS_BYTES = 384 * MiB
 _QUALITY = {"bf16": 0, "fp16": 0, "fp32": 0, "int8": 1, "awq": 2, "nf4": 3}
 

@@ -7,9 +7,8 @@ than a generic "use less memory". torch is imported only to release memory (`out
 
 from __future__ import annotations
 
-import os
-
 from engine.plan.memory import CUDA_CONTEXT_BYTES, GiB, PlanError, recommend
+from engine.plan.ram import available_ram_bytes
 
 # the CPU allocator's failure is a plain RuntimeError ("[enforce fail at alloc_cpu.cpp] ...
 # DefaultCPUAllocator: can't allocate memory"), not torch.OutOfMemoryError
@@ -60,21 +59,6 @@ def hint(config: dict, quant: str, context: int, vram_bytes: int,
     if rec.quant != quant:
         return f"try --quant {rec.quant} with a context of {size} tokens"
     return f"try a context of {size} tokens"
-
-
-def available_ram_bytes() -> int:
-    """What the kernel says a process can still take (MemAvailable), else all physical RAM."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # Windows has no sysconf
-        return 0
 
 
 def out_of_memory(message: str, config: dict, quant: str, context: int,

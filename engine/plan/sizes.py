@@ -14,8 +14,8 @@ MiB, GiB = 1 << 20, 1 << 30
 # the scaled KV dtypes: + one fp16 scale per token per KV head, for K and for V
 QUANTIZED_KV = kv_dtypes.NameView(kv_dtypes.quantized)
 CUDA_CONTEXT_BYTES = 768 * MiB  # outside torch's allocator: the bare context plus the kernels
-# loaded and graphs made by the time a 32K generation ends (BENCHMARKS.md, the planner against
-# NVML)
+# loaded and graphs made by the time a 32K generation ends (docs/benchmark-log.md, the planner
+# against NVML)
 CUBLAS_WORKSPACE_BYTES = 32 * MiB  # torch's default cuBLAS workspace on Hopper (:4096:8)
 GRAPH_POOL_BASE_BYTES = 64 * MiB  # private pool of the captured decode graphs (+ decode tensors)
 PREFILL_GRAPH_TOKENS = 1024  # the longest prefill chunk replayed as a CUDA graph: its pool keeps

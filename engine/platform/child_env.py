@@ -15,7 +15,7 @@ NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"
                 "NVSHMEM_DISABLE_NVLS": "1"}
 # torch's CUDA allocator, unless the user chose its settings: expandable segments can hand freed
 # pages back (fusing q/k/v and gate/up frees the unfused weights' blocks), and the VRAM planner
-# was validated with them (BENCHMARKS.md)
+# was validated with them (docs/benchmark-log.md)
 ALLOCATOR = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 ALLOCATOR_NAMES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")  # either is the user's choice
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
@@ -44,7 +44,7 @@ def thread_policy(environ=os.environ) -> dict[str, str]:
     one thread per physical core (a hyper-thread twin shares the core's vector units).
 
     The wait policy stays OpenMP's own (a spin before a waiting thread sleeps): passive waiting
-    costs a quiet machine about 14% (BENCHMARKS.md). Spinning threads starve a step while
+    costs a quiet machine about 14% (docs/benchmark-log.md). Spinning threads starve a step while
     another process is busy on a core; there the session runs fewer threads
     (platform/cpu_threads.py), and a lone thread never waits for another.
     """

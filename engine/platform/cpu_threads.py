@@ -1,5 +1,5 @@
 """How many CPU threads a decode step should use now: one per physical core while the machine is
-quiet, fewer while other processes keep its cores busy (BENCHMARKS.md, "A busy CPU").
+quiet, fewer while other processes keep its cores busy (docs/benchmark-log.md, "A busy CPU").
 
 Why at run time: an OpenMP team of N threads waits, at every kernel of a step, for its slowest
 member; with another process busy on a core, that member waits for the scheduler, and decode

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from engine.config import overrides
 
@@ -15,6 +17,14 @@ from engine.config import overrides
 # Face's `kernels` (a transformers dependency since 5.2x): "Skipping publisher trust check for
 # 'kernels-community/quantization-bitsandbytes' because Hugging Face Hub is in offline mode"
 NOISY_LOGGERS = ("torchao", "torch.utils._pytree", "bitsandbytes", "kernels")
+# transformers' warning, given once a tokenizer, that a text is longer than model_max_length:
+# Hearth measures every prompt against the context it loaded and refuses one in its own sentence
+LONG_TEXT_WARNING = "sequence-length-is-longer-than-the-specified-maximum"
+# where transformers prints a load's report (a table of missing and unexpected weights)
+LOAD_REPORT_LOGGER = "transformers.modeling_utils"
+LOAD_REPORT = "LOAD REPORT"  # in the report's first line
+# report lines that come before transformers' own error ("look at the above report"): kept
+LOAD_REPORT_ERRORS = ("MISMATCH", "CONVERSION")
 
 
 def is_debug() -> bool:
@@ -45,3 +55,34 @@ def skip_torchao() -> None:
     for module in (import_utils, transformers.utils):
         if hasattr(module, "is_torchao_available"):
             module.is_torchao_available = unavailable
+
+
+def quiet_tokenizer(tokenizer) -> None:
+    """Mark transformers' over-long-text warning as given on this tokenizer (HEARTH_DEBUG=1
+    leaves it on), so it never comes before Hearth's sentence about a prompt too long."""
+    given = getattr(tokenizer, "deprecation_warnings", None)
+    if isinstance(given, dict) and not is_debug():
+        given[LONG_TEXT_WARNING] = True
+
+
+@contextmanager
+def quiet_load_report() -> Iterator[None]:
+    """transformers' load report held back during a load: the loader reads the same report
+    (output_loading_info) and refuses a missing weight in one sentence of its own; unexpected
+    weights are notes. A report that transformers' own error points to stays. A filter, not a
+    level: transformers runs extra checks, with warnings of their own, when its logger's level
+    is raised."""
+    logger = logging.getLogger(LOAD_REPORT_LOGGER)
+    report = _LoadReport()
+    if not is_debug():
+        logger.addFilter(report)
+    try:
+        yield
+    finally:
+        logger.removeFilter(report)
+
+
+class _LoadReport(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.msg)
+        return LOAD_REPORT not in text or any(word in text for word in LOAD_REPORT_ERRORS)

@@ -2,16 +2,16 @@
 ship libnvrtc, so no nvcc or host compiler) and launched with little host work.
 
 torch's own launcher opens libcuda, makes a ctypes array type and converts every argument on each
-call: on the H200 machine's host that was about a third of a 7B AWQ prefill's host time
-(BENCHMARKS.md, issue 28), and an eager prefill is bound by its host. A Kernel here fixes its
+call: about a third of a 7B AWQ prefill's host time, and an eager prefill is bound by its
+host. A Kernel here fixes its
 argument kinds once, keeps one parameter block and writes the values into it at each launch;
 cuLaunchKernel copies the parameters before it returns, so the block is free again at once.
 
 A kernel may also be launched as a programmatic dependent launch (Hopper on: `pdl`): its blocks
 start while the kernel before it in the stream finishes (once all of that kernel's blocks have
 executed `griddepcontrol.launch_dependents`, or exited), and must execute `griddepcontrol.wait`
-before reading what that kernel wrote or writing anything: on the H200 that took about 4 us off
-each 7B decode layer (BENCHMARKS.md, issue 28).
+before reading what that kernel wrote or writing anything: about 4 us off each 7B decode layer
+(docs/benchmark-log.md).
 `HEARTH_PDL=off` launches every kernel plainly (kernels/fused_ops_kernel.py pdl_options: the
 Triton pieces' side).
 """

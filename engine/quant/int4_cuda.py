@@ -4,7 +4,7 @@ MMA_MAX_ROWS rows, else the layer dequantized (kernels/int4_dequant_kernel.py) a
 rows at a time into one reused bf16 buffer per device, each slice multiplied by cuBLAS into its
 columns; and the load check that the kernels compile and compute the reference's product.
 
-Measured on the H200 (BENCHMARKS.md, issue 28): slices small enough to stay in the L2 did
+Measured (docs/benchmark-log.md): slices small enough to stay in the L2 did
 not beat the whole layer at once (the dequantizing is not where the time goes, and cuBLAS runs
 best on the whole product), so a layer is one slice up to CHUNK_BYTES of bf16 weights and only
 larger ones (a 7B's fused gate/up, 271 MB, in two; a 4-bit lm_head) are cut: about the one
@@ -96,9 +96,8 @@ def glu_wanted(lin: torch.nn.Module) -> bool:
 def glu_faster(N: int, K: int, G: int, codebook: bool, device: str) -> bool:
     """Whether the gemv's SiLU * up launch beats the plain launch and silu_mul for one row of a
     fused gate/up of this shape here, timed at load on random codes (CUDA-graph replays, best of
-    5 each; the same bits either way, so only speed decides). On the H200 it was 3% faster at the
-    Qwen2.5-7B's gate/up and 24% slower at the Llama-3.1-8B's (more registers, fewer blocks):
-    BENCHMARKS.md, issue 28, session 23."""
+    5 each; the same bits either way, so only speed decides): it was faster at the Qwen2.5-7B's
+    gate/up and slower at the Llama-3.1-8B's (more registers, fewer blocks)."""
     if not glu_ok(device):
         return False
     try:

@@ -30,8 +30,8 @@ from engine.config.backends import INT4_KERNELS as KERNELS
 from engine.quant import int4_cuda, int4_tile_layout
 
 KERNEL_ENV = overrides.INT4_KERNEL  # force one (benchmarks, tests); unset: choose_kernel's pick
-CUDA_DEFAULT = "mma"  # on the H200 as fast as tinygemm at one row and about twice its aggregate
-# at 16 concurrent (BENCHMARKS.md, issue 28); tinygemm where its shapes do not fit or NVRTC is
+CUDA_DEFAULT = "mma"  # as fast as tinygemm at one row and about twice its aggregate at 16
+# concurrent; tinygemm where its shapes do not fit or NVRTC is
 # missing, then the Triton GEMV
 QUANTIZE_ROWS = 8192  # rows rounded at once: a 150K-vocabulary lm_head never sits in fp32 whole
 TRITON_MAX_ROWS = 16  # the Triton GEMV is written for decode; prefill dequantizes instead

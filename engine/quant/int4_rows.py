@@ -1,11 +1,11 @@
 """From how many rows each 4-bit layer's product goes through the Triton GEMM over tinygemm's
-layout instead of tinygemm itself: measured once at load, per layer shape, on this GPU (issue 28:
-outside the reproducible mode the kernel may be chosen per row count by measurement).
+layout instead of tinygemm itself: measured once at load, per layer shape, on this GPU (outside
+the reproducible mode the kernel may be chosen per row count by measurement).
 
-tinygemm's time grows with every row, the GEMM's barely below a tile: on the H200 at 64 rows the
+tinygemm's time grows with every row, the GEMM's barely below a tile: at 64 rows the
 GEMM took 210 us for a 7B's gate/up against tinygemm's 597, but 458 against 305 for its down
-product (BENCHMARKS.md, 2026-12-03). So a fixed row count serves neither: each shape gets the
-smallest of the batched step's row counts from which the GEMM was faster at that count and at
+product (docs/benchmark-log.md, 2026-12-03). So a fixed row count serves neither: each shape gets
+the smallest of the batched step's row counts from which the GEMM was faster at that count and at
 every larger one. Both read the same weights, so nothing is copied; before this runs, or where
 the GEMM does not check out on the device, the GEMM takes rows above TINYGEMM_MAX_ROWS as before.
 HEARTH_INT4_ROWS=fixed (engine/config/overrides.py) turns it off.

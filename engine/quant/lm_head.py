@@ -2,8 +2,9 @@
 
 Besides the decoder layers, a decode step reads the whole lm_head: for Qwen2.5-7B in AWQ its
 16-bit copy is 1.09 GB of the ~4.8 GB a step reads, so 8 bits save ~11% of the step's bytes and
-4 bits ~17%. Off by default: rounding the logits' matrix costs quality (BENCHMARKS.md measures
-how much). A tied embedding keeps its 16-bit table; the quantized copy is the lm_head's own.
+4 bits ~17%. Off by default: rounding the logits' matrix costs quality (docs/benchmark-log.md
+measures how much). A tied embedding keeps its 16-bit table; the quantized copy is the
+lm_head's own.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def quantize_lm_head(model, how: str, device: torch.device, dtype: torch.dtype) 
     model.config.get_text_config().tie_word_embeddings = False
     nbytes = sum(p.numel() * p.element_size() for p in new.parameters())
     note = f"lm_head: {how} ({new.kernel} kernel, {nbytes / 2**20:.1f} MiB)"
-    if how == "int8" and device.type == "cuda":  # measured, BENCHMARKS.md (AWQ weights)
-        note += ("; torch's int8 kernel is slow at batch 1 on CUDA (an H200 decoded the 7B in "
-                 "AWQ at 171 tokens/s with it, 270 with the 16-bit lm_head, 277 with int4)")
+    if how == "int8" and device.type == "cuda":  # measured: docs/benchmark-log.md (AWQ weights)
+        note += ("; torch's int8 kernel is slow at batch 1 on CUDA (the benchmark GPU decoded a 7B "
+                 "in AWQ at 171 tokens/s with it, 270 with the 16-bit lm_head, 277 with int4)")
     return note

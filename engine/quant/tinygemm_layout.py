@@ -1,9 +1,9 @@
 """torch's tinygemm int4 layout on CUDA (`_convert_weight_to_int4pack`), unpacked with view ops.
 
 tinygemm is the fastest int4 kernel at decode, but at a prefill chunk's rows it is the slowest
-(many times bf16's time: BENCHMARKS.md), and torch has no op that unpacks its layout. So prefill
-dequantizes the weight here (a few elementwise kernels over 4-bit codes) and multiplies in 16
-bits.
+(many times bf16's time: docs/benchmark-log.md), and torch has no op that unpacks its layout. So
+prefill dequantizes the weight here (a few elementwise kernels over 4-bit codes) and multiplies
+in 16 bits.
 
 The layout, read from the packing kernel's index arithmetic: the packed tensor is
 [N/8, K/(16 T), 32, T/2] int32 for T inner k-tiles; lane t = 4a + b of element [nt, ko, t, j]

@@ -18,7 +18,8 @@ KEPT = "The answer so far is kept; regenerate to try again."
 
 
 class AnswerStream:
-    def __init__(self, where: str, started_at: float, api_key: str | None = None) -> None:
+    def __init__(self, where: str, started_at: float, api_key: str | None = None,
+                 max_deltas: int | None = None) -> None:
         self.where = where
         self.finish_reason: str | None = None  # OpenAI's, from the last chunk
         self.has_done = False  # `data: [DONE]` came
@@ -31,11 +32,14 @@ class AnswerStream:
         self._usage: tuple[int, int] | None = None  # (prompt, completion) tokens, when sent
         self._is_reasoning = False
         self._last_stats_at = -math.inf
+        # the answer's token limit: a server may send fewer deltas than tokens, never more
+        self._max_deltas = max_deltas
+        self._is_capped = False  # text came past the limit: the answer ends at it
 
     @property
     def is_over(self) -> bool:
         """Nothing after this can change the answer: stop reading."""
-        return self.has_done or self.failure is not None
+        return self.has_done or self.failure is not None or self._is_capped
 
     @property
     def num_deltas(self) -> int:
@@ -69,6 +73,9 @@ class AnswerStream:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue  # n > 1 is never asked for
             text = self._delta_text(choice.get("delta"))
+            if text and self._max_deltas is not None and self._num_deltas >= self._max_deltas:
+                self.finish_reason, self._is_capped = "length", True
+                break
             if text:
                 self._num_deltas += 1
                 self._first_at = self._first_at if self._first_at is not None else now
@@ -80,6 +87,11 @@ class AnswerStream:
             self._last_stats_at = now
             events.append(self.stats())
         return events
+
+    def refuse(self, why: str) -> None:
+        """The stream broke a bound (`why` says how): the answer ends here, failed."""
+        self.failure = Failed(f"The endpoint at {self.where} {why}; the answer stops there.",
+                              KEPT)
 
     def end(self, is_cancelled: bool = False, cut_reason: str = "") -> list:
         """The events that close the stream: exactly one Finished or Failed, last.

@@ -17,11 +17,11 @@ from engine.remote.answer_stream import AnswerStream
 from engine.remote.base_url import BaseUrl, parse_base_url
 from engine.remote.cancel import CancelToken
 from engine.remote.failures import RemoteError, http_error, unreachable
-from engine.remote.sse import ServerEvent, SseReader
+from engine.remote.sse import ServerEvent, SseOverflow, SseReader, size_text
 
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 300.0  # a busy cluster may queue a request for minutes before its first token
-MAX_LINE_BYTES = 1 << 20
+MAX_LINE_BYTES = 1 << 20  # a line of a stream; an event is bounded in sse.py
 MAX_BODY_BYTES = 8 << 20  # a model list or a whole (non-streamed) answer
 MAX_ERROR_BYTES = 64 << 10
 CONTEXT_KEYS = ("max_model_len", "context_length", "context_window")  # vLLM, LM Studio, others
@@ -124,7 +124,8 @@ def stream_chat(base_url: str, model: str, request: GenerateRequest, *,
     except BadRequest as e:
         yield Failed(str(e), bad_input=True)
         return
-    answer = AnswerStream(base.where, time.monotonic(), api_key)
+    # the limit is sent, and held here too: a server that ignores it is cut off at it
+    answer = AnswerStream(base.where, time.monotonic(), api_key, request.max_new_tokens)
     conn = None
     try:
         conn, sock = _connect(base, CONNECT_TIMEOUT_S)
@@ -142,6 +143,8 @@ def stream_chat(base_url: str, model: str, request: GenerateRequest, *,
                 yield from answer.feed(event, time.monotonic())
                 if answer.is_over or cancel.is_cancelled:
                     break
+        except SseOverflow as e:
+            answer.refuse(f"sent {e}")
         except TimeoutError:
             cut_reason = f"nothing came for {read_timeout_s:g} s"
         except (OSError, http.client.HTTPException) as e:
@@ -227,9 +230,11 @@ def _is_whole(response) -> bool:
 def _server_events(response, cancel: CancelToken) -> Iterator[ServerEvent]:
     reader = SseReader()
     while not cancel.is_cancelled:
-        line = response.readline(MAX_LINE_BYTES)
+        line = response.readline(MAX_LINE_BYTES + 1)
         if not line:
             break
+        if len(line) > MAX_LINE_BYTES:
+            raise SseOverflow(f"a line longer than {size_text(MAX_LINE_BYTES)}")
         event = reader.feed(line)
         if event is not None:
             yield event

@@ -24,6 +24,7 @@ MODEL_HELP = ("a model folder, a name in Hearth's models folder (`hearth list`) 
               "Hugging Face repo id (default: the starter model once imported, else the "
               "bundled demo model)")
 MAX_SEED = 2**64 - 1  # torch.Generator.manual_seed's range
+MAX_LOGPROBS = 20  # engine/events/requests.py's, OpenAI's top_logprobs bound
 MAX_TOP_K = 2**31 - 1  # torch.topk takes an int32 k
 
 
@@ -102,7 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--repetition-penalty", type=_finite)
     run.add_argument("--stop", action="extend", nargs="+", default=[], metavar="TEXT")
     run.add_argument("--seed", type=_whole(0, MAX_SEED))
+    run.add_argument("--logprobs", type=_whole(0, MAX_LOGPROBS), metavar="N",
+                     help="with --json: each token event carries its log probability (of the "
+                     "model's raw logits) and the N likeliest tokens'")
     run.add_argument("--raw", action="store_true", help="no chat template: tokenize as is")
+    run.add_argument("--json-schema", metavar="FILE", help="a JSON schema the answer follows "
+                     "(a grammar holds every token to it)")
     run.add_argument("--json", action="store_true", help="one JSON event per line")
     run.add_argument("--endpoint", metavar="URL", help="stream from an OpenAI-compatible "
                      "endpoint (its base URL, e.g. http://host:8000/v1); --model is its model id")

@@ -130,6 +130,8 @@ class Chat:
                 self.last = event.stats
                 self.out.write("\n")
                 self.out.flush()
+                if event.reason == "repetition":
+                    print("[cut: the answer was repeating itself]", file=self.err)
                 if event.reason == "cancelled":
                     print("[stopped]", file=self.err)
                 # a stop before the first token keeps an empty answer: templates that want

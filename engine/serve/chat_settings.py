@@ -41,7 +41,8 @@ class AnswerSettings:
     def request(self, messages: tuple[dict, ...]) -> GenerateRequest:
         """The request for `messages` under these settings; BadRequest with one sentence."""
         req = GenerateRequest(messages=messages, system=self.system,
-                              max_new_tokens=self.max_tokens, sampling=self.sampling())
+                              max_new_tokens=self.max_tokens, sampling=self.sampling(),
+                              stop_on_repetition=True)  # the loop guard, as in the window
         req.validate()
         return req
 

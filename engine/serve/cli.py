@@ -1,5 +1,5 @@
 """The `hearth` command. Arguments and the model folder are checked before torch is imported,
-so bad input fails at once with one sentence and exit code 2 (DESIGN.md: the CLI contract).
+so bad input fails at once with one sentence and exit code 2 (the CLI contract).
 The argument tree is serve/arguments.py.
 """
 
@@ -34,7 +34,11 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         _fill_default_model(args)
         if args.command in (None, "gui"):
+            from engine.platform import display
             from engine.platform.child_env import child_env
+
+            if not display.has_display():  # Qt would abort with its own message
+                raise BadRequest(display.NO_DISPLAY)
 
             model = getattr(args, "model", None)  # `hearth` alone has no gui options
             if model is not None:
@@ -42,7 +46,11 @@ def main(argv: list[str] | None = None) -> int:
 
                 check(model)  # a bad folder: one sentence here, not a failed load in the window
             app_args = ["--model", model] if model is not None else []
-            return subprocess.call([sys.executable, "-m", "app", *app_args], env=child_env())
+            code = subprocess.call([sys.executable, "-m", "app", *app_args], env=child_env())
+            if code < 0:  # a signal: Qt aborts where its platform plugin cannot load
+                print(f"hearth: {display.window_failure(-code)}", file=sys.stderr)
+                return EXIT_ERROR
+            return code
         if args.command == "worker":
             from engine.serve import worker
 
@@ -185,6 +193,16 @@ def _read_messages(path: str) -> tuple[dict, ...]:
     return tuple(messages)
 
 
+def _grammar(args):
+    if getattr(args, "json_schema", None) is None:
+        return None
+    if args.endpoint is not None:
+        raise BadRequest("--json-schema holds a local model to a schema; leave out --endpoint")
+    from engine.serve import schema_file
+
+    return schema_file.read(args.json_schema)
+
+
 def _requests(args) -> tuple[LoadRequest, GenerateRequest]:
     if args.num_speculative_tokens is not None and not (args.draft or args.prompt_lookup):
         raise BadRequest("--num-speculative-tokens needs --draft PATH or --prompt-lookup")
@@ -197,6 +215,8 @@ def _requests(args) -> tuple[LoadRequest, GenerateRequest]:
         messages = _read_messages(args.messages)
     elif args.prompt is None:
         raise BadRequest("give a --prompt or a --messages file")
+    elif not args.prompt.strip():
+        raise BadRequest("--prompt is empty; give the text to answer")
     load = LoadRequest(model=args.model, quant=args.quant, kv_dtype=args.kv_dtype,
                        context=args.context, device=args.device,
                        memory_limit_gib=args.memory_limit, draft=args.draft,
@@ -206,11 +226,21 @@ def _requests(args) -> tuple[LoadRequest, GenerateRequest]:
     gen = GenerateRequest(prompt=args.prompt, messages=messages, system=args.system,
                           raw=args.raw, max_new_tokens=args.max_new_tokens, stop=tuple(args.stop),
                           sampling=SamplingParams(args.temperature, args.top_p, args.top_k,
-                                                  args.repetition_penalty, args.seed),
-                          prompt_lookup=args.prompt_lookup)
+                                                  args.repetition_penalty, args.seed,
+                                                  logprobs=_logprobs(args)),
+                          prompt_lookup=args.prompt_lookup, stop_on_repetition=True,
+                          grammar=_grammar(args))
     load.validate()
     gen.validate()
     return load, gen
+
+
+def _logprobs(args) -> int | None:
+    """--logprobs, shown in --json's token events, from the local engine."""
+    if args.logprobs is not None and (not args.json or args.endpoint is not None):
+        raise BadRequest("--logprobs shows in the token events of --json, from a local model; "
+                         "add --json" + (" and leave out --endpoint" if args.endpoint else ""))
+    return args.logprobs
 
 
 def _speculation(s) -> str:

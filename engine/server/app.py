@@ -1,5 +1,6 @@
-"""The FastAPI app: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics over one
-service.Engine, wrapped in the safe defaults (guards.py) and, only when origins are listed, CORS.
+"""The FastAPI app: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics and the
+other protocols' routes (protocols/) over one service.Engine, wrapped in the safe defaults
+(guards.py) and, only when origins are listed, CORS.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.server import errors, guards
-from engine.server.bridge import Generation, Mailbox
+from engine.server.bridge import Mailbox
+from engine.server.connections import Timeouts
 from engine.server.metrics import InFlight, Metrics
 from engine.server.model_view import ModelView
 from engine.server.prompts import chat_choices, completion_choices
-from engine.server.responses import Shape, collect, stream
+from engine.server.protocols import routes as protocol_routes
+from engine.server.responses import collect, start, stream
 from engine.server.wire import ChatCompletionRequest, CompletionRequest
 
 MIN_BODY_BYTES = 1 << 20
@@ -31,6 +34,7 @@ class Settings:
     max_seqs: int = 1  # how many run together at most (the engine's batch)
     cors_origins: tuple[str, ...] = ()
     extra_host_names: tuple[str, ...] = ()  # more Host header names to accept (tests)
+    timeouts: Timeouts = Timeouts()  # for clients that stop reading or never finish asking
 
 
 def max_body_bytes(context: int) -> int:
@@ -42,22 +46,23 @@ def create_app(engine, model: ModelView, settings: Settings) -> FastAPI:
     app = FastAPI(title="Hearth", version="1", summary="An OpenAI-compatible local server")
     app.state.engine, app.state.model, app.state.settings = engine, model, settings
     metrics = app.state.metrics = Metrics(engine)
-    mailbox = app.state.mailbox = Mailbox(engine)  # closed by the runner when it stops
+    app.state.mailbox = Mailbox(engine)  # closed by the runner when it stops
     created = int(time.time())
+    config = getattr(engine.session, "config", None)  # None on a test's stand-in engine
+    reproducible = bool(config is not None and config.reproducible)  # hearth serve --reproducible
     errors.install(app)
 
-    def known(name: str) -> None:
-        if not model.knows(name):
-            raise errors.APIError(404, f"The model {name[:200]!r} does not exist; this server "
-                                  f"serves {model.id!r}", "model", "model_not_found")
-
     def card(name: str) -> dict:
-        return {"id": name, "object": "model", "created": created, "owned_by": "hearth"}
+        # Hearth's own fields: how answers are read, chosen from the chat template at load
+        return {"id": name, "object": "model", "created": created, "owned_by": "hearth",
+                "tool_call_syntax": model.tool_syntax.name,
+                "reasoning": "think" if model.thinks else None}
 
     @app.get("/health")
     async def health():
         return {"status": "ok", "model": model.id, "max_seqs": settings.max_seqs,
-                "running": engine.num_running, "waiting": engine.num_waiting}
+                "running": engine.num_running, "waiting": engine.num_waiting,
+                "reproducible": reproducible}
 
     @app.get("/metrics")
     async def prometheus():
@@ -69,13 +74,12 @@ def create_app(engine, model: ModelView, settings: Settings) -> FastAPI:
 
     @app.get("/v1/models/{name:path}")
     async def get_model(name: str):
-        known(name)
+        model.require(name)
         return card(name)
 
     async def answer(chat: bool, body, request: Request, choices):
-        gen = Generation(engine, choices, metrics, "chatcmpl" if chat else "cmpl", mailbox)
-        gen.start()
-        shape = Shape(chat, gen, body.model, body.n or 1)
+        shape = start(app.state, choices, "chatcmpl" if chat else "cmpl", body.model, chat,
+                      body.n or 1)
         if body.stream:
             usage = bool(body.stream_options and body.stream_options.include_usage)
             return StreamingResponse(stream(shape, request, usage),
@@ -86,13 +90,15 @@ def create_app(engine, model: ModelView, settings: Settings) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
-        known(body.model)
+        model.require(body.model)
         return await answer(True, body, request, await chat_choices(body, model))
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
-        known(body.model)
+        model.require(body.model)
         return await answer(False, body, request, await completion_choices(body, model))
+
+    protocol_routes.install(app)
 
     # outermost last: the Host check, CORS (its preflights carry no key), the key, the body
     app.add_middleware(guards.BodyLimit, max_bytes=max_body_bytes(model.context))
@@ -100,7 +106,8 @@ def create_app(engine, model: ModelView, settings: Settings) -> FastAPI:
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
                            allow_methods=["GET", "POST", "OPTIONS"],
-                           allow_headers=["Authorization", "Content-Type"])
+                           allow_headers=["Authorization", "Content-Type", "x-api-key",
+                                          "anthropic-version"])
     app.add_middleware(InFlight, metrics=metrics)
     app.add_middleware(guards.HostCheck, bound_host=settings.host,
                        extra_names=settings.extra_host_names)

@@ -1,6 +1,7 @@
 """One HTTP request's choices on the engine: submitted together, their events handed from the
-engine thread to the event loop through the app's Mailbox onto an asyncio.Queue, tagged with their
-choice index. Closing it cancels whatever has not finished: a client that left frees its place.
+engine thread to the event loop through the app's Mailbox onto a bounded Output queue, tagged with
+their choice index. Closing it cancels whatever has not finished: a client that left frees its
+place. The engine thread never waits on a client: its events are appended and it goes on.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 
 from engine.events import Failed, Finished, Token
 from engine.server.errors import APIError
@@ -20,6 +22,28 @@ from engine.service.engine import QueueFull
 
 RETRY_AFTER_S = 1
 WAKER_POLL_S = 1.0  # how soon the mailbox's thread notices that its loop has closed
+# events a choice may have waiting for its client; a reader that keeps up holds one step's
+BUFFERED_PER_CHOICE = 1024
+CLIENT_LEFT = "the client closed the request before its answer was done"
+
+
+class Output(asyncio.Queue):
+    """A generation's (choice index, event) pairs on the event loop, at most `bound` of them
+    waiting. Past the bound the client reads too slowly: `on_overflow()` runs once and later
+    events are dropped, but for the terminal ones, so the answer still ends."""
+
+    def __init__(self, bound: int, on_overflow: Callable[[], None]):
+        super().__init__()
+        self.bound, self.on_overflow = bound, on_overflow
+        self.has_overflowed = False
+
+    def put_nowait(self, item) -> None:
+        if self.qsize() >= self.bound and not isinstance(item[1], (Finished, Failed)):
+            if not self.has_overflowed:
+                self.has_overflowed = True
+                self.on_overflow()
+            return
+        super().put_nowait(item)
 
 
 class Mailbox:
@@ -89,8 +113,10 @@ class Generation:
         self.engine, self.choices, self.metrics = engine, choices, metrics
         self.mailbox = mailbox or Mailbox()
         self.id = f"{prefix}-{uuid.uuid4().hex}"
-        self.queue: asyncio.Queue = asyncio.Queue()
+        self.queue = Output(BUFFERED_PER_CHOICE * len(choices), self._overflowed)
         self.open = {c.index for c in choices}  # choices without a terminal event yet
+        self.ended_why: APIError | None = None  # why the server cancelled it, where it did
+        self.reasons: dict[int, str] = {}  # each ended choice's Finished reason ("stop_string")
         self._t_start = time.perf_counter()
         self._t_last: dict[int, float] = {}
 
@@ -127,6 +153,8 @@ class Generation:
             self._t_last[index] = now
         elif isinstance(event, (Finished, Failed)):
             self.open.discard(index)
+            if isinstance(event, Finished):
+                self.reasons[index] = event.reason
         return index, event
 
     @property
@@ -138,10 +166,20 @@ class Generation:
         for index in self.open:
             self.engine.cancel(self._engine_id(index))
 
+    def _overflowed(self) -> None:
+        self.metrics.overflows.inc()
+        self.ended_why = APIError(503, f"the client read the answer too slowly: more than "
+                                  f"{self.queue.bound:,} events waited for it; the request was "
+                                  "cancelled", code="client_too_slow")
+        self.close()
+
     async def watch_disconnect(self, request, interval_s: float = 0.25) -> None:
         """Cancel when the client goes away (run as a task beside the reading)."""
         while not self.done:
             if await request.is_disconnected():
+                # its own status (nginx's 499), not a stop's 503, in /metrics
+                self.ended_why = self.ended_why or APIError(499, CLIENT_LEFT,
+                                                            code="client_closed")
                 self.close()
                 return
             await asyncio.sleep(interval_s)

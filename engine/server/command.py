@@ -5,11 +5,14 @@ neither torch nor the server's libraries, so the `hearth` parser stays fast and 
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
 
 from engine.events import BadRequest, Failed, Loaded, LoadProgress, LoadRequest
+from engine.generate.reproducible import WORDS, reproducible_of
+from engine.server.connections import IDLE_TIMEOUT_S, STALL_TIMEOUT_S, Timeouts
 
 DEFAULT_MAX_SEQS = 16
 KEY_ENV = "HEARTH_SERVER_API_KEY"  # the key without putting it in argv, which `ps` shows
@@ -17,8 +20,9 @@ KEY_ENV = "HEARTH_SERVER_API_KEY"  # the key without putting it in argv, which `
 
 def add_parser(sub) -> None:
     p = sub.add_parser("serve", help="a local OpenAI-compatible server (needs hearth[server])")
-    p.add_argument("--model", help="model folder or cached Hugging Face repo id "
-                   "(default: the bundled demo model)")
+    p.add_argument("--model", help="a model folder, a name in Hearth's models folder (`hearth "
+                   "list`) or a cached Hugging Face repo id (default: the starter model once "
+                   "imported, else the bundled demo model)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind; any other than "
                    "loopback needs --api-key")
     p.add_argument("--port", type=int, default=8000, help="0: any free port")
@@ -31,11 +35,20 @@ def add_parser(sub) -> None:
                    "what fits)")
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                    help="allow browser pages from this origin (repeat for more); off by default")
+    p.add_argument("--stall-timeout", type=float, default=STALL_TIMEOUT_S, metavar="S",
+                   help="cancel an answer whose client reads none of it for S seconds, and "
+                        "close its connection (its place in the batch goes to others)")
+    p.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT_S, metavar="S",
+                   help="close a connection that sends no whole request for S seconds (idle "
+                        "or half-open)")
     p.add_argument("--quant", default="auto")
     p.add_argument("--kv-dtype", default="auto")
     p.add_argument("--context", type=int)
     p.add_argument("--device", default="auto")
     p.add_argument("--memory-limit", type=float, metavar="GIB")
+    p.add_argument("--reproducible", choices=tuple(WORDS), default="auto",
+                   help="greedy answers that do not change with how they were computed (batch "
+                        "company, warm or cold cache, chunk sizes); auto: the device's default")
 
 
 def check_args(args) -> tuple[str | None, LoadRequest]:
@@ -47,6 +60,10 @@ def check_args(args) -> tuple[str | None, LoadRequest]:
         raise BadRequest(f"--port must be 0 to 65535, got {args.port}")
     if args.max_seqs < 1:
         raise BadRequest(f"--max-seqs must be at least 1, got {args.max_seqs}")
+    for flag, value in (("--stall-timeout", args.stall_timeout),
+                        ("--idle-timeout", args.idle_timeout)):
+        if not (math.isfinite(value) and value > 0):
+            raise BadRequest(f"{flag} must be a number of seconds above 0, got {value}")
     if not is_loopback(args.host) and not key:
         raise BadRequest(f"binding {args.host} opens the server to other machines; give an "
                          f"--api-key (or set {KEY_ENV}), or bind 127.0.0.1")
@@ -56,7 +73,8 @@ def check_args(args) -> tuple[str | None, LoadRequest]:
                              f"got {origin[:80]!r}")
     load = LoadRequest(model=args.model, quant=args.quant, kv_dtype=args.kv_dtype,
                        context=args.context, device=args.device,
-                       memory_limit_gib=args.memory_limit, kv_tokens=args.kv_tokens)
+                       memory_limit_gib=args.memory_limit, kv_tokens=args.kv_tokens,
+                       reproducible=reproducible_of(args))
     load.validate()
     return key, load
 
@@ -85,14 +103,17 @@ def load(engine, req: LoadRequest):
 
 
 def run(args) -> int:
-    key, req = check_args(args)
+    # first: checking the flags imports the server's own modules, which import FastAPI
     try:
         import fastapi  # noqa: F401
         import prometheus_client  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as e:
-        raise BadRequest(f"hearth serve needs the server extra ({e.name} is missing): "
-                         "pip install 'hearth[server]'") from None
+        from engine.tools.pip_packages import extra_install
+
+        raise BadRequest(f"the server extra is not installed ({e.name} is missing); "
+                         f"add it with: {extra_install('server')}") from None
+    key, req = check_args(args)
     from engine.files.model_folder import check
     from engine.server.app import Settings, create_app
     from engine.server.model_view import ModelView
@@ -117,7 +138,8 @@ def run(args) -> int:
               engine.session.can_batch() else "requests run one at a time on this model",
               file=sys.stderr, flush=True)
         settings = Settings(args.host, sock.getsockname()[1], key, args.max_seqs,
-                            tuple(args.cors_origin))
+                            tuple(args.cors_origin),
+                            timeouts=Timeouts(args.stall_timeout, args.idle_timeout))
         app = create_app(engine, ModelView.of(engine.session, args.model), settings)
         make_server(app, engine).run(sockets=[sock])
     finally:

@@ -1,5 +1,6 @@
 """The server's safe defaults as ASGI middleware: the Host header check (DNS rebinding), the
-Bearer key on every route but /health, and a bound on the request body.
+key on every route but /health (as a Bearer token, or in `x-api-key` as Anthropic's clients send
+it), and a bound on the request body. Each refusal is in the shape of the route's protocol.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import hmac
 import ipaddress
 import json
 
-from engine.server.errors import error_body
+from engine.server.errors import shaped_body
 
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 WILDCARDS = ("0.0.0.0", "::", "")
@@ -41,8 +42,8 @@ def host_name(header: str) -> str:
     return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
-async def _answer(send, status: int, message: str, code: str, headers=()) -> None:
-    body = json.dumps(error_body(status, message, None, code)).encode()
+async def _answer(scope, send, status: int, message: str, code: str, headers=()) -> None:
+    body = json.dumps(shaped_body(scope.get("path", ""), status, message, None, code)).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode()), *headers]})
@@ -71,14 +72,15 @@ class HostCheck:
             return await self.app(scope, receive, send)
         header = dict(scope.get("headers", ())).get(b"host", b"").decode("latin-1")
         if not self.allows(header):
-            return await _answer(send, 403, f"the Host header {header[:100]!r} is not this "
+            return await _answer(scope, send, 403, f"the Host header {header[:100]!r} is not this "
                                  "server's address", "invalid_host")
         await self.app(scope, receive, send)
 
 
 class BearerAuth:
-    """`Authorization: Bearer KEY` on every route but /health (and CORS preflights, which a
-    browser sends without it; the CORS middleware outside this one answers them)."""
+    """`Authorization: Bearer KEY` or `x-api-key: KEY` on every route but /health (and CORS
+    preflights, which a browser sends without it; the CORS middleware outside this one answers
+    them)."""
 
     OPEN = ("/health",)
 
@@ -89,12 +91,15 @@ class BearerAuth:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or self.key is None or scope["path"] in self.OPEN:
             return await self.app(scope, receive, send)
-        header = dict(scope.get("headers", ())).get(b"authorization", b"")
+        headers = dict(scope.get("headers", ()))
+        header = headers.get(b"authorization", b"")
         scheme, _, given = header.partition(b" ")
+        if b"x-api-key" in headers and not header:
+            scheme, given = b"bearer", headers[b"x-api-key"]
         if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self.key):
-            message = ("no API key given: send `Authorization: Bearer KEY`" if not header
-                       else "the API key is wrong")
-            return await _answer(send, 401, message, "invalid_api_key",
+            message = ("no API key given: send `Authorization: Bearer KEY` or `x-api-key: KEY`"
+                       if not (header or b"x-api-key" in headers) else "the API key is wrong")
+            return await _answer(scope, send, 401, message, "invalid_api_key",
                                  [(b"www-authenticate", b"Bearer")])
         await self.app(scope, receive, send)
 
@@ -111,7 +116,7 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         length = dict(scope.get("headers", ())).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-            return await self._too_large(send)
+            return await self._too_large(scope, send)
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -120,7 +125,7 @@ class BodyLimit:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.max_bytes:
-                return await self._too_large(send)
+                return await self._too_large(scope, send)
             if not message.get("more_body", False):
                 break
         replayed = False
@@ -134,6 +139,6 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _too_large(self, send):
-        await _answer(send, 413, f"the request body is larger than {self.max_bytes:,} bytes "
+    async def _too_large(self, scope, send):
+        await _answer(scope, send, 413, f"the request body is larger than {self.max_bytes:,} bytes "
                       "(the bound follows the model's context)", "body_too_large")

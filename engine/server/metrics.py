@@ -51,6 +51,12 @@ class Metrics:
                                     registry=self.registry)
         self.requests = Counter("hearth_http_requests", "/v1 requests answered, by HTTP status",
                                 ["status"], registry=self.registry)
+        self.stalled = Counter("hearth_stalled_connections", "connections reset because their "
+                               "client read nothing of an answer for the stall timeout",
+                               registry=self.registry)
+        self.overflows = Counter("hearth_output_overflows", "answers cancelled because more of "
+                                 "their output waited unread than its bound",
+                                 registry=self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

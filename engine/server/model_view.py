@@ -12,14 +12,33 @@ import copy
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from engine.answer.reasoning import thinks
+from engine.answer.tool_syntax import syntax_for
 from engine.events import BadRequest
+from engine.generate import template_guard
 from engine.generate.prompt import Splice, render_template
 from engine.generate.template_guard import RenderBudget
+from engine.server.errors import APIError
 
+MAX_RENDERS = 4  # chat templates rendering at once, each in a child process of its own
 # fill-in-the-middle markers by family, prefix/suffix/middle: a `suffix` needs one of these sets
 FIM_TOKENS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-Coder
               ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder, SantaCoder
               ("<PRE>", "<SUF>", "<MID>"))  # Code Llama
+
+
+def gpt2_byte_chars() -> dict[int, str]:
+    """Byte-level BPE's table (GPT-2's): every byte as the printable character that stands for
+    it in the vocabulary's tokens."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[b] = chr(b)
+        else:
+            chars[b], extra = chr(256 + extra), extra + 1
+    return chars
 
 
 def model_ids(given: str | None, folder: Path) -> tuple[str, ...]:
@@ -32,11 +51,27 @@ def model_ids(given: str | None, folder: Path) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def _template_text(tok) -> str | None:
+    """The chat template (every named one, where a folder has several), or None."""
+    template = getattr(tok, "chat_template", None)
+    if isinstance(template, dict):
+        return "\n".join(t for t in template.values() if isinstance(t, str))
+    return template if isinstance(template, str) else None
+
+
 class ModelView:
     def __init__(self, tokenizer, context: int, vocab_size: int, ids: tuple[str, ...]):
         self.tok = copy.deepcopy(tokenizer)
         self.context, self.vocab_size, self.ids = context, vocab_size, ids
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="hearth-tokenize")
+        self._renders = ThreadPoolExecutor(MAX_RENDERS, thread_name_prefix="hearth-render")
+        self._byte_of: dict[str, int] | None = None  # byte-level BPE's character -> its byte
+        template = _template_text(self.tok)
+        # how answers are read, from what the template writes: its family's call syntax, and
+        # whether it thinks; named in /v1/models
+        self.tool_syntax, self.thinks = syntax_for(template), thinks(template)
+        if getattr(self.tok, "chat_template", None):
+            template_guard.prewarm()
 
     @classmethod
     def of(cls, session, given: str | None) -> ModelView:
@@ -51,21 +86,51 @@ class ModelView:
     def knows(self, model: str) -> bool:
         return model in self.ids
 
+    def require(self, name: str) -> None:
+        """A 404 for a model this server does not serve."""
+        if not self.knows(name):
+            raise APIError(404, f"The model {name[:200]!r} does not exist; this server serves "
+                           f"{self.id!r}", "model", "model_not_found")
+
     async def run(self, fn, *args):
         """`fn(*args)` on the tokenizer's thread, so the event loop keeps serving."""
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
-    def chat_ids(self, messages: list[dict]) -> list[int]:
+    async def chat_ids(self, messages: list[dict], extra: dict | None = None) -> list[int]:
         """generate/prompt.py's tokenization of a chat with nothing cached: the same ids."""
+        return (await self.chat_prompt(messages, extra))[0]
+
+    async def chat_prompt(self, messages: list[dict],
+                          extra: dict | None = None) -> tuple[list[int], str]:
+        """The chat's ids and the text they were read from. The template renders on a thread of
+        the renders' own, waiting on its child process: a costly one holds up neither the event
+        loop nor other requests' tokenizing. `extra`: `tools`, a template's own kwargs."""
         if not getattr(self.tok, "chat_template", None):
             raise BadRequest("this model has no chat template; send a raw prompt to "
                              "/v1/completions instead")
-        text = render_template(self.tok, messages, RenderBudget(None))
-        return Splice(self.tok, []).tokenize(text)
+        text = await asyncio.get_running_loop().run_in_executor(
+            self._renders, render_template, self.tok, messages, RenderBudget(None), extra)
+        return await self.run(Splice(self.tok, []).tokenize, text), text
 
     def text_ids(self, text: str) -> list[int]:
         """`hearth run --raw`'s tokenization: the tokenizer's default, special tokens added."""
         return list(self.tok(text)["input_ids"])
+
+    def token_pieces(self, ids: list[int]) -> list[tuple[str, list[int]]]:
+        """Each token as (its text, its bytes), on the tokenizer's thread: a byte-level BPE
+        token's own bytes (part of a character, perhaps), else the bytes of its decoded text."""
+        if self._byte_of is None:
+            byte_level = type(self.tok.backend_tokenizer.decoder).__name__ == "ByteLevel" \
+                if getattr(self.tok, "backend_tokenizer", None) is not None else False
+            self._byte_of = {c: b for b, c in gpt2_byte_chars().items()} if byte_level else {}
+        out = []
+        for token_id, piece in zip(ids, self.tok.convert_ids_to_tokens(ids), strict=True):
+            if self._byte_of and all(c in self._byte_of for c in piece):
+                raw = bytes(self._byte_of[c] for c in piece)
+            else:
+                raw = self.tok.decode([token_id]).encode()
+            out.append((raw.decode("utf-8", "replace"), list(raw)))
+        return out
 
     def fim_tokens(self) -> tuple[str, str, str] | None:
         vocab = self.tok.get_vocab()
@@ -73,3 +138,4 @@ class ModelView:
 
     def close(self) -> None:
         self._thread.shutdown(wait=False, cancel_futures=True)
+        self._renders.shutdown(wait=False, cancel_futures=True)

@@ -5,15 +5,21 @@ truncated), max_tokens against what is left of it. Each failure is a 400 naming 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from engine.events import BadRequest, GenerateRequest, SamplingParams
-from engine.events.requests import MAX_SEED
+from engine.answer import tool_request
+from engine.answer.reader import Reading
+from engine.answer.reasoning import opens_thinking
+from engine.events import BadRequest, GenerateRequest, GrammarSpec, SamplingParams
+from engine.events.requests import MAX_LOGIT_BIAS, MAX_SEED, short_repr
+from engine.grammar import compiled, response_format
 from engine.server.errors import bad_request
 from engine.server.model_view import ModelView
 from engine.server.wire import (
+    COMPLETION_MAX_TOKENS,
     MAX_CHOICES,
     MAX_STOP_STRINGS,
+    MIN_SEED,
     ChatCompletionRequest,
     CompletionRequest,
 )
@@ -24,6 +30,7 @@ class Choice:
     index: int
     request: GenerateRequest
     prompt_tokens: int
+    reading: Reading = Reading()  # how a chat answer's text is read (engine/answer)
 
 
 def _text(value: str, param: str) -> str:
@@ -36,14 +43,26 @@ def _text(value: str, param: str) -> str:
 
 
 def _refuse_unsupported(body) -> None:
-    for name in ("presence_penalty", "frequency_penalty"):
-        if getattr(body, name):
-            raise bad_request(f"{name} is not supported by this server; leave it out or send 0 "
-                              "(repetition_penalty is)", name)
-    if body.logit_bias:
-        raise bad_request("logit_bias is not supported by this server", "logit_bias")
     if body.stream_options is not None and not body.stream:
         raise bad_request("stream_options is only allowed with stream: true", "stream_options")
+
+
+def _logit_bias(body, vocab_size: int) -> tuple[tuple[int, float], ...]:
+    """OpenAI's logit_bias, {"token id": bias}: ids in the vocabulary, biases in [-100, 100]."""
+    bias = body.logit_bias or {}
+    if len(bias) > MAX_LOGIT_BIAS:
+        raise bad_request(f"logit_bias takes at most {MAX_LOGIT_BIAS} tokens, got {len(bias)}",
+                          "logit_bias")
+    pairs = []
+    for key, value in bias.items():
+        if not (key.isascii() and key.isdigit() and int(key) < vocab_size):
+            raise bad_request(f"logit_bias keys are token ids from 0 to {vocab_size - 1}, got "
+                              f"{short_repr(key)}", "logit_bias")
+        if not -100 <= value <= 100:
+            raise bad_request(f"logit_bias values are from -100 to 100, got {value}",
+                              "logit_bias")
+        pairs.append((int(key), float(value)))
+    return tuple(pairs)
 
 
 def _stops(stop) -> tuple[str, ...]:
@@ -73,23 +92,34 @@ def _max_new(asked: int | None, param: str, num_prompt: int, context: int, where
     return asked
 
 
-def _choices(body, prompts: list[list[int]], max_new: list[int]) -> list[Choice]:
+def _choices(body, prompts: list[list[int]], max_new: list[int], vocab_size: int,
+             logprobs: int | None, grammar: GrammarSpec | None = None) -> list[Choice]:
+    """`logprobs`: the top tokens reported beside each chosen one; None: no logprobs."""
     n = body.n or 1
     if len(prompts) * n > MAX_CHOICES:
         raise bad_request(f"at most {MAX_CHOICES} choices a request (prompts times n), got "
                           f"{len(prompts) * n}", "n")
-    if body.seed is not None and not 0 <= body.seed <= MAX_SEED:
-        raise bad_request("seed must be a whole number from 0 to 2**64 - 1", "seed")
+    if body.seed is not None and not MIN_SEED <= body.seed <= MAX_SEED:
+        raise bad_request("seed must be a whole number from -2**63 to 2**64 - 1", "seed")
+    # top_p 0 is in OpenAI's range: the smallest nucleus, the most likely token alone, which
+    # top_k 1 keeps (the engine's top-p is above 0)
+    top_p, top_k = (None, 1) if body.top_p == 0 else (body.top_p, body.top_k)
     choices = []
     stop = _stops(body.stop)
+    openai_options = {"presence_penalty": body.presence_penalty or 0.0,
+                      "frequency_penalty": body.frequency_penalty or 0.0,
+                      "logit_bias": _logit_bias(body, vocab_size), "logprobs": logprobs}
     for p, ids in enumerate(prompts):
         for i in range(n):
-            # n choices of one seeded request differ from each other and repeat as a whole
+            # n choices of one seeded request differ from each other and repeat as a whole; a
+            # negative seed wraps into the engine's range, as its two's complement
             seed = None if body.seed is None else (body.seed + i) % (MAX_SEED + 1)
-            sampling = SamplingParams(body.temperature, body.top_p, body.top_k,
-                                      body.repetition_penalty, seed)
+            sampling = SamplingParams(body.temperature, top_p, top_k, body.repetition_penalty,
+                                      seed, **openai_options)
             req = GenerateRequest(prompt_ids=tuple(ids), max_new_tokens=max_new[p], stop=stop,
-                                  sampling=sampling, ignore_eos=body.ignore_eos)
+                                  sampling=sampling, ignore_eos=body.ignore_eos,
+                                  stop_on_repetition=body.stop_on_repetition,
+                                  grammar=grammar)
             try:
                 req.validate()
             except BadRequest as e:
@@ -98,15 +128,39 @@ def _choices(body, prompts: list[list[int]], max_new: list[int]) -> list[Choice]
     return choices
 
 
+async def _grammar(fmt: dict | None, model: ModelView) -> GrammarSpec | None:
+    """response_format's grammar, compiled here on the tokenizer's thread (the engine finds it
+    cached): a 400 with the reason where it cannot be."""
+    try:
+        spec = response_format.spec_of(fmt)
+        if spec is not None:
+            await model.run(compiled.compile, model.tok, model.vocab_size, spec)
+    except BadRequest as e:
+        raise bad_request(str(e), "response_format") from None
+    return spec
+
+
 def _messages(body: ChatCompletionRequest) -> list[dict]:
     out = []
     for i, m in enumerate(body.messages):
         role = "system" if m.role == "developer" else m.role
-        if role not in ("system", "user", "assistant"):
+        if role not in ("system", "user", "assistant", "tool"):
             raise bad_request(f"messages[{i}].role {m.role[:40]!r} is not supported: use system, "
-                              "developer, user or assistant (this server has no tool calling)",
-                              f"messages[{i}].role")
+                              "developer, user, assistant or tool", f"messages[{i}].role")
         content = m.content
+        extra = {}
+        if role == "assistant" and m.tool_calls:
+            # content null beside calls: left out, as apply_chat_template drops None keys
+            extra["tool_calls"] = tool_request.assistant_calls(m.tool_calls, i)
+        if role == "assistant" and m.reasoning_content is not None:
+            extra["reasoning_content"] = _text(m.reasoning_content,
+                                               f"messages[{i}].reasoning_content")
+        if role == "tool":
+            extra.update({k: v for k, v in (("tool_call_id", m.tool_call_id),
+                                            ("name", m.name)) if v is not None})
+        if content is None and "tool_calls" in extra:
+            out.append({"role": role, "content": None, **extra})
+            continue
         if content is None:
             raise bad_request(f"messages[{i}].content is missing", f"messages[{i}].content")
         if not isinstance(content, str):
@@ -118,23 +172,28 @@ def _messages(body: ChatCompletionRequest) -> list[dict]:
                                       f"messages[{i}].content")
                 texts.append(part.text)
             content = "\n".join(texts)
-        out.append({"role": role, "content": _text(content, f"messages[{i}].content")})
+        out.append({"role": role, "content": _text(content, f"messages[{i}].content"), **extra})
     return out
 
 
 async def chat_choices(body: ChatCompletionRequest, model: ModelView) -> list[Choice]:
     _refuse_unsupported(body)
-    if body.logprobs or body.top_logprobs:
-        raise bad_request("logprobs are not available from this server yet",
-                          "logprobs" if body.logprobs else "top_logprobs")
-    if body.tools:
-        raise bad_request("tools are not supported by this server", "tools")
-    if body.response_format and body.response_format.get("type", "text") != "text":
-        raise bad_request("response_format other than text is not supported by this server",
-                          "response_format")
-    messages = _messages(body)
+    if body.top_logprobs is not None and not body.logprobs:
+        raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
+    grammar = await _grammar(body.response_format, model)
     try:
-        ids = await model.run(model.chat_ids, messages)
+        tools = tool_request.tool_use(body.tools, body.tool_choice, body.parallel_tool_calls)
+        extra = tool_request.template_kwargs(body.chat_template_kwargs)
+        messages = _messages(body)
+    except tool_request.RequestError as e:
+        raise bad_request(str(e), e.param) from None
+    messages = tool_request.fit_call_ids(messages, model.tool_syntax.id_length)
+    if tools is not None:
+        messages = tool_request.with_instruction(messages, tools.instruction())
+        if tools.template_tools() is not None:
+            extra["tools"] = tools.template_tools()
+    try:
+        ids, text = await model.chat_prompt(messages, extra)
     except BadRequest as e:
         raise bad_request(str(e), "messages") from None
     if body.max_completion_tokens is not None:
@@ -142,7 +201,14 @@ async def chat_choices(body: ChatCompletionRequest, model: ModelView) -> list[Ch
     else:
         asked, param = body.max_tokens, "max_tokens"
     max_new = _max_new(asked, param, len(ids), model.context, "messages")
-    return _choices(body, [ids], [max_new])
+    calls = tools is not None and tools.choice != "none"
+    reading = Reading(syntax=model.tool_syntax if calls else None, thinks=model.thinks,
+                      thinking_open=model.thinks and opens_thinking(text),
+                      max_calls=None if tools is None or tools.parallel else 1,
+                      must_call=(tools.function or "") if calls and tools.must_call else None)
+    return [replace(c, reading=reading) for c in _choices(
+        body, [ids], [max_new], model.vocab_size,
+        (body.top_logprobs or 0) if body.logprobs else None, grammar)]
 
 
 def _prompt_list(prompt) -> list[str | list[int]]:
@@ -155,12 +221,11 @@ def _prompt_list(prompt) -> list[str | list[int]]:
 
 async def completion_choices(body: CompletionRequest, model: ModelView) -> list[Choice]:
     _refuse_unsupported(body)
-    if body.logprobs is not None:
-        raise bad_request("logprobs are not available from this server yet", "logprobs")
     if body.echo:
         raise bad_request("echo is not supported by this server", "echo")
     if body.best_of is not None and body.best_of != (body.n or 1):
         raise bad_request("best_of is not supported by this server; leave it out", "best_of")
+    grammar = await _grammar(body.response_format, model)
     prompts = _prompt_list(body.prompt)
     if not prompts or any(len(p) == 0 for p in prompts):
         raise bad_request("the prompt is empty", "prompt")
@@ -184,6 +249,7 @@ async def completion_choices(body: CompletionRequest, model: ModelView) -> list[
                 raise bad_request(f"prompt holds a token id outside the vocabulary (0 to "
                                   f"{model.vocab_size - 1})", "prompt")
             all_ids.append(list(p))
-    max_new = [_max_new(body.max_tokens, "max_tokens", len(ids), model.context, "prompt")
+    asked = COMPLETION_MAX_TOKENS if body.max_tokens is None else body.max_tokens
+    max_new = [_max_new(asked, "max_tokens", len(ids), model.context, "prompt")
                for ids in all_ids]
-    return _choices(body, all_ids, max_new)
+    return _choices(body, all_ids, max_new, model.vocab_size, body.logprobs, grammar)

@@ -15,6 +15,7 @@ import threading
 import uvicorn
 
 from engine.events import BadRequest
+from engine.server.connections import limited_protocol
 
 SHUTDOWN_GRACE_S = 5  # open streams end within a step of the cancel; this bounds the rest
 
@@ -77,8 +78,12 @@ class Server(uvicorn.Server):
 
 
 def make_server(app, engine, announce: bool = True) -> Server:
+    """uvicorn over `app`, with the connection timeouts of its settings (server/connections.py)."""
+    timeouts = app.state.settings.timeouts
     config = uvicorn.Config(app, log_level="warning", workers=1, lifespan="off",
-                            timeout_graceful_shutdown=SHUTDOWN_GRACE_S, access_log=False)
+                            timeout_graceful_shutdown=SHUTDOWN_GRACE_S, access_log=False,
+                            http=limited_protocol(timeouts, app.state.metrics.stalled.inc),
+                            timeout_keep_alive=timeouts.idle_s)
     return Server(config, engine, announce)
 
 

@@ -5,7 +5,7 @@ The model behind adaptive K: with a per-token acceptance rate alpha, a round of 
 yields (1 - alpha^(K+1)) / (1 - alpha) tokens and costs K draft steps plus one verify pass of
 K + 1 tokens; K is chosen to maximize tokens per second. The switch-off does not trust the
 model: it compares the measured time per token of speculation with a measured plain step.
-The H200 figures behind the constants: BENCHMARKS.md, "Tuning notes moved from the code".
+The figures behind the constants: docs/benchmark-log.md, "Tuning notes moved from the code".
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ SLOW_DECAY = 0.97  # about 33 rounds: the fast estimate alone is too noisy to se
 # the slow one alone too slow to see a draft stop being accepted
 JUDGE_Z = 1.5  # speculation is switched off only if it loses even at the estimate plus this
 # many standard errors: judged after every round, a lower bar switches off winners on a few bad
-# rounds (packaging/bench/switch_off_sim.py is the tuning aid)
+# rounds (bench/switch_off_sim.py is the tuning aid)
 PRIOR_ALPHA, PRIOR_TESTS = 0.6, 2.0
 SAMPLES = 15  # timings are medians of the last few: one slow step (a first use, another
 # process on the CPU) must not decide

@@ -1,4 +1,4 @@
-"""The decode step of N sequences at once (continuous batching, issue 25): FamilyStep.batch over
+"""The decode step of N sequences at once (continuous batching): FamilyStep.batch over
 rows of block tables, eager or as CUDA graphs captured per (rows, KV bucket) on first use, a step
 padded to the next of GRAPH_SIZES rows. One sequence alone keeps the Decoder's own step (its
 graphs, its speed): generate/batch_run.py calls this for two rows or more.
@@ -68,7 +68,7 @@ class BatchedDecoder:
         # tokens, positions, each row's bucket, its split count, where its token is on the
         # device (step's on_device): one host-to-device copy a step,
         # from pinned memory (a pageable copy waits for the GPU, and the step before may still
-        # run: generate/inflight.py); two buffers in turn, the one before last long copied
+        # run: batch/inflight.py); two buffers in turn, the one before last long copied
         pin = device.type == "cuda"
         self._staging = [torch.zeros(5, self.max_rows, dtype=torch.long, pin_memory=pin)
                          for _ in range(2)]

@@ -1,13 +1,13 @@
 """Forward passes over the engine's cache: a prefill chunk, and the one-token decode step.
 
 The decode step takes the fastest path the model and device allow:
-- "graph": the Llama/Qwen family step (models/layers.py) captured as CUDA graphs, one per KV-length
-  bucket, replayed with the token and position copied into static device tensors;
+- "graph": the family step (models/layers.py, Gemma 3's models/gemma_step.py) captured as CUDA
+  graphs, one per KV-length bucket, replayed with the token and position in static tensors;
 - "static": the same step run eagerly (CPU, or where capture failed): the graph's reference;
 - "generic": transformers' own modules with the engine's attention (every architecture).
-`verify` runs a block of T tokens and returns every position's logits (speculative decoding);
-in "graph" mode each (T, bucket) pair can be captured too (`capture_blocks`). `DecodeEngine` is
-the face a session decodes through: a Decoder's, or a tensor-parallel leader's (parallel/).
+`verify` runs a block of T tokens and returns every position's logits (speculative decoding); in
+"graph" mode each (T, bucket) pair can be captured too (`capture_blocks`). `DecodeEngine` is the
+face a session decodes through: a Decoder's, or a tensor-parallel leader's (parallel/).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from engine.config import overrides
 from engine.config.backends import Backends
 from engine.formats import families
 from engine.models import fused_ops, invariant
+from engine.models.gemma_step import step_of
 from engine.models.layers import FamilyStep, apply_linear
 from engine.models.step_weights import supports
 from engine.quant import int4_rows
@@ -93,9 +94,7 @@ class Decoder:
 
     def __init__(self, model: torch.nn.Module | None, cache: KVCache, device: torch.device,
                  family: FamilyStep | None = None):
-        self.model = model
-        self.cache = cache
-        self.device = device
+        self.model, self.cache, self.device = model, cache, device
         self.mode = "generic" if family is None else "static"
         self.notes: list[str] = []
         self.family = family
@@ -122,7 +121,7 @@ class Decoder:
                 self.notes.append(f"{self.model.config.model_type} decodes through "
                                   f"transformers' modules (the fused step covers {covers})")
                 return
-            self.family = FamilyStep.of(self.model, self.cache)
+            self.family = step_of(self.model, self.cache)
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()  # the unfused weights' blocks, freed by fusing, go back
         self.mode = "static"

@@ -2,9 +2,9 @@
 bucket (the next power of two from MIN_TOKENS), its tail padded, one graph per (bucket, KV
 bucket), captured the first time that pair comes up.
 
-Why: an eager prefill of a few hundred tokens is bound by its host, not its GPU (BENCHMARKS.md,
-issue 28: a 7B's 512-token prefill took 24 ms of host calls in bf16 for 12 ms of kernels, and
-AWQ's dequantizing launches added 10 ms more), and a chat's next message, a few dozen tokens,
+Why: an eager prefill of a few hundred tokens is bound by its host, not its GPU (a 7B's
+512-token prefill took 24 ms of host calls in bf16 for 12 ms of kernels, and AWQ's
+dequantizing launches added 10 ms more), and a chat's next message, a few dozen tokens,
 costs as many host calls as a prompt. A replay costs one launch.
 
 Padding is harmless to the real tokens: the pad rows sit after them, so causal attention keeps

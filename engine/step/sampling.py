@@ -3,7 +3,8 @@
 No host sync inside `Sampler.__call__`: the draw is argmax(probs / Exp(1)) with a seeded device
 generator (the exponential race, equivalent to sampling from probs), so a step never waits on
 the CPU. The order of the transforms follows transformers' `generate()`: penalty, temperature,
-top-k, top-p.
+top-k, top-p; OpenAI's penalties and logit_bias (step/penalties.py) come after the repetition
+penalty, and logprobs (step/logprobs.py) are of the raw logits, before all of them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ import os
 from dataclasses import dataclass
 
 import torch
+
+from engine.events import Token
+from engine.step.logprobs import LogprobRecorder, token_event
+from engine.step.penalties import OpenAIPenalties, proposal_counts
 
 
 @dataclass(frozen=True)
@@ -23,38 +28,41 @@ class ResolvedSampling:
     top_k: int
     repetition_penalty: float
     seed: int
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    logprobs: int | None = None  # top tokens reported beside each chosen one; None: none
 
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0
 
 
-ENGINE_DEFAULTS = dict(temperature=0.7, top_p=0.95, top_k=0, repetition_penalty=1.0)
-
-
-def resolve(params, gen_config: dict) -> ResolvedSampling:
-    """Request value, else generation_config.json's, else the engine's default."""
-    model = {}
-    if gen_config.get("do_sample") is False:
-        model["temperature"] = 0.0
-    elif gen_config.get("do_sample"):
-        for key in ("temperature", "top_p", "top_k", "repetition_penalty"):
-            if gen_config.get(key) is not None:
-                model[key] = gen_config[key]
-    if gen_config.get("repetition_penalty") is not None:
-        model["repetition_penalty"] = gen_config["repetition_penalty"]
-
+def resolve(params, defaults: dict) -> ResolvedSampling:
+    """The request's value for each setting, else the model's default (`defaults`: formats/
+    sampling_defaults.py model_defaults, the values the window shows); no seed: a random one."""
     def pick(key):
         value = getattr(params, key)
-        return value if value is not None else model.get(key, ENGINE_DEFAULTS[key])
+        return value if value is not None else defaults[key]
 
     seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little")
     return ResolvedSampling(float(pick("temperature")), float(pick("top_p")),
-                            int(pick("top_k")), float(pick("repetition_penalty")), seed)
+                            int(pick("top_k")), float(pick("repetition_penalty")), seed,
+                            **openai_options(params))
+
+
+def openai_options(params) -> dict:
+    """The options OpenAI's API adds (they have no model default)."""
+    return {"presence_penalty": params.presence_penalty,
+            "frequency_penalty": params.frequency_penalty, "logit_bias": params.logit_bias,
+            "logprobs": params.logprobs}
 
 
 class Sampler:
-    """One per generation: holds the seeded generator and the seen-token mask for the penalty."""
+    """One per generation: holds the seeded generator and the seen-token mask for the penalty,
+    and a constrained request's grammar state (grammar/matcher.py; None: unconstrained)."""
+
+    grammar = None  # a GrammarState, set by the generation that makes this Sampler
 
     def __init__(self, s: ResolvedSampling, vocab_size: int, device: torch.device,
                  prompt_ids: torch.Tensor):
@@ -64,17 +72,56 @@ class Sampler:
         if s.repetition_penalty != 1.0:
             self.seen = torch.zeros(vocab_size, dtype=torch.bool, device=device)
             self.seen[prompt_ids] = True
+        self.rules = OpenAIPenalties.of(s, vocab_size, device)
+        self.logprobs = None if s.logprobs is None else LogprobRecorder(s.logprobs, device)
+
+    @property
+    def is_plain_greedy(self) -> bool:
+        """Greedy with nothing of its own to apply or record: argmax of the raw logits."""
+        return (self.s.is_greedy and self.seen is None and self.rules is None
+                and self.logprobs is None)
+
+    @property
+    def one_token_a_step(self) -> bool:
+        """Whether this request decodes without speculation: its logprobs are recorded a step
+        at a time, and its grammar's next mask depends on each token taken."""
+        return self.logprobs is not None or self.grammar is not None
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         """logits: [V] for the last position -> next token id, [1] int64 on the device."""
-        logits = self.penalize(logits.float(), self.seen)
+        raw = logits
+        logits = self.penalize(self.constrain(logits.float()), self.seen)
+        if self.rules is not None:
+            logits = self.rules.apply(logits)
         if self.s.is_greedy:
             token = logits.argmax(-1, keepdim=True)
         else:
             token = self.race(self.filter(logits).softmax(-1))
         if self.seen is not None:
             self.seen[token] = True
+        if self.rules is not None:
+            self.rules.add(token)
+        if self.logprobs is not None:
+            self.logprobs.record(raw, token)
+        self.follow(token)
         return token
+
+    def token(self, text: str, ids) -> Token:
+        """The Token event of ids this sampler chose, oldest first, with their logprobs where
+        the request asked for them (a request with logprobs decodes plainly, a token a step)."""
+        return token_event(text, ids, self.logprobs)
+
+    def constrain(self, logits: torch.Tensor) -> torch.Tensor:
+        """[V] logits with what the grammar does not allow next at -inf (unconstrained: as is)."""
+        if self.grammar is None:
+            return logits
+        return logits.masked_fill(~self.grammar.allowed(logits.device), float("-inf"))
+
+    def follow(self, token: torch.Tensor) -> None:
+        """The grammar takes the chosen token: the next mask depends on it, so a constrained
+        request reads its token on the host here (one sync a step, for it alone)."""
+        if self.grammar is not None:
+            self.grammar.accept(int(token.reshape(-1)[0].item()))
 
     def penalize(self, logits: torch.Tensor, seen: torch.Tensor | None) -> torch.Tensor:
         """logits, seen: [..., V] (seen broadcasts); None or a penalty of 1: unchanged."""
@@ -112,20 +159,19 @@ class Sampler:
         also holds proposals[:i], the tokens that precede position i if accepted."""
         if self.seen is None:
             return None
-        rows = self.seen.expand(proposals.numel() + 1, -1).clone()
-        if proposals.numel():
-            marks = torch.zeros(rows[1:].shape, dtype=torch.int32, device=rows.device)
-            marks.scatter_(1, proposals[:, None], 1)  # one_hot would sync to validate
-            rows[1:] |= marks.cumsum(0) > 0  # row i + 1: proposals[:i + 1]
-        return rows
+        return self.seen | (proposal_counts(proposals, self.seen.numel()) > 0)
 
     def target_logits(self, logits: torch.Tensor, proposals: torch.Tensor) -> torch.Tensor:
         """Verified logits [K + 1, V] -> the target's next-token logits at each position, as
         __call__ would see them there (penalty, and for sampling temperature, top-k, top-p)."""
         logits = self.penalize(logits.float(), self.block_seen(proposals))
+        if self.rules is not None:
+            logits = self.rules.apply(logits, self.rules.block_counts(proposals))
         return logits if self.s.is_greedy else self.filter(logits)
 
     def mark(self, tokens: list[int]) -> None:
         """Committed tokens join the penalty's seen set."""
         if self.seen is not None and tokens:
             self.seen[torch.tensor(tokens, device=self.seen.device)] = True
+        if self.rules is not None and tokens:
+            self.rules.add(torch.tensor(tokens, device=self.rules.device))

@@ -17,9 +17,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.platform import display
 from engine.platform.gpu import detect_gpus
 from engine.tools.pip_packages import (
     canonical,
+    extra_install,
     installed_version,
     older,
     pip_install,
@@ -30,8 +32,7 @@ from engine.tools.pip_packages import (
 
 OK, NOTE, MISSING = "ok", "note", "MISSING"
 REPO_DIR = Path(__file__).resolve().parents[2]  # engine/tools/doctor.py -> the checkout
-QT_LIBRARIES = ("libgl1 libegl1 libxkbcommon0 libxkbcommon-x11-0 libxcb-cursor0 libglib2.0-0 "
-                "libfontconfig1 libdbus-1-3")
+QT_LIBRARIES = " ".join(display.QT_PACKAGES)
 DRIVER_URL = "https://www.nvidia.com/drivers"
 
 # Required packages checked by name and version alone (torch and Qt have their own checks).
@@ -259,6 +260,41 @@ def check_qt(specs: dict[str, str]) -> Check:
     return Check("Qt", OK, f"PySide6 {version} (the desktop app)")
 
 
+def check_window() -> Check:
+    """Does the window open here: the X11 plugin's libraries (ldd), then, with a display, Qt
+    loading its platform plugin in a child process."""
+    if importlib.util.find_spec("PySide6") is None:
+        return Check("Window", NOTE, "cannot open without PySide6 (the Qt line above)")
+    missing = display.xcb_missing()
+    if missing:
+        return Check("Window", MISSING, f"Qt's X11 platform plugin cannot load: "
+                                        f"{', '.join(missing)} not found",
+                     f"Fix: {display.fix_for(missing)}")
+    if not display.has_display():
+        return Check("Window", NOTE, "no display here (DISPLAY and WAYLAND_DISPLAY are not "
+                                     "set), so the window cannot open; hearth chat and hearth "
+                                     "serve work without one")
+    loaded, text = display.probe_platform()
+    if not loaded:
+        fix = f"Fix: sudo apt-get install -y {QT_LIBRARIES}" if os.name != "nt" else ""
+        return Check("Window", MISSING, f"Qt cannot load its platform plugin ({text})", fix)
+    return Check("Window", OK, f"Qt's {text} platform plugin loads")
+
+
+SERVER_PACKAGES = ("fastapi", "uvicorn")  # what `hearth serve` imports first
+
+
+def check_server() -> Check:
+    """The optional `server` extra: `hearth serve` and the window's Server panel."""
+    missing = [dist for dist in SERVER_PACKAGES if installed_version(dist) is None]
+    if missing:
+        return Check("server extra", NOTE, f"{', '.join(missing)} not installed; optional: "
+                                           "hearth serve and the window's Server panel need it",
+                     f"To add it: {extra_install('server')}")
+    versions = ", ".join(f"{dist} {installed_version(dist)}" for dist in SERVER_PACKAGES)
+    return Check("server extra", OK, f"{versions} (hearth serve)")
+
+
 def run_checks() -> list[Check]:
     specs = required_specs()
     report = detect_gpus()
@@ -276,6 +312,8 @@ def run_checks() -> list[Check]:
     checks.append(check_triton(torch_has_cuda))
     checks.append(check_c_compiler(has_triton=checks[-1].status == OK))
     checks.append(check_qt(specs))
+    checks.append(check_window())
+    checks.append(check_server())
     return checks
 
 

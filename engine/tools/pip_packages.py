@@ -39,6 +39,20 @@ def required_specs() -> dict[str, str]:
     return specs
 
 
+def extra_install(extra: str) -> str:
+    """The pip command that adds one of Hearth's extras ('server': FastAPI, uvicorn...) to this
+    environment: its requirements as the installed Hearth lists them."""
+    try:
+        requires = metadata.requires("hearth") or []
+    except metadata.PackageNotFoundError:
+        requires = []
+    wanted = re.compile(rf"extra\s*==\s*['\"]{re.escape(extra)}['\"]")
+    reqs = [req.split(";")[0].strip() for req in requires if wanted.search(req.partition(";")[2])]
+    if reqs:
+        return pip_install(*reqs)
+    return pip_install(f".[{extra}]") + " (from the root of Hearth's clone)"
+
+
 def satisfies(version: str, spec: str) -> bool:
     if not spec:
         return True

@@ -14,6 +14,7 @@ import sys
 from engine.files.model_folder import resolve
 from engine.formats import kv_dtypes, weights
 from engine.plan import memory as planner
+from engine.plan.ram import available_ram_bytes
 from engine.platform.gpu import GpuReport, detect_gpus
 from engine.tools import plan_multi_report
 
@@ -38,19 +39,23 @@ def _shape(model: str | None) -> tuple[str, planner.ModelShape]:
     return str(path), planner.ModelShape.from_folder(path)
 
 
-def _card(vram_gib: float | None, gpu: str | None) -> tuple[int | None, dict | None, str]:
-    """(VRAM to plan for, the card as a dict, a label). --vram wins over --gpu."""
+def _card(vram_gib: float | None,
+          gpu: str | None) -> tuple[int | None, dict | None, str, str]:
+    """(memory to plan for, the card as a dict, a label, the device). --vram wins over --gpu;
+    without a GPU the plan is the CPU's, against the computer's free memory."""
     if vram_gib is not None:
         if not (isinstance(vram_gib, int | float) and math.isfinite(vram_gib)
                 and 0 < vram_gib <= MAX_VRAM_GIB):
             raise planner.PlanError(f"--vram must be a positive number of GiB up to "
                                     f"{MAX_VRAM_GIB:,}, not {vram_gib!r}")
-        return int(vram_gib * GiB), None, f"{vram_gib:g} GiB (--vram)"
-    if gpu is None:
-        return None, None, "none given (pass --vram GIB or --gpu auto to check a fit)"
+        return int(vram_gib * GiB), None, f"{vram_gib:g} GiB (--vram)", "cuda"
     report = detect_gpus()
-    if not report.gpus:
-        return None, None, f"no GPU: {report.reason}"
+    if not report.gpus:  # where the engine runs then: the CPU, in the computer's memory
+        ram = available_ram_bytes() or None
+        free = f"{ram / GiB:.2f} GiB of memory free" if ram else "its free memory unknown"
+        return ram, None, f"the CPU, {free} (no GPU: {report.reason})", "cpu"
+    if gpu is None:
+        return None, None, "none given (pass --vram GIB or --gpu auto to check a fit)", "cuda"
     if gpu == "auto":
         index = 0  # the engine loads on the first GPU
     elif str(gpu).isdigit():
@@ -64,7 +69,7 @@ def _card(vram_gib: float | None, gpu: str | None) -> tuple[int | None, dict | N
     # what is free now: a desktop's display server and other programs already hold the rest
     label = (f"GPU {g.index} {g.name}: {g.free_bytes / GiB:.2f} GiB free of "
              f"{g.total_bytes / GiB:.2f} GiB")
-    return g.free_bytes, g.to_dict(), label
+    return g.free_bytes, g.to_dict(), label, "cuda"
 
 
 def run_plan(model: str | None, vram_gib: float | None = None, gpu: str | None = None,
@@ -94,12 +99,12 @@ def run_plan(model: str | None, vram_gib: float | None = None, gpu: str | None =
             return plan_multi_report.run(path, shape, tensor_parallel, vram_gib, gpu, context,
                                          quant, kv_dtype, as_json)
         draft_shape = _shape(draft)[1] if draft else None
-        vram, card, label = _card(vram_gib, gpu)
+        vram, card, label, device = _card(vram_gib, gpu)
         cc = tuple(card["compute_capability"]) if card else None
         p = planner.plan(shape, quant, kv_dtype, context, vram, draft_shape,
-                         compute_capability=cc, concurrency=concurrency)
-        split = None if draft else plan_multi_report.advise(shape, vram, gpu, context, quant,
-                                                            kv_dtype)
+                         compute_capability=cc, concurrency=concurrency, device=device)
+        split = None if draft or device == "cpu" else plan_multi_report.advise(
+            shape, vram, gpu, context, quant, kv_dtype)
     except ValueError as e:  # PlanError and model_folder's BadModel: the user's to fix
         return _fail("plan", str(e))
     except OverflowError:  # a size past float range (a --context of 10**400, say)
@@ -107,11 +112,12 @@ def run_plan(model: str | None, vram_gib: float | None = None, gpu: str | None =
     if as_json:
         out = {"model": path, "model_type": shape.model_type, "param_source": shape.param_source,
                "native_context": shape.max_position_embeddings,
-               "sliding_window": shape.sliding_window, "card": card, **p.to_dict(),
+               "sliding_window": shape.sliding_window, "card": card, "device": device,
+               **p.to_dict(),
                "split": split.to_dict() if split else None}
         print(json.dumps(out))
     else:
-        _print_plan(path, shape, p, label)
+        _print_plan(path, shape, p, label, device)
         if split:
             plan_multi_report.print_advice(split, plan_multi_report.machine_gpus(gpu)[0])
     if p.fits is False:
@@ -123,16 +129,19 @@ def run_plan(model: str | None, vram_gib: float | None = None, gpu: str | None =
     return 0
 
 
-def _print_plan(path: str, shape: planner.ModelShape, p: planner.Plan, label: str) -> None:
+def _print_plan(path: str, shape: planner.ModelShape, p: planner.Plan, label: str,
+                device: str) -> None:
     window = f", sliding window {shape.sliding_window:,}" if shape.sliding_window else ""
     print(f"Model     {path}")
     print(f"          {shape.model_type}, {p.params / 1e9:.3f} B parameters (from "
           f"{shape.param_source}), native context {shape.max_position_embeddings:,}{window}")
-    print(f"Card      {label}")
+    print(f"{'Card' if device == 'cuda' else 'Runs on':<10}{label}")
     print(f"Settings  {p.quant} weights, {p.kv_dtype} KV cache, context {p.context:,} tokens x "
           f"{p.concurrency}, prefill chunk {p.prefill_chunk}")
     print()
     for name, key in _ROWS:
+        if device == "cpu" and key in ("cuda_context_bytes", "graph_pool_bytes"):
+            continue  # nothing of CUDA's on the CPU
         extra = f"  ({p.kv_bytes_per_token:,} bytes/token)" if key == "kv_bytes" else ""
         print(f"  {name:<16}{getattr(p, key) / GiB:>9.2f} GiB{extra}")
     verdict = {None: "", True: "  fits", False: "  DOES NOT FIT"}[p.fits]

@@ -37,6 +37,7 @@ class Lie:
     size: int | None = None  # the size it declares in the listing and the file's headers
     no_size: bool = False  # declares no size anywhere, and sends no Content-Length
     body: bytes | object | None = None  # what it streams instead (ENDLESS: without end)
+    announced: int | None = None  # the Content-Length its CDN sends with an ENDLESS body
 
 
 def is_lfs(name: str) -> bool:
@@ -205,7 +206,8 @@ def _handler(hub: FakeHub):
                 return self._send(200, b"", headers, body, length=hub.declared_size(name, data))
             served = hub.body(data, name)
             if served is ENDLESS:
-                return self._send(200, ENDLESS, {"ETag": f'"{etag}"'}, body, length=None)
+                return self._send(200, ENDLESS, {"ETag": f'"{etag}"'}, body,
+                                  length=hub.lies.get(name, Lie()).announced)
             start = 0
             match = re.match(r"bytes=(\d+)-$", self.headers.get("Range") or "")
             headers = {"ETag": f'"{etag}"', "Accept-Ranges": "bytes"}

@@ -1,7 +1,8 @@
 """The chat as a daily user meets it: Enter sends (or Ctrl+Enter, a setting), the welcome screen
 of an empty conversation, answer alternatives with their switcher (kept across a restart), the
 greedy-regenerate offer, the facts under each answer, a copy button on each code block, the
-title following the first message, and why Send waits while another chat is answered."""
+title following the first message (cut at a word), and why Send waits while another chat is
+answered."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from PySide6.QtGui import QGuiApplication
 from app.app_settings import AppSettings
 from app.chat.chat_controller import SAMPLING_TEMPERATURE
 from app.chat.welcome_view import SUGGESTED_PROMPTS
-from app.history.conversation import ChatSettings
+from app.history.conversation import MAX_TITLE_CHARS, ChatSettings
 from app.history.conversation_store import ConversationStore
 from engine.events import GenerateRequest
 from tests.app.conftest import recorded_text
@@ -221,6 +222,21 @@ def test_the_title_follows_the_first_message_and_its_edits(qtbot, make_window, s
     with ended(qtbot, window):
         assert controller.edit_and_resend(first.id, "How do I bake rye bread?")
     assert store.conversation(cid).title == "Baking"
+
+
+def test_a_long_first_message_makes_a_title_cut_at_a_word_boundary(qtbot, make_window, store):
+    window = make_window()
+    question = ("How do I keep a sourdough starter alive through a long summer holiday "
+                "without a fridge?")
+    with ended(qtbot, window):
+        window.chat_view.input.setPlainText(question)
+        window.chat_view.send_button.click()
+    title = store.conversation(window.controller.conversation.id).title
+    assert title.endswith("\u2026") and len(title) <= MAX_TITLE_CHARS
+    words = title.removesuffix("\u2026").split(" ")
+    assert words == question.split(" ")[:len(words)]  # whole words only, none cut
+    assert window.chat_view.title_label.text() == title
+    assert window.conversation_list.list.currentItem().text() == title
 
 
 def test_send_in_another_chat_while_one_is_answered_says_why_it_waits(qtbot, make_window):

@@ -5,7 +5,6 @@ with HF_ENDPOINT pointed at it: no test here touches the network."""
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
 
 import huggingface_hub.constants
 import pytest
@@ -160,8 +159,7 @@ def test_cancel_in_the_picker_keeps_what_arrived(qtbot, settings, fake_hub, cach
 
 def test_a_full_disk_is_refused_before_downloading(fake_hub, cache, monkeypatch):
     listing = fetch_listing(REPO)
-    monkeypatch.setattr(hub_download.shutil, "disk_usage",
-                        lambda _path: SimpleNamespace(free=1000))
+    monkeypatch.setattr(hub_download, "free_bytes", lambda _folder: 1000)
     with pytest.raises(HubError, match="needs 0.0 GB more disk space; .* has 0.0 GB free"):
         hub_download.download(listing, cache, lambda _p: None, lambda: False)
     assert not any(m == "GET" and "/cdn/" in p for m, p, _r in fake_hub.requests)

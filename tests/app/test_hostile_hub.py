@@ -121,7 +121,13 @@ CASES = {
     "endless small file": (set_lie("tokenizer.json", no_size=True, body=ENDLESS),
                            "allowed for a file of unknown size"),
     "endless weight known by hash": (set_lie("model.safetensors", no_size=True, body=ENDLESS),
-                                     "allowed for a file of unknown size"),
+                                     "bytes the disk can take while leaving"),
+    "endless weight announcing a size": (set_lie("model.safetensors", no_size=True,
+                                                 body=ENDLESS, announced=1 << 20),
+                                         "arrived with the wrong sha256"),
+    "weight announcing more than the disk": (set_lie("model.safetensors", no_size=True,
+                                                     body=ENDLESS, announced=1 << 40),
+                                             "more than the disk of"),
     "negative size": (set_lie("config.json", size=-5), "is not a byte count"),
     "endless listing": (endless_listing, "is larger than"),
     "endless config.json": (set_lie("config.json", body=ENDLESS), "is larger than"),
@@ -136,9 +142,8 @@ def test_a_hostile_hub_ends_in_one_sentence_and_writes_nothing_outside(
     # small bounds keep the endless cases fast; the bounds themselves are what is tested
     monkeypatch.setattr(hub_download, "MAX_UNDECLARED_BYTES", 1 << 20)
     monkeypatch.setattr(hub_listing, "MAX_LISTING_BYTES", 1 << 20)
-    real_disk_usage = hub_download.shutil.disk_usage
-    monkeypatch.setattr(hub_download.shutil, "disk_usage", lambda p: SimpleNamespace(
-        free=min(real_disk_usage(p).free, 8 << 20)))
+    monkeypatch.setattr(hub_download, "free_bytes",
+                        lambda _folder: hub_download.DISK_MARGIN_BYTES + (8 << 20))
     before = tree(tmp_path)
     download = ModelDownload(cache)
     panel = GetModelPanel(download)
@@ -185,6 +190,71 @@ def test_a_weight_known_only_by_its_hash_downloads(hub, cache, tiny_model):
     listing = fetch_listing(REPO)
     snapshot = hub_download.download(listing, cache, lambda _p: None, lambda: False)
     assert folder_files(snapshot) == folder_files(tiny_model)
+
+
+def download_recording_progress(listing, cache, name: str = "model.safetensors") -> list[int]:
+    """Download; how many bytes of `name` had arrived at each progress report (a HubError
+    propagates with them in its `seen` attribute)."""
+    reports = []
+    try:
+        hub_download.download(listing, cache, reports.append, lambda: False)
+    except HubError as e:
+        e.seen = _bytes_of(reports, name)
+        raise
+    return _bytes_of(reports, name)
+
+
+def _bytes_of(reports, name: str) -> list[int]:
+    """A report's done_bytes counts the files before too: the first report of a file is at 0."""
+    done = [p.done_bytes for p in reports if p.file_name == name]
+    return [d - done[0] for d in done] if done else [0]
+
+
+def test_a_weight_known_only_by_its_hash_stops_at_the_disk_margin(hub, cache, monkeypatch):
+    """No size anywhere and an endless body: the stream stops where the disk would keep only
+    its margin free, well before the disk is full, and the partial is deleted."""
+    room = 3 << 20
+    hub.lies["model.safetensors"] = Lie(no_size=True, body=ENDLESS)
+    monkeypatch.setattr(hub_download, "free_bytes",
+                        lambda _folder: hub_download.DISK_MARGIN_BYTES + room)
+    listing = fetch_listing(REPO)
+    with pytest.raises(HubError) as raised:
+        download_recording_progress(listing, cache)
+    message = str(raised.value)
+    assert message.startswith("model.safetensors kept coming past the 3,145,728 bytes the disk "
+                              "can take while leaving 1.0 GB free")
+    assert "\n" not in message
+    assert max(raised.value.seen) <= room  # never a byte past the room
+    assert not hub_download.partial_files(cache, REPO)
+    assert not list((hub_download.repo_folder(cache, REPO) / "blobs").iterdir())
+
+
+def test_a_weight_announced_larger_than_the_disk_is_refused_before_a_byte(hub, cache,
+                                                                         monkeypatch):
+    hub.lies["model.safetensors"] = Lie(no_size=True, body=ENDLESS, announced=50 << 30)
+    monkeypatch.setattr(hub_download, "free_bytes",
+                        lambda _folder: hub_download.DISK_MARGIN_BYTES + (3 << 20))
+    listing = fetch_listing(REPO)
+    with pytest.raises(HubError, match=r"^model.safetensors is 53.7 GB, more than the disk of "
+                                       r".* can take while leaving 1.0 GB free") as raised:
+        download_recording_progress(listing, cache)
+    assert max(raised.value.seen) == 0
+    assert not list((hub_download.repo_folder(cache, REPO) / "blobs").iterdir())
+
+
+def test_a_weight_known_by_hash_stops_at_the_length_its_response_announces(hub, cache,
+                                                                         monkeypatch):
+    """An endless body that announces 1 MiB: 1 MiB is read, the hash does not match, and the
+    partial is deleted; the disk's room (plenty) plays no part."""
+    hub.lies["model.safetensors"] = Lie(no_size=True, body=ENDLESS, announced=1 << 20)
+    monkeypatch.setattr(hub_download, "free_bytes",
+                        lambda _folder: hub_download.DISK_MARGIN_BYTES + (64 << 20))
+    listing = fetch_listing(REPO)
+    with pytest.raises(HubError, match="^model.safetensors arrived with the wrong sha256"
+                       ) as raised:
+        download_recording_progress(listing, cache)
+    assert max(raised.value.seen) == 1 << 20
+    assert not hub_download.partial_files(cache, REPO)
 
 
 def test_a_listing_made_by_hand_is_checked_too(hub, cache, tmp_path):

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from app.models import fit_check
 from app.models.fit_panel import Speculation
 from app.models.model_catalog import all_entries, hub_entries
 from app.models.model_picker_dialog import ModelPickerDialog
@@ -95,12 +96,19 @@ def test_a_big_card_fits_bf16(qtbot, settings, hub):
     assert dialog.fit_panel.quant_combo.currentText() == "bf16"
 
 
-def test_without_a_gpu_the_table_says_so(qtbot, settings, hub):
+def test_without_a_gpu_the_table_fits_the_computers_memory(qtbot, settings, hub, monkeypatch):
+    monkeypatch.setattr(fit_check, "available_ram_bytes", lambda: 8 * GiB)
     dialog = pick(qtbot, settings, hub, GpuReport((), "no NVIDIA driver is installed; CPU mode"))
-    assert set(fits_column(dialog).values()) == {"no GPU"}
-    assert "No GPU: no NVIDIA driver" in dialog.fit_panel.gpu_label.text()
+    fits = fits_column(dialog)
+    assert (fits["bf16"], fits["nf4"]) == ("no", "yes")  # 15 GiB of weights, then 5 GiB
+    assert "8.0 GiB of memory free" in dialog.fit_panel.gpu_label.text()
+    table = dialog.fit_panel.fit_table
+    bf16 = next(r for r in range(table.rowCount()) if table.item(r, 0).text() == "bf16")
+    reason = table.item(bf16, 4).toolTip()
+    assert "on the CPU, this computer has 8.0 GiB of memory free" in reason
     dialog.set_gpu_report(card(8))  # the report arrives after the dialog opened
     assert fits_column(dialog)["nf4"] == "yes"
+    assert "this card has 8.0 GiB free" in table.item(bf16, 4).toolTip()
 
 
 def test_an_added_folder_is_remembered(qtbot, settings, hub, tmp_path):

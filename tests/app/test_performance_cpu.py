@@ -8,6 +8,7 @@ import math
 import mmap
 import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -66,6 +67,23 @@ def test_on_a_cpu_the_panel_charts_the_workers_memory_and_cpu(qtbot, make_window
     rss = panel.curves["rss"].yData
     assert rss[-1] > 1 / 1024 and rss[-1] < 64  # GiB: a Python process, plausibly
     assert panel.curves["cpu"].yData is not None and len(panel.curves["cpu"].yData) >= 2
+
+
+def test_an_idle_cpu_chart_never_goes_below_zero(qtbot):
+    panel = PerformancePanel()
+    qtbot.addWidget(panel)
+    panel.set_loaded(Loaded("m", "LlamaForCausalLM", "cpu", "bf16", "bf16", 2048, 1, 1, pid=1))
+    panel.show()
+    t = time.monotonic()
+    for i, cpu_percent in enumerate([0.3] * 5 + [0.0] * 5 + [40.0] * 5):  # idle, then busy
+        panel.add_process_sample(ProcessSample(t + 0.5 * i, 100 << 20, cpu_percent))
+    view = panel.cpu_plot.getViewBox()
+    qtbot.waitUntil(lambda: view.viewRange()[1][1] >= 40.0)  # autorange has seen the samples
+    low, _high = view.viewRange()[1]
+    assert low >= 0
+    ticks = [v for _spacing, values in panel.cpu_plot.getAxis("left").tickValues(
+        *view.viewRange()[1], 300) for v in values]
+    assert ticks and min(ticks) >= 0
 
 
 def test_a_gpu_load_charts_vram_again(qtbot):

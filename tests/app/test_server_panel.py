@@ -32,10 +32,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _call(url: str, key: str | None = None, body: dict | None = None) -> dict:
+def _call(url: str, key: str | None = None, body: dict | None = None,
+          key_header: str = "Authorization") -> dict:
     headers = {"Content-Type": "application/json"}
     if key:
-        headers["Authorization"] = f"Bearer {key}"
+        headers[key_header] = f"Bearer {key}" if key_header == "Authorization" else key
     data = json.dumps(body).encode() if body is not None else None
     with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=60) as r:
         return json.loads(r.read())
@@ -69,6 +70,13 @@ def test_the_panel_serves_the_window_model_and_stops(qtbot, settings):
             "model": name, "messages": [{"role": "user", "content": "Hello"}],
             "max_tokens": 4, "temperature": 0})
         assert answer["choices"][0]["message"]["role"] == "assistant"
+        # every protocol it speaks is listed, and answers: Anthropic's with its own key header
+        assert "/v1/messages" in panel.routes_label.text()
+        assert "/v1/responses" in panel.routes_label.text()
+        message = _call(url + "/messages", key, {
+            "model": name, "messages": [{"role": "user", "content": "Hello"}],
+            "max_tokens": 4, "temperature": 0}, key_header="x-api-key")
+        assert message["type"] == "message" and message["content"][0]["type"] == "text"
         with qtbot.waitSignal(worker.sig_server_stats, timeout=5_000):
             pass
         assert "tokens/s" in panel.stats_label.text()

@@ -1,6 +1,7 @@
-"""The start with a conversations database that is damaged or cannot be written (issue 22, item 6):
-the app starts, the window says what happened and where the user's file is, that file is kept as
-it was, and what SQLite can still read is back in the window. Through the app's own start-up path
+"""The start with a conversations database that is damaged or cannot be written, or a models
+folder that cannot be read: the app starts, the window says what happened and where the user's
+file is, that file is kept as it was, and what SQLite can still read is back in the window.
+Through the app's own start-up path
 (app.__main__.open_window), with the fake worker; one case also as a real `python -m app`."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 from app.__main__ import load_request, open_window, parse_args
 from app.chat.conversation_list_view import ID_ROLE
 from app.history.conversation_store import FILE_NAME, ConversationStore
+from app.models.model_picker_dialog import ENTRY_ROLE
 from app.paths import REPO_ROOT
 from tests.app import damaged_database as dd
 from tests.app.conftest import FAKE_COMMAND
@@ -258,3 +260,76 @@ def test_a_database_path_that_is_a_fifo(launch, data):
     window = launch()
     assert "it is not a regular file" in window.storage_notice.text
     assert_in_memory_and_working(window)
+
+
+# ------------------------------------------------------------------ a models folder unread
+
+def file_in_its_place(models: Path) -> None:
+    models.write_text("a file where the models folder should be")
+
+
+def under_a_file(models: Path) -> Path:
+    models.write_text("a file where a folder above the models folder should be")
+    return models / "hearth" / "models"
+
+
+def name_too_long(models: Path) -> Path:
+    return models.parent / ("x" * 300)  # ENAMETOOLONG, which Path.is_file() does not swallow
+
+
+def symlink_loop(models: Path) -> None:
+    (models.parent / "loop").symlink_to(models)
+    models.symlink_to(models.parent / "loop")
+
+
+def permission_denied(models: Path, monkeypatch) -> None:
+    """What chmod 000 does for a user (root reads through it): every look inside refused."""
+    models.mkdir()
+    inside = str(models)
+
+    def refusing(real):
+        def call(path, *args, **kwargs):
+            if os.fspath(path).startswith(inside):
+                raise PermissionError(13, "Permission denied", os.fspath(path))
+            return real(path, *args, **kwargs)
+        return call
+
+    for name in ("stat", "scandir", "listdir"):
+        monkeypatch.setattr(os, name, refusing(getattr(os, name)))
+
+
+UNREADABLE_MODELS = {"a file in its place": file_in_its_place, "under a file": under_a_file,
+                     "a name too long": name_too_long, "a symlink loop": symlink_loop,
+                     "permission denied": permission_denied}
+
+
+@pytest.mark.parametrize("case", list(UNREADABLE_MODELS))
+def test_an_unreadable_models_folder_gets_a_notice_and_the_window_works(
+        case, launch, tmp_path, monkeypatch, qtbot):
+    models = tmp_path / "models"  # HEARTH_MODELS_DIR (tests/app/conftest.py)
+    make = UNREADABLE_MODELS[case]
+    made = make(models, monkeypatch) if case == "permission denied" else make(models)
+    if made is not None:
+        monkeypatch.setenv("HEARTH_MODELS_DIR", str(made))
+    window = launch()  # the start, loaded by the fake worker: no traceback on the way
+    notice = window.storage_notice
+    assert notice.isVisible() and "models folder" in notice.text
+    assert "cannot be read" in notice.text and "demo model is used" in notice.text
+    assert "\n" not in notice.text and "Traceback" not in notice.text
+    chat = window.chat_view
+    with qtbot.waitSignal(window.controller.sig_generating_changed, timeout=10_000,
+                          check_params_cb=lambda on: not on):
+        chat.input.setPlainText("Still answering?")
+        chat.send_button.click()
+    assert window.store.messages(window.controller.conversation.id)[-1].status == "done"
+    window.open_model_picker()  # lists what it can: the demo model, not the unreadable folder
+    sources = {window.picker.model_list.item(i).data(ENTRY_ROLE).source
+               for i in range(window.picker.model_list.count())}
+    assert "demo" in sources and "imported" not in sources
+    window.picker.reject()
+
+
+def test_a_missing_models_folder_is_no_problem(launch, tmp_path):
+    assert not (tmp_path / "models").exists()  # nothing imported yet: nothing to say
+    window = launch()
+    assert not window.storage_notice.isVisible()

@@ -1,16 +1,20 @@
 """Truthful, calm chrome: the demo-model banner goes when another model loads, the status bar is
 one short line cut only between whole parts (details in its tooltip), the crash banner names
-the engine's real error rather than its last warning, and banners never move the chat."""
+the engine's real error rather than its last warning, and banners sit above the content (never
+over the sidebar's controls), wrapped, with `code` shown as code."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from PySide6.QtCore import QPoint
+from PySide6.QtCore import QPoint, QRect, QSize
+from PySide6.QtGui import QTextDocument
 
 from app.crash_report import engine_error
+from app.main_window import DEMO_NOTICE
 from app.paths import DEMO_MODEL_DIR
+from app.server.server_panel import NEEDS_MODEL, READY
 from app.widgets.fitted_label import FittedLabel
 from engine.events import Loaded, LoadRequest
 
@@ -116,25 +120,81 @@ def test_the_crash_banner_shows_the_engines_real_error(qtbot, make_window, store
     assert "destroy_process_group" not in text and "UserWarning" not in text
 
 
-def test_banners_do_not_move_the_chat(qtbot, make_window):
-    window = make_window()
-    chat = window.chat_view
+def rect_in(window, widget) -> QRect:
+    return QRect(widget.mapTo(window, QPoint(0, 0)), widget.size())
 
-    def chat_place():
-        return chat.mapTo(window, QPoint(0, 0)), chat.size()
 
-    before = chat_place()
-    window.notice.show_message("A long error " * 20, "and its hint", action="Restart engine")
-    qtbot.waitUntil(lambda: window.banners.isVisible())
-    assert chat_place() == before
-    banner = window.banners.geometry()
-    assert banner.top() == 0 and banner.width() == window.centralWidget().width()
-    assert window.notice.isVisible() and window.notice.height() > 0
+def test_the_first_start_banner_is_wrapped_rich_text_beside_the_sidebar(qtbot, make_window,
+                                                                     tmp_path):
+    window = make_window(HEARTH_FAKE_LOAD=str(demo_load_recording(tmp_path)))
+    notice, label = window.notice, window.notice.label
+    sidebar = window.conversation_list
+    controls = (sidebar.new_button, sidebar.import_button, sidebar.search_edit)
+    assert window.size() == QSize(1280, 800)  # the default window, never resized
+    qtbot.waitUntil(lambda: notice.isVisible() and label.height() >= label.heightForWidth(
+        label.width()))
+    # the whole text on wrapped lines, nothing elided
+    assert notice.text.startswith(DEMO_NOTICE) and notice.text.endswith("runs on the CPU.")
+    assert label.wordWrap() and label.heightForWidth(label.width()) > 1.5 * (
+        label.fontMetrics().lineSpacing())
+    assert rect_in(window, label).right() <= rect_in(window, notice).right()
+    # rich text: `hearth import --starter` is code, and no backtick is printed
+    assert "<code>hearth import --starter</code>" in label.text()
+    document = QTextDocument()
+    document.setHtml(label.text())
+    assert document.toPlainText() == notice.text.replace("`", "")
+    # in the flow: the banner covers none of the sidebar's controls, and they stay visible
+    for control in controls:
+        assert control.isVisible()
+        assert not rect_in(window, notice).intersects(rect_in(window, control))
+
     window.storage_notice.show_message("Conversations are kept in memory only")
-    assert chat_place() == before
-    window.notice.close_button.click()
+    qtbot.waitUntil(lambda: window.storage_notice.isVisible())
+    banners = [rect_in(window, b) for b in (window.storage_notice, notice)]
+    assert not banners[0].intersects(banners[1])
+    for control in controls:
+        assert not any(b.intersects(rect_in(window, control)) for b in banners)
+    notice.close_button.click()
     window.storage_notice.close_button.click()
-    assert chat_place() == before and not window.banners.isVisible()
+    assert not notice.isVisible() and not window.storage_notice.isVisible()
+
+
+def test_a_notice_shows_markup_from_the_engine_as_text(qtbot, make_window):
+    window = make_window()
+    window.notice.show_message("Could not load <b>model</b> & its `config.json`")
+    document = QTextDocument()
+    document.setHtml(window.notice.label.text())
+    assert document.toPlainText() == "Could not load <b>model</b> & its config.json"
+
+
+def test_during_the_first_load_the_welcome_page_says_loading_as_the_status_bar_does(
+        qtbot, make_window):
+    window = make_window(load=False)
+    welcome = window.chat_view.welcome
+    with qtbot.waitSignal(window.worker.sig_loaded, timeout=10_000):
+        window.start(LoadRequest())
+        assert window.model_status.label.text().startswith("Loading")
+        assert welcome.model_label.text().startswith("Loading")
+        assert "No model is loaded" not in welcome.model_label.text()
+    assert "tokens of context" in welcome.model_label.text()
+
+
+def test_a_failed_load_ends_the_welcome_pages_loading(qtbot, make_window):
+    window = make_window(load=False, HEARTH_FAKE_LOAD="load_failed.jsonl")
+    with qtbot.waitSignal(window.worker.sig_failed, timeout=10_000):
+        window.start(LoadRequest())
+    assert window.chat_view.welcome.model_label.text().startswith("No model is loaded")
+
+
+def test_the_server_tab_does_not_ask_for_a_model_once_one_is_loaded(qtbot, make_window):
+    window = make_window(load=False)
+    panel = window.server_panel
+    with qtbot.waitSignal(window.worker.sig_loaded, timeout=10_000):
+        window.start(LoadRequest())
+        assert panel.status_label.text() == NEEDS_MODEL  # none yet: true while it loads
+    assert panel.start_button.isEnabled()
+    assert "Load a model first" not in panel.status_label.text()
+    assert panel.status_label.text() == READY
 
 
 def test_an_endpoint_shows_where_it_runs_in_the_status_line(qtbot, make_window):

@@ -1,4 +1,4 @@
-"""Quitting right at start (issue 22, item 10): ending the worker while its process is still
+"""Quitting right at start: ending the worker while its process is still
 starting raises nothing, from the client or from the window."""
 
 from __future__ import annotations

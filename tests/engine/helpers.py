@@ -28,7 +28,7 @@ def _triton_version() -> tuple[int, int]:
     return int(major), int(minor)
 
 
-# Triton's CPU interpreter runs the kernels where no GPU is; 3.6's (the H200 image's) cannot take
+# Triton's CPU interpreter runs the kernels where no GPU is; 3.6's cannot take
 # a loop bound reduced from a loaded tensor (seen on the device, 2026-11-29), 3.9's can. On a GPU
 # the compiled kernel is tested against the same reference (test_quantized_kv).
 INTERPRETER = pytest.mark.skipif(_triton_version() < (3, 9),

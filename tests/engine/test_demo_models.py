@@ -20,7 +20,7 @@ DRAFT = REPO / "hearth_resources" / "demo_draft"
 RECIPE = REPO / "packaging" / "demo_model"
 HELDOUT = RECIPE / "heldout.txt"
 CARD = DEMO / "README.md"
-MAX_BUNDLED_BYTES = 12_000_000  # DESIGN.md: every tracked file travels to the device machine
+MAX_BUNDLED_BYTES = 12_000_000  # every tracked file travels to the GPU machine
 QUESTION = "What does `copy.copy` do?"  # its docstring is in the held-out split
 
 

@@ -74,6 +74,19 @@ def test_import_is_a_plain_bf16_llama(smollm2):
     assert "<|im_start|>" in (smollm2 / "chat_template.jinja").read_text()
 
 
+def test_the_import_samples_as_its_model_card_advises(fp32_session):
+    """Its GGUF import has no sampling in generation_config.json: the Llama family's preset,
+    SmolLM2's model card's temperature 0.2 and top-p 0.9, is what a request that sets nothing
+    samples with, and what the load event tells the window."""
+    unset = GenerateRequest(messages=({"role": "user", "content": "hi"},))
+    used = fp32_session.checked_prompt(unset, []).sampler.s
+    assert (used.temperature, used.top_p, used.top_k, used.repetition_penalty) == (0.2, 0.9, 0,
+                                                                                   1.0)
+    shown = fp32_session.loaded_event().sampling
+    assert {k: shown[k] for k in ("temperature", "top_p", "top_k", "repetition_penalty")} == {
+        "temperature": 0.2, "top_p": 0.9, "top_k": 0, "repetition_penalty": 1.0}
+
+
 @pytest.mark.parametrize("question", CHATS)
 def test_greedy_chat_equals_transformers(fp32_session, hf_model, question):
     events = list(fp32_session.generate(_chat(question)))

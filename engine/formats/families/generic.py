@@ -1,12 +1,11 @@
 """Families Hearth loads and runs through transformers' own modules (no fast path, no tensor
-parallelism, no AWQ quantizer): Phi-3 fuses its projections, Gemma ties and scales its
-embedding."""
+parallelism, no AWQ quantizer): Gemma ties and scales its embedding."""
 
 from __future__ import annotations
 
 from engine.formats.families.registry import Family
 
-PHI3 = Family("phi3", "Phi-3", ("Phi3ForCausalLM",), gguf_architecture="phi3")
+# Gemma's cards name no sampling: the engine's defaults
 GEMMA = Family("gemma", "Gemma", ("GemmaForCausalLM",), tied_by_default=True)
 
-FAMILIES = (PHI3, GEMMA)
+FAMILIES = (GEMMA,)

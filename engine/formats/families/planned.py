@@ -7,7 +7,6 @@ from engine.formats.families.registry import Family
 
 FAMILIES = (
     # transformers' defaults when config.json is silent
-    Family("gemma2", "Gemma 2", tied_by_default=True),
     Family("gpt2", "GPT-2", tied_by_default=True, gated_mlp=False),
     # one up projection, no gate
     *(Family(model_type, name, gated_mlp=False) for model_type, name in (

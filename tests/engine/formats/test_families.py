@@ -25,7 +25,8 @@ from tests.engine.helpers import greedy_request, token_ids
 TEST_TYPE = "testllama"
 TEST_ARCH = "TestLlamaForCausalLM"
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=16, vocab_size=256)
+            num_key_value_heads=2, head_dim=16, vocab_size=256, pad_token_id=0, bos_token_id=1,
+            eos_token_id=2)  # inside the vocabulary (Phi-3's defaults are not)
 
 
 class TestLlamaConfig(LlamaConfig):
@@ -114,7 +115,7 @@ def test_the_entry_decides_the_path(testllama, one_thread):
     families.register(_renamed_llama(fast_path=False, tensor_parallel=False))
     slow = Session.load(LoadRequest(str(testllama), device="cpu"))
     assert slow.decoder.mode == "generic"
-    assert any("the fused step covers Llama, Mistral, Qwen2 and Qwen3" in n
+    assert any("the fused step covers Llama, Mistral, Qwen2, Qwen3, Gemma 3, Gemma 2 and Phi-3" in n
                for n in slow.loaded_event().notes)
     assert token_ids(list(slow.generate(greedy_request(n=16)))) == token_ids(
         list(fast.generate(greedy_request(n=16))))
@@ -159,10 +160,11 @@ def test_every_family_that_loads_is_what_transformers_builds(family):
     for path in (n.layers, n.embed, n.norm, n.rotary, n.lm_head):
         model.get_submodule(path)
     layer = model.get_submodule(n.layers)[0]
-    assert all(type(layer.get_submodule(p)) is torch.nn.Linear for p in n.linears)
+    # "": fused into the one before it (Phi-3's qkv_proj and gate_up_proj)
+    assert all(type(layer.get_submodule(p)) is torch.nn.Linear for p in n.linears if p)
     assert (layer.get_submodule(n.q).bias is not None) == family.qkv_bias
     assert [_has(layer, n.q_norm), _has(layer, n.k_norm)] == [family.qk_norm] * 2
-    for prev, linears in n.awq_groups:  # each group reads one input: the op before it
+    for prev, linears in () if n.fused else n.awq_groups:  # each reads one input: the op before
         widths = {layer.get_submodule(p).in_features for p in linears}
         assert len(widths) == 1
         layer.get_submodule(prev)

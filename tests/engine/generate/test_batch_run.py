@@ -1,4 +1,4 @@
-"""Continuous batching (issue 25), end to end through the service Engine: many requests at once
+"""Continuous batching, end to end through the service Engine: many requests at once
 give, token for token, what each gives alone (fp32 on the CPU, every fixture architecture;
 greedy and seeded sampling; staggered starts, different prompt lengths and token limits); a
 preempted and recomputed sequence gives the tokens of an uninterrupted run; cancel, eos, stop

@@ -1,4 +1,4 @@
-"""Continuous batching on a GPU (the H200 runs these), with the demo model: batched steps
+"""Continuous batching on a GPU, with the demo model: batched steps
 captured as CUDA graphs compute what the same steps compute eagerly, bit for bit; teacher-forced
 batched rows in bf16 land as close to fp32 as each row alone does (two correct bf16 orders of
 the linear layers differ by about their distance from fp32: that distance is the yardstick); the
@@ -15,7 +15,7 @@ from engine.generate.session import Session
 from tests.engine.generate.test_batch_run import concurrent_equals_alone, teacher_forced_rows
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="needs a CUDA GPU (the H200 runs it)")
+                                reason="needs a CUDA GPU")
 
 
 def _load(**kw) -> Session:

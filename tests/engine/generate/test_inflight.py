@@ -1,5 +1,5 @@
 """A step's sampled tokens stay on the device while the next step is planned and launched
-(generate/inflight.py): the sequences hold a placeholder until then, the batched step reads the
+(batch/inflight.py): the sequences hold a placeholder until then, the batched step reads the
 tokens on the device, and the answers are each request's alone (test_batch_run.py's checks run
 through the same path)."""
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine.batch.inflight import UNKNOWN, InFlight
 from engine.batch.sequence import Seq
 from engine.events import Finished, Token
 from engine.generate.batch_run import BatchRun
-from engine.generate.inflight import UNKNOWN, InFlight
 from engine.step.batched import BatchedDecoder
 from tests.engine.generate.test_batch_run import alone, request, sessions  # noqa: F401
 

@@ -1,4 +1,4 @@
-"""Prefill chunks of several sequences in one pass (models/prefill_batch.py, issue 25): the same
+"""Prefill chunks of several sequences in one pass (models/prefill_batch.py): the same
 tokens as each request alone, token for token, in fp32 on CPU, where both take the family step
 for their prefill (on a GPU the decode kernel's condition; here the step's SDPA attention, forced
 for the alone runs and the batch alike), with chunks that start mid-prompt, past cached blocks and

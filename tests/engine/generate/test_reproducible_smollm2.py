@@ -2,8 +2,9 @@
 tests/fixtures/smollm2.py): a greedy answer is the same warm or cold over three turns, sent
 twice, with prompt lookup or without, and whatever the prefill chunk (1, 7, 64, 512 tokens).
 Without the mode, on the 2-core Xeon this suite was written on, the chunk sizes gave different
-answers to both CHUNK_PROMPTS and the warm conversation differed from the cold one; the same
-request twice and prompt lookup did not differ there on these prompts."""
+answers to CHUNK_PROMPT (and to a second prompt, left out to keep the suite's time) and the warm
+conversation differed from the cold one; the same request twice and prompt lookup did not differ
+there on these prompts."""
 
 from __future__ import annotations
 
@@ -18,8 +19,7 @@ N_NEW = 32
 SYSTEM = "You are a helpful assistant."
 TURNS = ("Give me three tips for sleeping better.", "Explain the second one.",
          "Summarize in one line.")
-CHUNK_PROMPTS = ("Explain what a hash table is in two sentences.",
-                 "Translate 'good morning, how are you?' into Spanish.")
+CHUNK_PROMPT = "Explain what a hash table is in two sentences."
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +85,8 @@ def test_prompt_lookup_gives_the_plain_tokens(session):
     assert _ask(session, messages, lookup=True) == plain
 
 
-@pytest.mark.parametrize("question", CHUNK_PROMPTS)
-def test_prefill_chunk_sizes_give_the_same_tokens(session, question):
-    messages = [{"role": "user", "content": question}]
+def test_prefill_chunk_sizes_give_the_same_tokens(session):
+    messages = [{"role": "user", "content": CHUNK_PROMPT}]
     answers = {}
     chunk = session.prefill_chunk
     try:

@@ -1,4 +1,4 @@
-"""Speculation is a batch of one's (issue 25): a speculative generation that is left alone in a
+"""Speculation is a batch of one's: a speculative generation that is left alone in a
 batch is taken out and speculates again; one that speculates alone pauses when another request
 comes and joins the batch with it. Either way its greedy tokens are plain greedy's, token for
 token (fp32 on CPU), its stats count every token, and the other request is undisturbed."""

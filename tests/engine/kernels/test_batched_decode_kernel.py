@@ -1,4 +1,4 @@
-"""The batched decode-attention kernel (issue 25) in Triton's CPU interpreter: N sequences of
+"""The batched decode-attention kernel in Triton's CPU interpreter: N sequences of
 different lengths (ends inside blocks, different buckets and so different split counts), each
 through its own shuffled block table in one shared arena, in one launch. Each row must equal,
 bit for bit, the kernel run for that sequence alone (its bucket, its splits), and the PyTorch
@@ -110,7 +110,7 @@ PROMPTS = ["The quick brown fox", "zipfile", "one two three four five six seven 
            "explains the module"]
 def req(i):
     sampling = SamplingParams(temperature=0.0 if i % 2 else 0.8, seed=i)
-    return GenerateRequest(prompt=PROMPTS[i], raw=True, max_new_tokens=12 + 2 * i,
+    return GenerateRequest(prompt=PROMPTS[i], raw=True, max_new_tokens=6 + 2 * i,
                            ignore_eos=True, sampling=sampling)
 alone = [[t for e in session.generate(req(i)) if isinstance(e, Token) for t in e.token_ids]
          for i in range(len(PROMPTS))]
@@ -139,7 +139,7 @@ print("ok")
 """
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the H200 runs it)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_each_row_is_the_compiled_kernel_alone_bit_for_bit():
     run_cases("cuda")
 

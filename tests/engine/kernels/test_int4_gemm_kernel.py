@@ -1,4 +1,4 @@
-"""The Triton GEMM over tinygemm's int4 layout (kernels/int4_gemm_kernel.py, issue 28): the
+"""The Triton GEMM over tinygemm's int4 layout (kernels/int4_gemm_kernel.py): the
 column permutation is the packed nibbles' own order (CPU, exact, every tile count), the kernel
 equals the dequantized reference under Triton's interpreter (odd row and column counts, groups
 of 32, 64 and 128, 2, 4 and 8 inner k-tiles), and on a GPU at the benchmark shapes, against

@@ -1,4 +1,4 @@
-"""The "mma" int4 kernels (issue 28): kernels/int4_gemv_kernel.py for a decode step's 1 to 4
+"""The "mma" int4 kernels: kernels/int4_gemv_kernel.py for a decode step's 1 to 4
 rows, kernels/int4_mma_kernel.py on the tensor cores up to 64, the dense path past that
 (quant/int4_cuda.py), their layout (quant/int4_tile_layout.py). On a GPU: every product against
 the dequantized reference at the benchmark shapes (Qwen2.5-7B's and Llama-3.1-8B's layers and

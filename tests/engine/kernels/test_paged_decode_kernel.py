@@ -129,7 +129,7 @@ from tests.engine.helpers import through_the_kernel
 
 torch.set_num_threads(1)
 path = sys.argv[1]
-req = GenerateRequest(prompt_ids=tuple(range(40, 190)), max_new_tokens=12,
+req = GenerateRequest(prompt_ids=tuple(range(40, 190)), max_new_tokens=4,
                       sampling=SamplingParams(temperature=0.0))
 tokens = lambda s: [i for e in s.generate(req) if hasattr(e, "token_ids") for i in e.token_ids]
 for kv in ("fp32", "int8"):

@@ -11,7 +11,7 @@ from engine.generate.session import Session
 from engine.step.decode import kv_buckets
 from tests.engine.helpers import PROMPT, greedy_request, token_ids
 
-FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
+FAMILY = ["llama", "mistral", "qwen2", "qwen3", "phi3"]
 
 
 def test_buckets_cover_the_context():

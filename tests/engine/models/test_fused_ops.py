@@ -136,9 +136,9 @@ def test_a_gpu_session_uses_the_fused_pieces(tiny_model_bf16, monkeypatch):
 @pytest.mark.parametrize("kv", ["int8", "fp8"])
 def test_fused_quantizing_stores_match_pytorchs(kv, tiny_model, monkeypatch):
     """fp32 with an int8/fp8 cache: the fused q/k/v piece quantizes what PyTorch's pieces
-    quantize. Issue 6's measure for two orders of the same arithmetic: at most 1e-4 of the cache's
-    codes differ, each by one step, and the teacher-forced logits agree within 1e-4 relative
-    (where a code differs, see below)."""
+    quantize. The quantized cache's measure for two orders of the same arithmetic: at most 1e-4
+    of the cache's codes differ, each by one step, and the teacher-forced logits agree within 1e-4
+    relative (where a code differs, see below)."""
     if kv == "fp8" and torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("fp8 e4m3 in Triton needs compute capability 8.9")
     ids = torch.randint(3, 2048, (300,), generator=torch.Generator().manual_seed(6)).cuda()
@@ -162,8 +162,8 @@ def test_fused_quantizing_stores_match_pytorchs(kv, tiny_model, monkeypatch):
     err = _relative(la, lb)
     assert err.median() < 1e-4, err
     # a value on a rounding tie takes one code in one order and the next in the other (the
-    # measure above allows it); one int8 step of one key moved a position's logits by 6e-4 on the
-    # H200 (2026-12-01), everything else agreeing within 1e-5. Where no code differs, 1e-4 holds
+    # measure above allows it); one int8 step of one key moved a position's logits by 6e-4 on a
+    # GPU (2026-12-01), everything else agreeing within 1e-5. Where no code differs, 1e-4 holds
     assert err.max() < (1e-3 if flipped else 1e-4), (flipped, err)
 
 

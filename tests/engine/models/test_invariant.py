@@ -133,12 +133,12 @@ def test_the_mode_is_named_in_the_load_event_with_its_reason(tiny_models):
     assert any("reproducible on (as asked)" in n for n in event.notes)
     off = Session.load(LoadRequest(model=str(tiny_models["qwen2"]), device="cpu"))
     assert off.config.reproducible is False and "default" in off.config.reproducible_reason
-    # transformers' modules (Phi-3 here) cannot run it: asked for, a one-line refusal
+    # transformers' modules (Gemma here) cannot run it: asked for, a one-line refusal
     from engine.events import BadRequest
 
-    with pytest.raises(BadRequest, match="--reproducible on cannot run here: phi3 runs "
+    with pytest.raises(BadRequest, match="--reproducible on cannot run here: gemma runs "
                                          "through transformers' modules"):
-        _session(tiny_models["phi3"])
+        _session(tiny_models["gemma"])
 
 
 @pytest.mark.parametrize("value", [1, 0, "on", "yes"])

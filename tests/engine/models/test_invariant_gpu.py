@@ -1,4 +1,4 @@
-"""The reproducible mode on a GPU (the H200 runs these): the demo model and the Qwen2.5-7B
+"""The reproducible mode on a GPU: the demo model and the Qwen2.5-7B
 shape with random weights (bf16 and AWQ), each row of blocks of 1 to 64 tokens against its
 decode steps (captured graphs, the Triton decode kernel and fused pieces), and the pieces
 themselves row by row, the fused Triton ones included. The real model cannot travel there."""
@@ -15,8 +15,8 @@ from engine.generate.session import Session
 from tests.engine.models.test_invariant import pieces_work_row_by_row, same_bits_as_steps
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="needs a CUDA GPU (the H200 runs it)")
-SHAPE_7B = Path(__file__).resolve().parents[3] / "packaging" / "bench" / "qwen2.5-7b"
+                                reason="needs a CUDA GPU")
+SHAPE_7B = Path(__file__).resolve().parents[3] / "bench" / "qwen2.5-7b"
 
 
 @pytest.fixture(scope="module")

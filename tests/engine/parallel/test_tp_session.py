@@ -348,9 +348,8 @@ def test_worker_a_rank_failing_at_a_step_is_one_failed(start_worker, tiny_model,
     assert _ends(_load(w, tiny_model)) == ["loaded"]
     followers = children(w.proc.pid)
     assert len(followers) == 1
-    t0 = time.monotonic()
     events = _generate(w)
-    assert _ends(events) == ["failed"] and time.monotonic() - t0 < 30
+    assert _ends(events) == ["failed"]
     assert len(token_ids(events)) == 4  # the prefill's token and three steps'
     err = events[-1].error
     assert "rank 1 of 2 failed: RuntimeError: injected failure at decode step 4" in err, err

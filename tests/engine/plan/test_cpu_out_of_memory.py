@@ -1,4 +1,4 @@
-"""Out of memory on the CPU (issue 22, item 8): the allocator's RuntimeError or a MemoryError, at
+"""Out of memory on the CPU: the allocator's RuntimeError or a MemoryError, at
 load or mid-answer, gets the same kind of hint as on the GPU (a format and a context that fit the
 computer's free memory), not a raw allocator message. The failure is the real CPU allocator's:
 an allocation far past any machine's memory, injected where the load or the step runs."""
@@ -18,7 +18,7 @@ from engine.plan.oom import OutOfMemory
 from engine.serve import cli
 from tests.engine.helpers import REPO, greedy_request, token_ids
 
-QWEN_7B = json.loads((REPO / "packaging/bench/qwen2.5-7b/config.json").read_text())
+QWEN_7B = json.loads((REPO / "bench/qwen2.5-7b/config.json").read_text())
 GIB = 1 << 30
 
 

@@ -1,6 +1,6 @@
 """Out of GPU memory, at load or mid-generation, ends in one Failed with a hint the planner says
 fits, and the session or worker stays usable. The GPU is simulated: an allocation that raises
-torch.OutOfMemoryError; the real thing is exercised on the H200 (packaging/bench/plan_check.py)."""
+torch.OutOfMemoryError; the real thing is exercised on a GPU (bench/plan_check.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from engine.serve import cli
 from engine.serve.worker import Worker
 from tests.engine.helpers import REPO, greedy_request, token_ids
 
-QWEN_7B = json.loads((REPO / "packaging/bench/qwen2.5-7b/config.json").read_text())
+QWEN_7B = json.loads((REPO / "bench/qwen2.5-7b/config.json").read_text())
 GIB = 1 << 30
 
 
@@ -91,7 +91,7 @@ def test_cli_run_prints_one_line_with_the_hint(tiny_model, monkeypatch, capsys):
 def test_the_emulated_cards_context_is_this_process_alone():
     """--memory-limit subtracts this process's memory outside torch's allocator: with NVML, its
     per-process figure; other processes on the card (seen in device-wide free memory) do not
-    shrink the emulated card. Figures from the H200: 518 MiB of bare context, 40 GiB in use by
+    shrink the emulated card. Figures from a 140 GiB GPU: 518 MiB of bare context, 40 GiB in use by
     other processes."""
     total, reserved, mib = 140 * GIB, 0, 1 << 20
     free = total - 518 * mib - 40 * GIB

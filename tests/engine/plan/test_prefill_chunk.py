@@ -1,6 +1,6 @@
 """The planner's prefill pass (plan/memory.py largest_prefill_chunk, generate/session_load.py): the
 longest that fits the card, its activations within what a batch's KV arena leaves free, since a
-step's token budget under continuous batching is this pass (issue 25)."""
+step's token budget under continuous batching is this pass."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from engine.plan.memory import largest_prefill_chunk, plan
 
 REPO = Path(__file__).resolve().parents[3]
 SHAPE = ModelShape.from_config(
-    json.loads((REPO / "packaging/bench/qwen2.5-7b/config.json").read_text()))
+    json.loads((REPO / "bench/qwen2.5-7b/config.json").read_text()))
 GiB = 2 ** 30
 
 
@@ -43,11 +43,11 @@ def test_the_session_keeps_the_pass_within_half_the_arenas_reserve():
     assert arena_reserve(8 * GiB) == ARENA_RESERVE_BYTES  # 2 GiB at least
     assert arena_reserve(138 * GiB) == int(138 * GiB * 0.10)
     folder = SimpleNamespace(config=json.loads(
-        (REPO / "packaging/bench/qwen2.5-7b/config.json").read_text()))
+        (REPO / "bench/qwen2.5-7b/config.json").read_text()))
     lm = SimpleNamespace(device=torch.device("cuda", 0), quant="bf16", folder=folder,
                          context=32768)
-    on_h200 = 138 * GiB
-    assert prefill_chunk_for(lm, "bf16", on_h200) == 16384
+    on_a_140_gib_card = 138 * GiB
+    assert prefill_chunk_for(lm, "bf16", on_a_140_gib_card) == 16384
     card_24 = int(23.5 * GiB)  # an 8K-token pass fits the card, but not half its reserve
     assert largest_prefill_chunk(SHAPE, "bf16", "bf16", 32768, card_24) >= 8192
     assert _activations(8192, card_24) > arena_reserve(card_24) // 2

@@ -33,7 +33,7 @@ def clean_env(**extra: str) -> dict[str, str]:
     """This environment without the OpenMP settings (importing engine here put them in), and
     with libgomp asked to print the settings it started with (OMP_DISPLAY_ENV)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
-    # the repository first, then whatever path this process was given (the H200 machine's
+    # the repository first, then whatever path this process was given (a GPU machine's
     # carried wheels live on PYTHONPATH)
     path = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))
     return {**env, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "OMP_DISPLAY_ENV": "VERBOSE",
@@ -86,7 +86,7 @@ def _until_loaded(stdout) -> list[str]:
 
 
 def test_hearth_run_runs_torch_with_the_policy_quietly(tiny_models):
-    """Also item 6 of issue 30: no third-party notes on stderr (torchao's missing _C_mxfp8,
+    """Also no third-party notes on stderr (torchao's missing _C_mxfp8,
     pytree's Enum notices, bitsandbytes' casting note on this int8 run), and torchao (from the
     awq extra) not imported at all when AWQ is not used."""
     argv = ["run", "--model", str(tiny_models["qwen2"]), "--prompt", "hi", "--quant", "int8",

@@ -157,7 +157,7 @@ for rows, dtype, cfg in ((1, torch.bfloat16, None), (3, torch.float16, None),
 """
 
 
-@INTERPRETER  # the H200 image's Triton 3.6 interpreter fails on it (2026-12-01); its GPU test runs
+@INTERPRETER  # Triton 3.6's interpreter fails on it (2026-12-01); its GPU test runs
 def test_triton_kernel_in_the_interpreter():
     """The Triton GEMV's arithmetic, run by Triton's CPU interpreter (where Triton is installed:
     CPU torch ships none; TRITON_INTERPRET is read when Triton is imported, hence a process of

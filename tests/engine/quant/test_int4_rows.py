@@ -1,5 +1,5 @@
 """The per-shape row count from which a 4-bit layer's product goes through the Triton GEMM
-(quant/int4_rows.py, issue 28): the choice from measured times, every layer of a shape set by
+(quant/int4_rows.py): the choice from measured times, every layer of a shape set by
 one measurement, other kernels left alone, and Int4Linear's dispatch following it. The timing
 itself and the kernels run on a GPU (tests/engine/kernels/test_int4_gemm_kernel.py checks the
 GEMM at 16 and 65 rows there); here the timer is a stand-in."""
@@ -80,7 +80,7 @@ def test_a_failed_timing_keeps_the_default(monkeypatch):
     assert m.gemm_rows == TINYGEMM_MAX_ROWS + 1
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the H200 runs it)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("kernel", ["tinygemm", "mma"])
 def test_batched_awq_steps_through_the_gemm_in_graphs(kernel, tiny_awq, monkeypatch):
     """20 rows of a batched AWQ step (captured at 32) with every layer's product through the

@@ -1,4 +1,4 @@
-"""The engine's NF4 layer (quant/nf4_linear.py, issue 28): bitsandbytes' codes and absmax read
+"""The engine's NF4 layer (quant/nf4_linear.py): bitsandbytes' codes and absmax read
 back exactly into the "mma" layout, the product of the codebook kernels (the decode gemv, the
 dequantizing kernel and cuBLAS) against the layer's dequantized reference, and a model loaded
 NF4 on a GPU running the engine's layers with bitsandbytes' logits. On the CPU: the code is
@@ -19,7 +19,7 @@ from tests.engine.helpers import captured
 from tests.engine.quant.test_awq import CUDA, rel
 
 bnbf = pytest.importorskip("bitsandbytes.functional")
-SHAPE_05B = Path(__file__).resolve().parents[3] / "packaging" / "bench" / "qwen2.5-0.5b"
+SHAPE_05B = Path(__file__).resolve().parents[3] / "bench" / "qwen2.5-0.5b"
 
 
 def bnb_layer(N: int, K: int, seed: int = 0, quant_type: str = "nf4", blocksize: int = 64,

@@ -67,7 +67,11 @@ def test_unpack_reads_torchs_packing_and_prefill_rows_equal_the_reference():
     exact = awq_format.dequantize(codes, zeros, scales).to(dev)
     assert rel(lin.dequantize(), exact) < 1e-2  # bf16
     x = torch.randn(TINYGEMM_MAX_ROWS + 200, 3584, device=dev, dtype=torch.bfloat16)
-    assert lin._dense(x.shape[0]) and not lin._dense(1)
+    # past tinygemm's rows: the Triton GEMM over its layout (the default) or the unpacked
+    # dense product, never tinygemm's own kernel; one row: tinygemm
+    rows = x.shape[0]
+    assert (lin._dense(rows) or lin._fused_gemm(rows)) and not lin._dense(1)
+    assert not lin._fused_gemm(1)
     assert rel(lin(x), x.float() @ exact.t()) < 1e-2
 
 

@@ -208,10 +208,10 @@ class _Recorded:
     prompt's messages (the chat template's input)."""
 
     def __init__(self, monkeypatch):
-        from engine.generate import prompt, session
+        from engine.generate import constrained, prompt
 
         self.samplers, self.rendered = [], []
-        real_sampler, real_render = session.Sampler, prompt.render_template
+        real_sampler, real_render = constrained.Sampler, prompt.render_template
 
         def sampler(s, *args):
             self.samplers.append(s)
@@ -221,7 +221,7 @@ class _Recorded:
             self.rendered.append([dict(m) for m in messages])
             return real_render(tok, messages, budget)
 
-        monkeypatch.setattr(session, "Sampler", sampler)
+        monkeypatch.setattr(constrained, "Sampler", sampler)
         monkeypatch.setattr(prompt, "render_template", render)
 
 

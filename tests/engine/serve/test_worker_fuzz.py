@@ -9,7 +9,6 @@ import io
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -139,10 +138,8 @@ def test_thousands_of_lines_each_end_in_one_terminal_event(fed, tmp_path_factory
             assert "\n" not in getattr(end, "error", "")
             counts["finished_generates"] += end.name == "finished" and '"generate"' in line
 
-    started = time.monotonic()
     check()
     assert counts["lines"] >= 1500 and counts["finished_generates"] >= 5, counts
-    assert time.monotonic() - started < 60
 
 
 @pytest.mark.parametrize("line, field", [
@@ -200,10 +197,8 @@ def test_the_real_worker_lives_through_hostile_bytes_and_exits_on_closed_stdin()
         proc.stdin.write(b'{"command": "cancel"}\n{"command": "generate", "prompt": "hi"}\n')
         proc.stdin.flush()
         assert "no model" in event_from_json(proc.stdout.readline()).error  # alive and well
-        started = time.monotonic()
         proc.stdin.close()
-        assert proc.wait(timeout=10) == 0
-        assert time.monotonic() - started < 2
+        assert proc.wait(timeout=120) == 0  # it ends by itself once stdin closes; a hang guard
         assert proc.stdout.read() == b""
     finally:
         proc.kill()

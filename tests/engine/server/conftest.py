@@ -3,7 +3,10 @@ test session, and servers over it on free ports: open, keyed, or with any other 
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
 import threading
+import time
 
 import pytest
 
@@ -68,3 +71,32 @@ def metric(base_url: str, name: str, headers: dict | None = None) -> float:
         if line.startswith(name + " "):
             return float(line.split()[1])
     raise KeyError(name)
+
+
+@contextlib.contextmanager
+def keyed_hearth_serve(*args: str):
+    """A real `hearth serve` subprocess on the demo model that asks for API_KEY -> its base URL
+    (http://127.0.0.1:PORT/v1); ended (SIGTERM) on leaving."""
+    from tests.engine.helpers import hearth_serve
+
+    proc, url = hearth_serve("--api-key", API_KEY, *args)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+
+
+def wait_idle(url: str, timeout_s: float = 120) -> None:
+    """Until the server runs and queues nothing (a bound on a hang, not a timing)."""
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    deadline = time.monotonic() + timeout_s
+    while metric(url, "hearth_requests_running", headers) + \
+            metric(url, "hearth_requests_waiting", headers) > 0:
+        assert time.monotonic() < deadline, "requests left running after their clients"
+        time.sleep(0.05)

@@ -1,4 +1,4 @@
-"""The server's load on a GPU (the H200 runs it): the Qwen2.5-7B shape with random weights in
+"""The server's load on a GPU: the Qwen2.5-7B shape with random weights in
 bf16, talking through the demo model's tokenizer and chat template, in the reproducible mode.
 200 requests, 32 at a time, half streamed, some cancelled mid-stream: nothing lost, no malformed
 stream, every finished greedy answer the one its question gets alone from the same session."""
@@ -15,9 +15,9 @@ from engine.events import LoadRequest
 from tests.engine.server.test_load import CONCURRENCY, answers_alone, check_load
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="needs a CUDA GPU (the H200 runs it)")
+                                reason="needs a CUDA GPU")
 REPO = Path(__file__).resolve().parents[3]
-SHAPE_7B = REPO / "packaging" / "bench" / "qwen2.5-7b"
+SHAPE_7B = REPO / "bench" / "qwen2.5-7b"
 DEMO = REPO / "hearth_resources" / "demo_model"
 
 

@@ -99,7 +99,7 @@ def test_bad_requests_raise_the_sdks_matching_exceptions(server, keyed):
         c.chat.completions.create(model="gpt-4o", messages=QUESTION)
     assert e.value.code == "model_not_found"
     with pytest.raises(openai.BadRequestError) as e:
-        c.chat.completions.create(model="demo_model", messages=QUESTION, presence_penalty=0.5)
+        c.chat.completions.create(model="demo_model", messages=QUESTION, presence_penalty=2.5)
     assert e.value.param == "presence_penalty"
     long = [{"role": "user", "content": "word " * 2000}]
     with pytest.raises(openai.BadRequestError) as e:

@@ -123,7 +123,9 @@ def test_serve_with_a_port_in_use_is_one_line_and_exit_2(capsys):
 @pytest.mark.parametrize("argv,words", [
     (["--port", "70000"], "--port"), (["--max-seqs", "0"], "--max-seqs"),
     (["--cors-origin", "page.example"], "--cors-origin"), (["--quant", "q9"], "--quant"),
-    (["--model", "/no/such/folder"], "/no/such/folder"), (["--port", "x"], "invalid int")])
+    (["--model", "/no/such/folder"], "/no/such/folder"), (["--port", "x"], "invalid int"),
+    (["--stall-timeout", "0"], "--stall-timeout"), (["--idle-timeout", "nan"], "--idle-timeout"),
+    (["--reproducible", "sometimes"], "--reproducible")])
 def test_serve_bad_flags_are_one_line_and_exit_2(argv, words, capsys):
     assert cli.main(["serve", *argv]) == 2
     err = capsys.readouterr().err.strip()

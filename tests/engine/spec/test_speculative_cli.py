@@ -265,8 +265,8 @@ def test_a_draft_prefill_once_paid_does_not_switch_winning_rounds_off():
 def test_a_dear_start_rests_long_enough_to_pay_for_the_next():
     """After a switch-off the plain stretch is long enough that starting again (a draft's
     prefill, as dear as measured, and rounds that lose as the last ones did) costs at most
-    ENTRY_SHARE of it: restarting every 64 tokens over a 30 ms prefill cost the H200's 7B 5-15%
-    where nothing paid. The first start pays first uses (0.64 s once on the H200): until a later
+    ENTRY_SHARE of it: restarting every 64 tokens over a 30 ms prefill cost a GPU's 7B 5-15%
+    where nothing paid. The first start pays first uses (0.64 s once on a GPU): until a later
     one is measured it counts for at most FIRST_ENTRY_STEPS plain steps; and no rest is longer
     than MAX_BACKOFF_TOKENS."""
     c = Controller(max_k=4, adaptive=False, switch_off=True, plain_step_s=0.005)
@@ -322,7 +322,7 @@ def test_a_median_follows_every_value_added():
 
 
 def test_a_dip_in_the_estimate_is_not_a_loss_until_it_is_likely():
-    """Rounds at the H200's costs (10.3 ms a round of K = 4 against 4.8 ms plain steps: break-even
+    """Rounds at measured costs (10.3 ms a round of K = 4 against 4.8 ms plain steps: break-even
     near alpha 0.57). Rounds whose estimate dips to 0.5 after a fresh start stay on (0.5 from
     a dozen tests may well be 0.7); an estimate of 0.41 held over rounds is a likely loss."""
     fresh = Controller(max_k=4, adaptive=False, switch_off=True, plain_step_s=0.0048)

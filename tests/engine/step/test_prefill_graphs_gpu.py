@@ -1,4 +1,4 @@
-"""Prefill chunks replayed as CUDA graphs (step/prefill_graphs.py) on a GPU (the H200 runs
+"""Prefill chunks replayed as CUDA graphs (step/prefill_graphs.py) on a GPU (the GPU machine runs
 these): a replay gives the bits of the same padded chunk run eagerly, in bf16 with the demo
 model and in AWQ with the Qwen2.5-7B shape (its int4 products through the tensor-core kernel up
 to 64 rows and the dequantized buffer past them); padding moves an fp32 chunk's logits no more
@@ -21,8 +21,8 @@ from engine.step.prefill_graphs import token_bucket
 from tests.engine.helpers import token_ids
 
 GPU = pytest.mark.skipif(not torch.cuda.is_available(),
-                         reason="needs a CUDA GPU (the H200 runs it)")
-SHAPE_7B = Path(__file__).resolve().parents[3] / "packaging" / "bench" / "qwen2.5-7b"
+                         reason="needs a CUDA GPU")
+SHAPE_7B = Path(__file__).resolve().parents[3] / "bench" / "qwen2.5-7b"
 CHUNKS = [(0, 5), (0, 100), (0, 300), (200, 40), (333, 64), (0, 1000)]  # (start, tokens)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from engine.events import SamplingParams
+from engine.formats.sampling_defaults import model_defaults
 from engine.step.sampling import ResolvedSampling, Sampler, resolve
 
 
@@ -56,7 +57,8 @@ def test_repetition_penalty_follows_transformers():
 def test_defaults_come_from_generation_config():
     gen = {"do_sample": True, "temperature": 0.6, "top_p": 0.8, "top_k": 20,
            "repetition_penalty": 1.05}
-    r = resolve(SamplingParams(seed=1), gen)
+    r = resolve(SamplingParams(seed=1), model_defaults(gen, "llama"))
     assert (r.temperature, r.top_p, r.top_k, r.repetition_penalty) == (0.6, 0.8, 20, 1.05)
-    assert resolve(SamplingParams(seed=1), {"do_sample": False}).is_greedy
-    assert resolve(SamplingParams(temperature=0.9, seed=1), gen).temperature == 0.9
+    assert resolve(SamplingParams(seed=1), model_defaults({"do_sample": False}, "qwen2")).is_greedy
+    assert resolve(SamplingParams(temperature=0.9, seed=1),
+                   model_defaults(gen, "llama")).temperature == 0.9

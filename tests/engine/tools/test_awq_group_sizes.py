@@ -1,4 +1,4 @@
-"""AWQ for models whose widths are not multiples of 128 (issue 28, item 4): `hearth quantize`
+"""AWQ for models whose widths are not multiples of 128: `hearth quantize`
 takes --group-size 32, 64 or 128, by default the largest that divides every linear's inputs, and
 the copy loads and runs through the int4 kernels. SmolLM2-135M (576 and 1536: group 64) was
 refused before; here its AWQ copy answers, and its perplexity is lower than plain rounding's."""

@@ -112,7 +112,7 @@ def test_quantize_then_run_through_the_cli(tiny_awq, tmp_path, capsys):
     assert "layer 2/2" in err and "calibration: 4 blocks of 64 tokens" in err
     assert cli.main(["run", "--model", str(out), "--prompt", "hi", "--max-new-tokens", "4",
                      "--temperature", "0", "--raw", "--device", "cpu"]) == 0
-    assert "as awq on cpu" in capsys.readouterr().err  # on a GPU machine too (the H200's run)
+    assert "as awq on cpu" in capsys.readouterr().err  # on a GPU machine too
 
 
 def test_rtn_is_the_same_format_without_the_search(tiny_awq, tmp_path, capsys):

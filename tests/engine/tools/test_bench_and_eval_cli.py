@@ -18,7 +18,7 @@ def test_bench_json_reports_speed_and_references(tiny_model, capsys):
     assert r["hf_generate_decode_tokens_per_s"] > 0 and r["speedup_vs_hf"] > 0
     assert r["throughput_tokens_per_s"] > 0 and r["num_prompts"] == 2
     assert "batch 1" in r["batching"]
-    # issue 28: the bytes a decode step reads at the measured rate
+    # the bytes a decode step reads at the measured rate
     assert r["effective_bandwidth_bytes_per_s"] == round(r["decode_tokens_per_s"]
                                                          * r["bytes_per_decode_step"])
 
