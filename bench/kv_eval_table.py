@@ -2,19 +2,16 @@
 perplexity and top-1 agreement with the model's own 16-bit/fp32 cache over the same windows, in
 one run. The README's KV figures come from this table.
 
-Rows per quantized KV dtype:
-- "per-token scales": the cache as it was before keys were rotated (one scale per token per
-  head; the rotation switched off);
-- "rotated keys": keys and queries rotated by cache/key_rotation.py (int8's default);
-- "per-channel key scales (simulated)": the KIVI alternative, simulated at its best: keys
-  quantized with one scale per channel per head taken from the window's own keys (what a scale
-  calibrated on the prefill would be, before any later token could clip), values per token, in
-  an fp32 cache.
+Rows per KV dtype: a 16-bit one (fp16, bf16) as it is, the noise floor of the comparison; a
+quantized one (int8, fp8: a scale per 32 elements of a head, kernels/kv_quant.py) twice, with
+keys and queries rotated (cache/key_rotation.py) and with keys stored as they come, the
+engine's default marked.
 
 Default text: the first 81 lines of Debian 12's glibc changelog (entries from March 2025 to April
 2026, written after SmolLM2 was trained), as bench/smollm2_table.py scores. Usage, from
 the repository root:
     python bench/kv_eval_table.py MODEL_FOLDER [--quant fp32] [--text FILE] [--json F]
+        [--kv-dtypes fp16 int8 fp8]
 """
 
 from __future__ import annotations
@@ -33,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine.cache import key_rotation  # noqa: E402
 from engine.cache.kv_cache import KVCache  # noqa: E402
 from engine.events import LoadRequest  # noqa: E402
+from engine.formats import kv_dtypes  # noqa: E402
 from engine.generate.session import Session  # noqa: E402
-from engine.kernels import kv_quant  # noqa: E402
 from engine.tools.eval import perplexity  # noqa: E402
 
 CHANGELOG = Path("/usr/share/doc/libc6/changelog.Debian.gz")
@@ -44,18 +41,6 @@ LINES = 81
 def default_text() -> str:
     lines = gzip.open(CHANGELOG, "rt", encoding="utf-8").read().splitlines()[:LINES]
     return "\n".join(lines) + "\n"
-
-
-def per_channel(k: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """k [1, H_kv, T, D] quantized with one scale per (head, channel) over the T tokens."""
-    x = k.float().transpose(-1, -2)  # [1, H_kv, D, T]: a "token" of kv_quant is a channel here
-    q, s = kv_quant.quantize(x, dtype)
-    return kv_quant.dequantize(q, s).transpose(-1, -2).to(k.dtype)
-
-
-def per_token(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    q, s = kv_quant.quantize(v.float(), dtype)
-    return kv_quant.dequantize(q, s).to(v.dtype)
 
 
 def cache_like(session, kv_dtype: str, length: int) -> KVCache:
@@ -79,21 +64,19 @@ def measure(args) -> dict:
         r = perplexity(session, ids, cache=cache, predictions=got)
         same = sum(int((a == b).sum()) for a, b in zip(got, want, strict=True))
         return dict(perplexity=r.perplexity, perplexity_change=r.perplexity / ref.perplexity - 1,
-                    top1_agreement=same / r.tokens)
+                    top1_agreement=same / r.tokens, positions_that_differ=r.tokens - same)
 
     rows = {}
     for kv in args.kv_dtypes:
-        for name, rotate in (("per-token scales", False), ("rotated keys", True)):
+        if not kv_dtypes.get(kv).scaled:
+            rows[kv] = row(cache_like(session, kv, length))
+            continue
+        for name, rotate in (("rotated keys", True), ("keys as they come", False)):
             cache = cache_like(session, kv, length)
             default = cache.key_rotation is not None
             cache.key_rotation = key_rotation.matrix(cache.head_dim, cache.device) if rotate \
                 else None
             rows[f"{kv}, {name}{' (default)' if rotate == default else ''}"] = row(cache)
-        sim = cache_like(session, session.kv_dtype, length)
-        write, dtype = sim.write, kv_quant.storage(kv)
-        sim.write = lambda i, pos, k, v, w=write, d=dtype: w(i, pos, per_channel(k, d),
-                                                              per_token(v, d))
-        rows[f"{kv}, per-channel key scales (simulated)"] = row(sim)
     return dict(model=str(session.lm.folder.path), weights=session.lm.quant,
                 reference_kv=session.kv_dtype, reference_perplexity=ref.perplexity,
                 tokens=ref.tokens, window=ref.window, text=args.text or f"{CHANGELOG} lines 1-81",
@@ -107,7 +90,8 @@ def markdown(r: dict) -> str:
              f"| KV cache | top-1 agreement with {r['reference_kv']} | perplexity | vs "
              f"{r['reference_kv']} |", "|---|---|---|---|"]
     for name, x in r["rows"].items():
-        lines.append(f"| {name} | {100 * x['top1_agreement']:.2f}% | {x['perplexity']:.4f} | "
+        lines.append(f"| {name} | {100 * x['top1_agreement']:.2f}% "
+                     f"({x['positions_that_differ']} differ) | {x['perplexity']:.4f} | "
                      f"{100 * x['perplexity_change']:+.3f}% |")
     return "\n".join(lines) + "\n"
 
@@ -117,7 +101,7 @@ def main(argv=None) -> int:
     p.add_argument("model", help="model folder (e.g. SmolLM2-135M-Instruct from hearth import)")
     p.add_argument("--quant", default="fp32", help="weight format (default fp32)")
     p.add_argument("--text", help=f"text to score (default: {CHANGELOG}, lines 1-{LINES})")
-    p.add_argument("--kv-dtypes", nargs="+", default=["int8", "fp8"])
+    p.add_argument("--kv-dtypes", nargs="+", default=["fp16", "int8", "fp8"])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = p.parse_args(argv)

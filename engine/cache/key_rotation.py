@@ -1,20 +1,22 @@
 """An orthonormal rotation of keys and queries for a quantized (int8/fp8) KV cache.
 
-A cache with one scale per token per head (kernels/kv_quant.py) spends its few levels on the
-token's largest element. Keys have outlier channels (a few of D much larger than the rest,
-whatever the token), so every other channel of every key is rounded coarsely. Rotating each
-key by an orthonormal R (D x D) spreads an outlier over all D channels; rotating the query by
-the same R keeps every score, (q R)(k R)^T = q R R^T k^T = q k^T, so attention reads the
-rotated cache as it is, in every kernel, with no change to how it stores or reads blocks.
+A cache with a scale per 32 elements of a head (kernels/kv_quant.py) spends each group's few
+levels on the group's largest element. Keys have outlier channels (a few of D much larger than
+the rest, whatever the token), so the other channels of an outlier's group round coarsely.
+Rotating each key by an orthonormal R (D x D) spreads an outlier over all D channels; rotating
+the query by the same R keeps every score, (q R)(k R)^T = q R R^T k^T = q k^T, so attention
+reads the rotated cache as it is, in every kernel, with no change to how it stores or reads
+blocks.
 
 R: the normalized Hadamard matrix (entries +-1/sqrt(D)) where D is a power of two, applied as
 the fast Walsh-Hadamard transform (kernels/kv_quant.rotate); otherwise a fixed orthonormal
 matrix from a seeded QR (the same on every run and device). Applied after RoPE, to the keys
 before the cache quantizes them and to the queries before attention reads the cache, where
-the KV dtype asks for it (formats/kv_dtypes.py: int8). fp8 keeps its keys as they come: it
-measured better rotated on SmolLM2, but a step over in one layer then moves every later
-layer's values past what the cache's grouping test allows (BENCHMARKS.md, "Rotated keys").
-Values are not rotated: quantized alone, they cost a fraction of what the keys cost.
+the KV dtype asks for it (formats/kv_dtypes.py: int8). fp8 keeps its keys as they come: an
+e4m3 step near the top of a group is an eighth of the value, and rotated keys put one such
+step over in an early layer, which every later layer's values then follow, past what the
+cache's grouping test allows (docs/benchmark-log.md, "Scales per 32 elements"). Values are not
+rotated: quantized alone, they cost a fraction of what the keys cost.
 """
 
 from __future__ import annotations

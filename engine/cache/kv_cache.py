@@ -36,8 +36,9 @@ FEW_CHANGES = 8  # table entries written one by one (fill_, no sync); more: one 
 
 
 class LayerKV(NamedTuple):
-    """One layer's arena: k, v [num_blocks, H_kv, B, D]; k_scale, v_scale [num_blocks, H_kv, B]
-    fp16 or None; table [max_blocks] int32: position p at block table[p // B], slot p % B."""
+    """One layer's arena: k, v [num_blocks, H_kv, B, D]; k_scale, v_scale [num_blocks, H_kv, B,
+    NG] fp16 or None (kernels/kv_quant.py); table [max_blocks] int32: position p at block
+    table[p // B], slot p % B."""
 
     k: torch.Tensor
     v: torch.Tensor
@@ -153,7 +154,7 @@ class KVCache:
 
     def stored(self, layer: int, end: int) -> LayerKV:
         """Positions 0..end-1 as stored (values and scales, not dequantized), contiguous:
-        k, v [1, H_kv, end, D], scales [1, H_kv, end]; table None. For tests and tools."""
+        k, v [1, H_kv, end, D], scales [1, H_kv, end, NG]; table None. For tests and tools."""
         kv = self.layer(layer)
         get = lambda x: None if x is None else kv_arena.contiguous(x, self.table, end)
         return LayerKV(get(kv.k), get(kv.v), get(kv.k_scale), get(kv.v_scale), None)

@@ -1,6 +1,6 @@
 """The rotation of keys and queries for a quantized KV cache (engine/cache/key_rotation.py): it
 is orthonormal, leaves attention unchanged in exact arithmetic, and on keys with outlier
-channels makes the int8/fp8 cache's attention closer to exact, through the engine's own
+channels makes the int8 cache's attention closer to exact, through the engine's own
 attention function (prefill chunks and one-token steps alike)."""
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def test_rotated_attention_equals_plain_attention_in_fp32():
 
 def test_only_an_int8_cache_is_rotated():
     """fp8 keeps its keys as they come: rotated, one step over in a layer moves every later
-    layer's values past what the cache's grouping test allows (BENCHMARKS.md, "Rotated keys")."""
+    layer's values past what the cache's grouping test allows
+    (test_quantized_kv.test_prefill_grouping_leaves_the_same_cache)."""
     for kv in ("fp32", "bf16", "fp8"):
         assert KVCache(1, HKV, D, T, kv, "cpu").key_rotation is None
     torch.testing.assert_close(KVCache(1, HKV, D, T, "int8", "cpu").key_rotation,
@@ -80,19 +81,16 @@ def engine_attention(kv_dtype: str, q, k, v, rotate: bool) -> torch.Tensor:
     return torch.cat(out, dim=1)
 
 
-@pytest.mark.parametrize("kv, gain", [("int8", 2.5), ("fp8", 1.5)])
-def test_rotation_lowers_the_quantized_caches_error_on_outlier_keys(kv, gain):
-    """int8: a per-token scale set by the outliers leaves the other channels few levels (3.1x
-    less error rotated, here). fp8 keeps its relative precision in small channels, but the
-    scores hang on the outlier channels' few mantissa bits; rotated, each score sums 64
-    independent roundings of spread values instead (2.1x less error here). Where queries do not
-    read the outlier channels, fp8 gains nothing: the real model's figures decide
-    (BENCHMARKS.md, "Rotated keys")."""
+def test_rotation_lowers_the_int8_caches_error_on_outlier_keys():
+    """A scale per 32 elements of a key still spends each group's levels on its outlier (here
+    every group holds one); rotated, the outliers spread over all 64 channels (1.24x less
+    error here; with one scale a head it was 3.1x, the group scales having taken the rest).
+    The real model's figures decide (docs/benchmark-log.md, "Scales per 32 elements")."""
     q, k, v = outlier_qkv(seed=7)
     exact = engine_attention("fp32", q, k, v, rotate=False)
-    plain = (engine_attention(kv, q, k, v, rotate=False) - exact).abs().max()
-    rotated = (engine_attention(kv, q, k, v, rotate=True) - exact).abs().max()
-    assert rotated < plain / gain, (float(rotated), float(plain))
+    plain = (engine_attention("int8", q, k, v, rotate=False) - exact).abs().max()
+    rotated = (engine_attention("int8", q, k, v, rotate=True) - exact).abs().max()
+    assert rotated < plain / 1.2, (float(rotated), float(plain))
 
 
 def test_rotation_is_exact_on_a_fp32_reference_of_the_same_keys():
