@@ -63,17 +63,20 @@ def measure(args) -> dict:
         got: list = []
         r = perplexity(session, ids, cache=cache, predictions=got)
         same = sum(int((a == b).sum()) for a, b in zip(got, want, strict=True))
-        return dict(perplexity=r.perplexity, perplexity_change=r.perplexity / ref.perplexity - 1,
-                    top1_agreement=same / r.tokens, positions_that_differ=r.tokens - same)
+        x = dict(perplexity=r.perplexity, perplexity_change=r.perplexity / ref.perplexity - 1,
+                 top1_agreement=same / r.tokens, positions_that_differ=r.tokens - same)
+        print(f"{cache.kv_dtype}: {x}", file=sys.stderr, flush=True)  # progress
+        return x
 
     rows = {}
     for kv in args.kv_dtypes:
         if not kv_dtypes.get(kv).scaled:
             rows[kv] = row(cache_like(session, kv, length))
             continue
-        for name, rotate in (("rotated keys", True), ("keys as they come", False)):
+        default = kv_dtypes.get(kv).rotated_keys
+        for rotate in (default, not default):  # the engine's default first
+            name = "rotated keys" if rotate else "keys as they come"
             cache = cache_like(session, kv, length)
-            default = cache.key_rotation is not None
             cache.key_rotation = key_rotation.matrix(cache.head_dim, cache.device) if rotate \
                 else None
             rows[f"{kv}, {name}{' (default)' if rotate == default else ''}"] = row(cache)
