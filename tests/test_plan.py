@@ -175,7 +175,7 @@ def test_tied_embeddings_counted_once_and_kept_16_bit():
 
 def test_kv_dtypes_and_scales():
     s = shape(QWEN7B)
-    assert kv_bytes_per_token(s, "fp8") == 28 * 4 * 2 * (128 + 2)  # + one fp16 scale per head
+    assert kv_bytes_per_token(s, "fp8") == 28 * 4 * 2 * (128 + 8)  # + an fp16 scale per 32 values
     assert kv_bytes_per_token(s, "int8") == kv_bytes_per_token(s, "fp8")
     mqa = shape(dict(SEED7B, num_key_value_heads=1))
     assert kv_bytes_per_token(mqa, "bf16") * 32 == kv_bytes_per_token(shape(SEED7B), "bf16")

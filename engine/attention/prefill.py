@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
 from engine.attention import decode_attention, sliding_window
+from engine.cache import key_rotation
 from engine.cache.kv_cache import KVCache
 
 ATTN_IMPLEMENTATION = "hearth"
@@ -52,7 +53,9 @@ def hearth_attention(module, query, key, value, attention_mask, scaling=None, dr
         raise RuntimeError("hearth attention called without a hearth_step context")
     layer, cache, T = module.layer_idx, step.cache, query.shape[2]
     # written first, read back after: a token is quantized (int8/fp8) before anything reads it,
-    # its own query included, so results do not depend on how tokens were grouped into passes
+    # its own query included, so results do not depend on how tokens were grouped into passes;
+    # an int8/fp8 cache holds rotated keys, read by rotated queries (cache/key_rotation.py)
+    query, key = key_rotation.rotate_qk(query, key, cache.key_rotation)
     cache.write(layer, step.positions, key, value)
     how, window, softcap = step.attention, kwargs.get("sliding_window"), kwargs.get("softcap")
     if (window is not None and step.end > window) or softcap is not None:

@@ -3,11 +3,10 @@ table (cache/block_manager.py decides which block holds what; kv_cache.KVCache p
 and is what the engine runs on).
 
 Layout per layer: k, v [num_blocks, H_kv, B, D] in the storage dtype (+ k_scale, v_scale
-[num_blocks, H_kv, B] fp16 for int8/fp8, one scale per token per head as in kernels/kv_quant.py),
-so one
-head's block is one contiguous [B, D] tile. Position p of a sequence lives at block
-table[p // B], slot p % B. Writes and reads are fixed-shape tensor ops with the table on the
-device (no host sync), so a step over them can be graph-captured.
+[num_blocks, H_kv, B, NG] fp16 for int8/fp8, NG scales per token per head as in
+kernels/kv_quant.py), so one head's block is one contiguous [B, D] tile. Position p of a
+sequence lives at block table[p // B], slot p % B. Writes and reads are fixed-shape tensor ops
+with the table on the device (no host sync), so a step over them can be graph-captured.
 """
 
 from __future__ import annotations
@@ -17,8 +16,8 @@ import torch
 from engine.formats import kv_dtypes
 from engine.kernels import kv_quant
 
-# --kv-dtype name -> storage dtype; the scaled ones (int8, fp8) add one fp16 scale per token per
-# KV head
+# --kv-dtype name -> storage dtype; the scaled ones (int8, fp8) add fp16 scales per token per
+# KV head (kv_dtypes.scale_groups)
 STORAGE = kv_quant.StorageView(kv_dtypes.names)
 DEQUANT_CHUNK_BLOCKS = 256  # 4,096 tokens: the fp32 transient of one chunk, not of the context
 
@@ -28,7 +27,7 @@ def store(values: torch.Tensor, scales: torch.Tensor | None, table: torch.Tensor
     """Write x: [1, H_kv, T, D] at `positions` ([T] int64) of the sequence whose block table is
     `table` ([max_blocks] int32; [>= T, max_blocks]: token t of sequence t, a batched step)
     into values: [num_blocks, H_kv, B, D] (+ scales:
-    [num_blocks, H_kv, B], quantized first for int8/fp8), in place. `fused`: quantize and store
+    [num_blocks, H_kv, B, NG], quantized first for int8/fp8), in place. `fused`: quantize and store
     in one Triton launch (attention_backend.fused_write: where the kernel reads the cache)."""
     B = values.shape[2]
     x = x[0].transpose(0, 1)  # [T, H_kv, D]: advanced indices first, as values[b, :, s]
@@ -47,7 +46,7 @@ def store(values: torch.Tensor, scales: torch.Tensor | None, table: torch.Tensor
     if scales is None:
         values[blocks, :, slots] = x.to(values.dtype)
         return
-    q, s = kv_quant.quantize(x, values.dtype)  # q: [T, H_kv, D], s: [T, H_kv]
+    q, s = kv_quant.quantize(x, values.dtype)  # q: [T, H_kv, D], s: [T, H_kv, NG]
     if values.dtype is not torch.int8:  # fp8 has no index_put_: write its bytes
         values, q = values.view(torch.uint8), q.view(torch.uint8)
     values[blocks, :, slots] = q
@@ -118,7 +117,8 @@ class KVArena:
         self.v = [new() for _ in range(num_layers)]
         self.k_scale = self.v_scale = None
         if self.quantized:
-            scale = lambda: torch.ones(shape[:3], dtype=torch.float16, device=device)
+            scales = (*shape[:3], kv_dtypes.scale_groups(head_dim))
+            scale = lambda: torch.ones(scales, dtype=torch.float16, device=device)
             self.k_scale = [scale() for _ in range(num_layers)]
             self.v_scale = [scale() for _ in range(num_layers)]
 
@@ -128,7 +128,8 @@ class KVArena:
         """K and V of one block across all layers, scales included: what the planner divides
         its KV budget by to size the arena."""
         values = STORAGE[kv_dtype].itemsize * head_dim
-        scales = 2 if kv_dtypes.get(kv_dtype).scaled else 0  # one fp16 per token per head
+        scaled = kv_dtypes.get(kv_dtype).scaled  # fp16 scales per token per head
+        scales = 2 * kv_dtypes.scale_groups(head_dim) if scaled else 0
         return 2 * num_layers * num_kv_heads * block_size * (values + scales)
 
     @property

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import torch
 
-from engine.cache import kv_arena
+from engine.cache import key_rotation, kv_arena
 from engine.cache.block_manager import BlockManager, Sequence
 from engine.cache.kv_arena import STORAGE, KVArena  # noqa: F401 (STORAGE re-exported)
 from engine.config import overrides
@@ -36,8 +36,9 @@ FEW_CHANGES = 8  # table entries written one by one (fill_, no sync); more: one 
 
 
 class LayerKV(NamedTuple):
-    """One layer's arena: k, v [num_blocks, H_kv, B, D]; k_scale, v_scale [num_blocks, H_kv, B]
-    fp16 or None; table [max_blocks] int32: position p at block table[p // B], slot p % B."""
+    """One layer's arena: k, v [num_blocks, H_kv, B, D]; k_scale, v_scale [num_blocks, H_kv, B,
+    NG] fp16 or None (kernels/kv_quant.py); table [max_blocks] int32: position p at block
+    table[p // B], slot p % B."""
 
     k: torch.Tensor
     v: torch.Tensor
@@ -86,6 +87,10 @@ class KVCache:
         self.arena = KVArena(num_layers, num_kv_heads, head_dim, self.num_blocks + 1,
                              block_size, self.kv_dtype, device)
         self.device = self.arena.k[0].device  # with its index: "cuda:0", as kernels report it
+        # R of cache/key_rotation.py: every pass that writes keys here rotates them and its
+        # queries by it first (None: keys stored as they come, 16-bit and fp8)
+        rotated = kv_dtypes.get(self.kv_dtype).rotated_keys
+        self.key_rotation = key_rotation.matrix(head_dim, self.device) if rotated else None
         self.blocks = BlockManager(self.num_blocks, block_size)
         self.seq = Sequence()
         self.table = torch.full((max_blocks,), self.scratch, dtype=torch.int32, device=device)
@@ -149,7 +154,7 @@ class KVCache:
 
     def stored(self, layer: int, end: int) -> LayerKV:
         """Positions 0..end-1 as stored (values and scales, not dequantized), contiguous:
-        k, v [1, H_kv, end, D], scales [1, H_kv, end]; table None. For tests and tools."""
+        k, v [1, H_kv, end, D], scales [1, H_kv, end, NG]; table None. For tests and tools."""
         kv = self.layer(layer)
         get = lambda x: None if x is None else kv_arena.contiguous(x, self.table, end)
         return LayerKV(get(kv.k), get(kv.v), get(kv.k_scale), get(kv.v_scale), None)

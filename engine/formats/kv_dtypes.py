@@ -15,17 +15,30 @@ class KVDtype:
     name: str  # the --kv-dtype word
     bytes_per_element: int
     torch_dtype: str  # the torch attribute that stores it: "bfloat16", "float8_e4m3fn"
-    # + one fp16 scale per token per KV head, for K and for V (kernels/kv_quant.py: value =
-    # q * scale); a scaled dtype is quantized on write
+    # + fp16 scales per token per KV head, one per SCALE_GROUP elements, for K and for V
+    # (kernels/kv_quant.py: value = q * scale); a scaled dtype is quantized on write
     scaled: bool = False
     qmax: float | None = None  # the largest |q| a scaled dtype stores
     # the Triton kernel converts it in hardware from this compute capability on; below, the
     # PyTorch reference reads it
     min_compute_capability: tuple[int, int] | None = None
     offered: bool = True  # listed in the app's pickers (fp32 is the CPU reference's dtype)
+    # keys and queries rotated before keys are stored (cache/key_rotation.py): int8, whose
+    # group scales otherwise spend their levels on a key's outlier channels
+    rotated_keys: bool = False
 
 
 _REGISTRY: dict[str, KVDtype] = {}
+# the elements of a head that share one scale in a scaled cache: one scale per token per head
+# spends the few levels of int8/fp8 on the head's largest element, so the rest of a 64-wide
+# head round coarsely (q8_0 of llama.cpp keeps a scale per 32 values for the same reason)
+SCALE_GROUP = 32
+
+
+def scale_groups(head_dim: int) -> int:
+    """Scales per token per head: head_dim // SCALE_GROUP, or one for a head that is not a
+    multiple of it; the cache's layout is [..., tokens, scale_groups] either way."""
+    return head_dim // SCALE_GROUP if head_dim % SCALE_GROUP == 0 else 1
 
 
 def register(kv: KVDtype) -> KVDtype:
@@ -52,7 +65,7 @@ def names() -> tuple[str, ...]:
 
 
 def quantized() -> tuple[str, ...]:
-    """The scaled dtypes: one fp16 scale per token per head beside the values."""
+    """The scaled dtypes: fp16 scales per token per head (scale_groups) beside the values."""
     return tuple(k.name for k in _REGISTRY.values() if k.scaled)
 
 
@@ -97,5 +110,6 @@ for _kv in (KVDtype("bf16", 2, "bfloat16"), KVDtype("fp16", 2, "float16"),
             # e4m3fn's largest finite value; Ada and Hopper convert it in hardware
             KVDtype("fp8", 1, "float8_e4m3fn", scaled=True, qmax=448.0,
                     min_compute_capability=(8, 9)),
-            KVDtype("int8", 1, "int8", scaled=True, qmax=127.0)):  # symmetric int8
+            KVDtype("int8", 1, "int8", scaled=True, qmax=127.0,
+                    rotated_keys=True)):  # symmetric int8
     register(_kv)

@@ -32,7 +32,7 @@ def loaded(session) -> Loaded:
     lm = session.lm
     kv = (f"KV cache: {session.kv_dtype} ({session.kv_reason}), "
           f"{session.cache.num_bytes / 2**20:,.1f} MiB for {session.cache.max_len:,} tokens"
-          + (", one fp16 scale per token per KV head included" if session.cache.quantized
+          + (", its fp16 scales (one per 32 values of a head) included" if session.cache.quantized
              else "")
           + (f" ({session.cache.num_blocks * session.cache.block_size:,} tokens in all, shared "
              f"by the sequences that run together; {session.config.kv_tokens:,} asked)"

@@ -144,6 +144,7 @@ def _launch(qg: torch.Tensor, kv: LayerKV, pos: torch.Tensor, lens: torch.Tensor
     block_d = max(16, triton.next_power_of_2(D))
     ks = kv.k_scale if quantized else kv.k  # unread when not QUANTIZED: any pointer will do
     vs = kv.v_scale if quantized else kv.v
+    groups = ks.shape[3] if quantized else 1  # scales per key per head (kernels/kv_quant.py)
     table_stride = kv.table.stride(0) if batched else 0
     lens = pos if lens is None else lens  # unread when not BATCHED
     splits = pos if splits is None else splits
@@ -153,7 +154,7 @@ def _launch(qg: torch.Tensor, kv: LayerKV, pos: torch.Tensor, lens: torch.Tensor
         float(scaling), kv.k.stride(0), kv.k.stride(1), ks.stride(0), ks.stride(1),
         ROWS=rows, T=T, SEQS=seqs, SEQ_TILES=seq_tiles, TABLE_STRIDE=table_stride, D=D, B=B,
         BLOCK_M=block_m, BLOCK_N=cfg["block_n"], BLOCK_D=block_d,
-        QUANTIZED=quantized, IEEE=qg.dtype == torch.float32,
+        QUANTIZED=quantized, NG=groups, G=D // groups, IEEE=qg.dtype == torch.float32,
         GRANULE=int(cfg["granule"]) if cfg["consistent"] else 0,
         F16=bool(quantized and cfg.get("fp16_dots") and qg.dtype != torch.float32),
         INT8=kv.k.dtype == torch.int8,

@@ -33,15 +33,23 @@ def _widen(x, dtype, F16: tl.constexpr, INT8: tl.constexpr, ASM: tl.constexpr):
 
 @triton.jit
 def _load_tile(K, V, KS, VS, block, n, n_ok, head, stride_kb, stride_kh, stride_sb, stride_sh,
-               d, d_ok, D: tl.constexpr, B: tl.constexpr, QUANTIZED: tl.constexpr):
+               d, d_ok, D: tl.constexpr, B: tl.constexpr, QUANTIZED: tl.constexpr,
+               NG: tl.constexpr, G: tl.constexpr):
     """The keys n ([BLOCK_N], of blocks `block`, their table entries) -> their K and V values as
-    stored, [BLOCK_N, BLOCK_D], and their scales, [BLOCK_N] fp32 (zeros when not QUANTIZED)."""
+    stored, [BLOCK_N, BLOCK_D], and their scales, fp32: [BLOCK_N] (NG = 1: one a key), or
+    [BLOCK_N, BLOCK_D] (NG groups of G elements: each element's group's); zeros when not
+    QUANTIZED."""
     block = block.to(tl.int64)
     row = block * stride_kb + head * stride_kh + (n % B) * D  # [BLOCK_N]: K and V alike; a key's
     tile_ok = n_ok[:, None] & d_ok[None, :]  # D values stay contiguous
     k = tl.load(K + row[:, None] + d[None, :], mask=tile_ok, other=0.0)
     v = tl.load(V + row[:, None] + d[None, :], mask=tile_ok, other=0.0)
-    if QUANTIZED:
+    if QUANTIZED and NG > 1:
+        srow = block * stride_sb + head * stride_sh + (n % B) * NG
+        at = srow[:, None] + (d // G)[None, :]
+        ks = tl.load(KS + at, mask=tile_ok, other=0.0).to(tl.float32)
+        vs = tl.load(VS + at, mask=tile_ok, other=0.0).to(tl.float32)
+    elif QUANTIZED:
         srow = block * stride_sb + head * stride_sh + n % B
         ks = tl.load(KS + srow, mask=n_ok, other=0.0).to(tl.float32)
         vs = tl.load(VS + srow, mask=n_ok, other=0.0).to(tl.float32)
@@ -53,15 +61,18 @@ def _load_tile(K, V, KS, VS, block, n, n_ok, head, stride_kb, stride_kh, stride_
 
 @triton.jit
 def _attend_tile(q, k, v, ks, vs, n, n_ok, pos, m_i, l_i, acc, scaling, QUANTIZED: tl.constexpr,
-                 IEEE: tl.constexpr, F16: tl.constexpr, INT8: tl.constexpr, ASM: tl.constexpr):
+                 IEEE: tl.constexpr, F16: tl.constexpr, INT8: tl.constexpr, ASM: tl.constexpr,
+                 NG: tl.constexpr):
     """One tile of keys into the running softmax of the rows: (m, l, acc) -> (m, l, acc)."""
     # int8 and e4m3 values are exact in bf16/fp16: upcast, multiply on tensor cores
     k = _widen(k, q.dtype, F16, INT8, ASM)
+    if QUANTIZED and NG > 1:  # a scale per group of a key's elements: dequantized before the
+        k = (k.to(tl.float32) * ks).to(q.dtype)  # dot, rounded once to the query's dtype
     if IEEE:
         s = tl.dot(q, tl.trans(k), input_precision="ieee")  # [BLOCK_M, BLOCK_N]
     else:
         s = tl.dot(q, tl.trans(k))
-    if QUANTIZED:  # q . (k_q s_k) = s_k (q . k_q): one multiply per key, not per element
+    if QUANTIZED and NG == 1:  # q . (k_q s_k) = s_k (q . k_q): one multiply per key
         s = s * ks[None, :]
     s = tl.where((n[None, :] <= pos[:, None]) & n_ok[None, :], s * scaling, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -70,7 +81,9 @@ def _attend_tile(q, k, v, ks, vs, n, n_ok, pos, m_i, l_i, acc, scaling, QUANTIZE
     p = tl.exp(s - m_safe[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     v = _widen(v, q.dtype, F16, INT8, ASM)
-    if QUANTIZED:  # sum_n p_n s_n v_q,n: the V scale folds into the probabilities
+    if QUANTIZED and NG > 1:
+        v = (v.to(tl.float32) * vs).to(q.dtype)
+    elif QUANTIZED:  # sum_n p_n s_n v_q,n: the V scale folds into the probabilities
         p = p * vs[None, :]
     if IEEE:
         acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
@@ -91,11 +104,13 @@ def partial_softmax(Q, K, V, KS, VS, TABLE, POS, LENS, SPLITS, PM, PL, PO, kv_le
                     scaling, stride_kb, stride_kh, stride_sb, stride_sh, ROWS, T, SEQS,
                     SEQ_TILES, TABLE_STRIDE, D: tl.constexpr, B: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                    QUANTIZED: tl.constexpr, IEEE: tl.constexpr, GRANULE: tl.constexpr,
+                    QUANTIZED: tl.constexpr, NG: tl.constexpr, G: tl.constexpr,
+                    IEEE: tl.constexpr, GRANULE: tl.constexpr,
                     F16: tl.constexpr, INT8: tl.constexpr, ASM: tl.constexpr,
                     CHUNK: tl.constexpr, BATCHED: tl.constexpr, PDL: tl.constexpr):
     """Q: [H_kv, SEQS, ROWS, D] (row g T + t of each sequence); K, V: [num_blocks, H_kv, B, D]
-    int8/fp8/16-bit; KS, VS: [num_blocks, H_kv, B] fp16 (QUANTIZED); TABLE: [SEQS, TABLE_STRIDE]
+    int8/fp8/16-bit; KS, VS: [num_blocks, H_kv, B, NG] fp16 (QUANTIZED; element d of a key
+    scaled by its group d // G's); TABLE: [SEQS, TABLE_STRIDE]
     int32, key n of sequence s at block TABLE[s, n // B], slot n % B; POS: [SEQS, T] int64 ->
     PM, PL: [H_kv, S, SEQS ROWS] fp32, PO: [H_kv, S, SEQS ROWS, D].
     BATCHED: SEQS sequences in one launch (a batched decode step, T = 1), program axis 2 over
@@ -151,7 +166,7 @@ def partial_softmax(Q, K, V, KS, VS, TABLE, POS, LENS, SPLITS, PM, PL, PO, kv_le
             last = tl.minimum(first + CHUNK * B, hi)
             pages = first // B + tl.arange(0, CHUNK)  # [CHUNK]
             blocks = tl.load(TABLE + pages, mask=pages * B < last, other=0)
-            if QUANTIZED:  # the chunk's scales too: [CHUNK B]
+            if QUANTIZED and NG == 1:  # the chunk's scales too: [CHUNK B]
                 keys = first + tl.arange(0, CHUNK * B)
                 kblock = tl.gather(blocks, (keys - first) // B, 0).to(tl.int64)
                 srow = kblock * stride_sb + head * stride_sh + keys % B
@@ -165,20 +180,21 @@ def partial_softmax(Q, K, V, KS, VS, TABLE, POS, LENS, SPLITS, PM, PL, PO, kv_le
                 # range reads outside shared memory (an illegal address)
                 block = tl.gather(blocks, (n - first) // B % CHUNK, 0)
                 k, v, ks, vs = _load_tile(K, V, KS, VS, block, n, n < last, head, stride_kb,
-                                          stride_kh, stride_sb, stride_sh, d, d_ok, D, B, False)
-                if QUANTIZED:
+                                          stride_kh, stride_sb, stride_sh, d, d_ok, D, B,
+                                          QUANTIZED and NG > 1, NG, G)
+                if QUANTIZED and NG == 1:
                     ks = tl.gather(k_scales, (n - first) % (CHUNK * B), 0)
                     vs = tl.gather(v_scales, (n - first) % (CHUNK * B), 0)
                 m_i, l_i, acc = _attend_tile(q, k, v, ks, vs, n, n < last, pos, m_i, l_i, acc,
-                                             scaling, QUANTIZED, IEEE, F16, INT8, ASM)
+                                             scaling, QUANTIZED, IEEE, F16, INT8, ASM, NG)
     else:
         for start in range(lo, hi, BLOCK_N):
             n = start + tl.arange(0, BLOCK_N)
             block = tl.load(TABLE + n // B, mask=n < hi, other=0)  # each key through the table
             k, v, ks, vs = _load_tile(K, V, KS, VS, block, n, n < hi, head, stride_kb, stride_kh,
-                                      stride_sb, stride_sh, d, d_ok, D, B, QUANTIZED)
+                                      stride_sb, stride_sh, d, d_ok, D, B, QUANTIZED, NG, G)
             m_i, l_i, acc = _attend_tile(q, k, v, ks, vs, n, n < hi, pos, m_i, l_i, acc,
-                                         scaling, QUANTIZED, IEEE, F16, INT8, ASM)
+                                         scaling, QUANTIZED, IEEE, F16, INT8, ASM, NG)
     at = (head * layout_splits + split) * (SEQS * ROWS) + seq * ROWS + rows  # [BLOCK_M]
     tl.store(PM + at, m_i, mask=row_ok)
     tl.store(PL + at, l_i, mask=row_ok)

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels import kv_write_kernel
+from engine.kernels import kv_quant, kv_write_kernel
 from engine.kernels.int4_gemv_kernel import GEMV_MAX_ROWS
 from engine.platform.nvrtc import pdl_mode, pdl_wanted
 
@@ -210,11 +210,12 @@ def _qkv_rope(QKV, COS, SIN, QN, KN, Q, K, V, TABLE, POS, eps, stride_kb, stride
 def qkv_rope(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: torch.Tensor | None,
              cos: torch.Tensor, sin: torch.Tensor, pos: torch.Tensor, k_cache: torch.Tensor,
              v_cache: torch.Tensor, k_scale: torch.Tensor | None, v_scale: torch.Tensor | None,
-             table: torch.Tensor, *, num_heads: int, num_kv_heads: int, eps: float
-             ) -> torch.Tensor:
+             table: torch.Tensor, *, num_heads: int, num_kv_heads: int, eps: float,
+             rotation: torch.Tensor | None = None) -> torch.Tensor:
     """As FamilyStep.qkv_rope: qkv [1, T, (H + 2 H_kv) D] -> q [1, H, T, D], these tokens' K/V
     written at pos [T] through `table` ([max_blocks], or [>= T, max_blocks]: a row per token)
-    into the arena (quantized there for int8/fp8)."""
+    into the arena (quantized there for int8/fp8, keys and queries first rotated by
+    `rotation`, the cache's key_rotation [D, D] fp32)."""
     T = qkv.shape[1]
     H, Hkv = num_heads, num_kv_heads
     D = qkv.shape[-1] // (H + 2 * Hkv)
@@ -234,6 +235,8 @@ def qkv_rope(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: torch.Tenso
         BLOCK_D=triton.next_power_of_2(D), HAS_NORM=q_norm is not None, TO_CACHE=to_cache,
         num_warps=1 if D <= 128 else 2, **pdl_options(qkv.device, T))
     if not to_cache:
+        if rotation is not None:  # rotated keys, read by rotated queries: in fp32
+            q, k_out = kv_quant.rotate(q, rotation).to(q.dtype), kv_quant.rotate(k_out, rotation)
         kv_write_kernel.quantize_store(k_cache, k_scale, table, pos, k_out)
         kv_write_kernel.quantize_store(v_cache, v_scale, table, pos, v_out)
     return q

@@ -112,7 +112,8 @@ def enable(step) -> str | None:
                     add_rms=lambda x, delta, w: K.add_rms(x, delta, w, eps),
                     silu_mul=K.silu_mul,
                     qkv_rope=functools.partial(K.qkv_rope, num_heads=step.num_heads,
-                                               num_kv_heads=step.num_kv_heads, eps=eps))
+                                               num_kv_heads=step.num_kv_heads, eps=eps,
+                                               rotation=step.cache.key_rotation))
     step.chunk_fns = dict(step.fns)
     return None
 
@@ -128,7 +129,8 @@ def _rope_pairs(step, K, T: int, g: torch.Generator, device: torch.device,
     qkv = torch.randn(1, T, (H + 2 * Hkv) * D, generator=g).to(device, dtype)
     pos = torch.arange(PROBE_TOKENS - T - 3, PROBE_TOKENS - 3, device=device)
     args = (qkv, p.q_norm, p.k_norm, *step.cos_sin(pos, dtype), pos)
-    fused = K.qkv_rope(*args, *caches[0].layer(0), num_heads=H, num_kv_heads=Hkv, eps=step.eps)
+    fused = K.qkv_rope(*args, *caches[0].layer(0), num_heads=H, num_kv_heads=Hkv, eps=step.eps,
+                       rotation=caches[0].key_rotation)
     plain = step.qkv_rope(*args, *caches[1].layer(0))
     read = [kv_arena.gather(*c.layer(0), PROBE_TOKENS, torch.float32) for c in caches]
     read_back = READ_BACK_TOLERANCE if caches[0].quantized else TOLERANCE

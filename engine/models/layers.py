@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.attention import decode_attention
-from engine.cache import kv_arena
+from engine.cache import key_rotation, kv_arena
 from engine.cache.kv_cache import KVCache, LayerKV
 from engine.events import MAX_SPECULATIVE_TOKENS
 from engine.models import batch_attention, invariant
@@ -116,11 +116,8 @@ class FamilyStep:
                  table):
         """qkv: [1, T, (H + 2 H_kv) D] -> q: [1, H, T, D]; writes these tokens' K/V at pos [T]
         through the block table into the arena (kv_cache.LayerKV), quantized first for an
-        int8/fp8 cache (scales: [num_blocks, H_kv, B], else None).
-
-        Weights come as separate arguments (not one object per layer) so that one compiled
-        graph serves every layer; the quantize-on-write is inside it, with the other small ops.
-        """
+        int8/fp8 cache (scales: [num_blocks, H_kv, B], else None). Weights come as separate
+        arguments so that one compiled graph serves every layer."""
         d, T = self.head_dim, qkv.shape[1]
         nq, nkv = self.num_heads * d, self.num_kv_heads * d
         q, k, v = qkv.split([nq, nkv, nkv], dim=-1)
@@ -128,8 +125,10 @@ class FamilyStep:
         k = k.view(1, T, self.num_kv_heads, d)
         if q_norm is not None:
             q, k = self.rms(q, q_norm), self.rms(k, k_norm)
-        q = self.rope(q.transpose(1, 2), cos, sin)  # [1, H, T, D]
-        k = self.rope(k.transpose(1, 2), cos, sin)  # [1, H_kv, T, D]
+        # [1, H, T, D], [1, H_kv, T, D]; both rotated for an int8/fp8 cache (cache/key_rotation)
+        q, k = key_rotation.rotate_qk(self.rope(q.transpose(1, 2), cos, sin),
+                                      self.rope(k.transpose(1, 2), cos, sin),
+                                      self.cache.key_rotation)
         v = v.view(1, T, self.num_kv_heads, d).transpose(1, 2)
         # one Triton launch quantizes and stores where the kernel reads the cache; never inside
         # torch.compile (inductor fuses kv_quant's ops there, and the backend lookup would break

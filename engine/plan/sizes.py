@@ -11,7 +11,7 @@ from engine.formats import kv_dtypes, weights
 from engine.formats.model_shape import AWQ_GROUP, ModelShape, PlanError
 
 MiB, GiB = 1 << 20, 1 << 30
-# the scaled KV dtypes: + one fp16 scale per token per KV head, for K and for V
+# the scaled KV dtypes: + fp16 scales per token per KV head (kv_dtypes.scale_groups), K and V
 QUANTIZED_KV = kv_dtypes.NameView(kv_dtypes.quantized)
 CUDA_CONTEXT_BYTES = 768 * MiB  # outside torch's allocator: the bare context plus the kernels
 # loaded and graphs made by the time a 32K generation ends (docs/benchmark-log.md, the planner
@@ -68,12 +68,13 @@ def weight_bytes(shape: ModelShape, quant: str, double_quant: bool | None = None
 
 
 def kv_bytes_per_token(shape: ModelShape, kv_dtype: str) -> int:
-    """layers x KV heads x head_dim x (K and V) x dtype bytes (+ fp16 scales): GQA counts right."""
+    """layers x KV heads x (K and V) x (head_dim x dtype bytes + fp16 scales): GQA counts right."""
     if kv_dtype not in kv_dtypes.names():
         raise PlanError(f"unknown KV dtype {kv_dtype!r}; choose from "
                         f"{', '.join(kv_dtypes.names())}")
     kv = kv_dtypes.get(kv_dtype)
-    per_head = shape.head_dim * kv.bytes_per_element + (2 if kv.scaled else 0)
+    scales = 2 * kv_dtypes.scale_groups(shape.head_dim) if kv.scaled else 0
+    per_head = shape.head_dim * kv.bytes_per_element + scales
     return shape.num_layers * shape.num_kv_heads * 2 * per_head
 
 

@@ -155,7 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--out", metavar="FILE")
 
-    ev = sub.add_parser("eval", help="perplexity over a text file")
+    ev = sub.add_parser("eval", help="perplexity over a text file (and, for an int8/fp8 "
+                        "KV cache, top-1 agreement with the model's own cache)")
     ev.add_argument("--model", help=MODEL_HELP)
     ev.add_argument("--text", required=True, metavar="FILE")
     ev.add_argument("--quant", default="auto", help=_one_of(quant_choices()))

@@ -63,8 +63,11 @@ def read_text(text_file: str) -> str:
     return text
 
 
-def perplexity(session, ids: list[int], stride: int | None = None) -> EvalResult:
-    """Score `ids` with the session's model; the window is the session's loaded context."""
+def perplexity(session, ids: list[int], stride: int | None = None, cache=None,
+               predictions: list | None = None) -> EvalResult:
+    """Score `ids` with the session's model; the window is the session's loaded context.
+    `cache`: the KV cache the windows run on (default: the session's); `predictions`, a list
+    that receives each window's most likely next tokens (a [scored] tensor per window)."""
     import torch
 
     from engine.attention.prefill import StepContext
@@ -72,6 +75,7 @@ def perplexity(session, ids: list[int], stride: int | None = None) -> EvalResult
     if len(ids) < 2:
         raise BadRequest(f"the text has {len(ids)} token(s); perplexity needs at least 2")
     lm, window = session.lm, session.lm.context
+    cache = session.cache if cache is None else cache
     stride = stride or max(1, window // 2)
     tokens = torch.tensor(ids, dtype=torch.long, device=lm.device)
     nll, count = 0.0, 0
@@ -83,16 +87,42 @@ def perplexity(session, ids: list[int], stride: int | None = None) -> EvalResult
             # every window starts a fresh context at position 0, written over the engine's cache
             out = lm.model(input_ids=tokens[None, begin:end], position_ids=positions[None],
                            use_cache=False, logits_to_keep=keep,
-                           hearth_step=StepContext(session.cache, positions, 0, T))
+                           hearth_step=StepContext(cache, positions, 0, T))
             logits = out.logits[0, :-1]  # [end - first, V]
             targets = tokens[first:end]
             for lo in range(0, targets.numel(), LOSS_CHUNK):
                 nll += float(torch.nn.functional.cross_entropy(
                     logits[lo:lo + LOSS_CHUNK].float(), targets[lo:lo + LOSS_CHUNK],
                     reduction="sum"))
+            if predictions is not None:
+                predictions.append(logits.argmax(-1).cpu())
             count += targets.numel()
     mean = nll / count
     return EvalResult(math.exp(mean), mean, count, window, stride)
+
+
+def against_reference(session, ids: list[int], result: EvalResult, got: list) -> dict:
+    """For a quantized KV cache: the same windows again on a cache in the model's own dtype
+    (bf16 for bf16 weights, fp32 for fp32), in this run -> its perplexity, the quantized
+    cache's relative perplexity change, and top-1 agreement: the share of scored positions
+    whose most likely next token is the same under both caches (`got`: the quantized run's
+    predictions, from perplexity). {} for an unquantized cache."""
+    from engine.cache.kv_cache import KVCache
+    from engine.formats import kv_dtypes
+    from engine.generate.session_load import NATIVE_KV
+
+    if not kv_dtypes.get(session.kv_dtype).scaled:
+        return {}
+    lm, c = session.lm, session.cache
+    reference_kv = NATIVE_KV[lm.compute_dtype]
+    ref_cache = KVCache(len(c.k), c.num_kv_heads, c.head_dim, min(lm.context, len(ids)),
+                        reference_kv, lm.device, backends=c.backends)
+    want = []
+    ref = perplexity(session, ids, result.stride, cache=ref_cache, predictions=want)
+    same = sum(int((a == b).sum()) for a, b in zip(got, want, strict=True))
+    return {"reference_kv_dtype": reference_kv, "reference_perplexity": ref.perplexity,
+            "perplexity_change": result.perplexity / ref.perplexity - 1,
+            "top1_agreement": same / result.tokens}
 
 
 def run_eval(model: str | None, text_file: str, quant: str = "auto", kv_dtype: str = "auto",
@@ -112,13 +142,16 @@ def run_eval(model: str | None, text_file: str, quant: str = "auto", kv_dtype: s
         t0 = time.perf_counter()
         session = Session.load(req)
         ids = list(session.lm.tokenizer(text, verbose=False)["input_ids"])
-        result = perplexity(session, ids)
+        got = []
+        result = perplexity(session, ids, predictions=got)
+        versus = against_reference(session, ids, result, got)
     except BadRequest as e:
         print(f"hearth eval: {' '.join(str(e).split())}", file=sys.stderr)
         return EXIT_BAD_INPUT
     report = {**asdict(result), "model": str(session.lm.folder.path), "text": text_file,
               "quant": session.lm.quant, "lm_head": lm_head, "kv_dtype": session.kv_dtype,
-              "device": str(session.lm.device), "seconds": round(time.perf_counter() - t0, 2)}
+              "device": str(session.lm.device), **versus,
+              "seconds": round(time.perf_counter() - t0, 2)}
     if as_json:
         print(json.dumps(report))
     else:
@@ -126,4 +159,9 @@ def run_eval(model: str | None, text_file: str, quant: str = "auto", kv_dtype: s
               f"(window {result.window}, stride {result.stride}; {report['quant']} weights"
               f"{'' if lm_head == '16bit' else f', {lm_head} lm_head'}, "
               f"{report['kv_dtype']} KV cache on {report['device']}; {report['seconds']} s)")
+        if versus:
+            print(f"against the {versus['reference_kv_dtype']} KV cache over the same windows: "
+                  f"top-1 agreement {100 * versus['top1_agreement']:.2f}%, perplexity "
+                  f"{100 * versus['perplexity_change']:+.3f}% (from "
+                  f"{versus['reference_perplexity']:.4f})")
     return EXIT_OK

@@ -14,18 +14,19 @@ from engine.cache.kv_arena import STORAGE, KVArena
 from engine.cache.kv_cache import LayerKV
 from engine.kernels import kv_quant
 
-LAYERS, H_KV, D, B, MAX_LEN, NUM_BLOCKS = 2, 2, 8, 4, 40, 14
+LAYERS, H_KV, D, B, MAX_LEN, NUM_BLOCKS = 2, 2, 64, 4, 40, 14  # D: two scale groups
 KV_DTYPES = ("fp32", "bf16", "int8", "fp8")
 
 
 class Flat:
-    """The oracle: per layer k, v [1, H_kv, L, D] (+ scales [1, H_kv, L]) written by position."""
+    """The oracle: per layer k, v [1, H_kv, L, D] (+ scales [1, H_kv, L, 2]) written by position."""
 
     def __init__(self, kv: str, length: int):
         dtype, self.quantized = STORAGE[kv], kv in kv_quant.STORAGE
         new = lambda: [torch.zeros(1, H_KV, length, D, dtype=dtype) for _ in range(LAYERS)]
         self.k, self.v = new(), new()
-        ones = lambda: [torch.ones(1, H_KV, length, dtype=torch.float16) for _ in range(LAYERS)]
+        ones = lambda: [torch.ones(1, H_KV, length, 2, dtype=torch.float16)
+                        for _ in range(LAYERS)]
         self.k_scale, self.v_scale = (ones(), ones()) if self.quantized else ([None] * LAYERS,) * 2
 
     @property
@@ -39,7 +40,7 @@ class Flat:
             if scales is None:
                 values.index_copy_(2, positions, x.to(values.dtype))
                 continue
-            q, s = kv_quant.quantize(x, values.dtype)  # q: [1, H_kv, T, D], s: [1, H_kv, T]
+            q, s = kv_quant.quantize(x, values.dtype)  # q: [1, H_kv, T, D], s: [1, H_kv, T, 2]
             if values.dtype is not torch.int8:  # no index_copy_ for fp8: copy its bytes
                 values, q = values.view(torch.uint8), q.view(torch.uint8)
             values.index_copy_(2, positions, q)

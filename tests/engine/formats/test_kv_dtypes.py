@@ -79,7 +79,7 @@ def test_planner_counts_it(fp16x):
     assert p.kv_bytes == plan(shape, "bf16", "fp16", 8192, 24 * GiB).kv_bytes
     # unscaled: 2 bytes a value and no scales, half of fp32's and more than int8's with scales
     assert kv_bytes_per_token(shape, "fp32") == 2 * kv_bytes_per_token(shape, "fp16x")
-    assert kv_bytes_per_token(shape, "int8") == 24 * 2 * 2 * (64 + 2)
+    assert kv_bytes_per_token(shape, "int8") == 24 * 2 * 2 * (64 + 2 * 2)  # a scale per 32
 
 
 def test_requests_accept_it(fp16x):

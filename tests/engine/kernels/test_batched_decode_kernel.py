@@ -69,6 +69,7 @@ CASES = [  # H, Hkv, D, lengths, B, launch settings
     (4, 1, 32, [1000, 7, 300, 513, 256], 16, None),  # buckets 1024 / 256 / 512 / 1024 / 256
     (8, 2, 16, [45, 600, 1, 2049], 16, SPLIT_256),  # one key; a bucket of 4,096
     (6, 2, 32, [130, 900], 64, SPLIT_256),  # blocks as long as the kernel's tile
+    (4, 1, 64, [300, 45], 16, None),  # two scale groups a key (int8, fp8)
 ]
 
 

@@ -1,6 +1,7 @@
 """The fused quantize-on-write kernel (engine/kernels/kv_write_kernel.py) against
 kv_quant.quantize, the
-PyTorch rounding it must reproduce bit for bit: int8 codes and fp16 scales identical, through a
+PyTorch rounding it must reproduce bit for bit: int8 codes and fp16 scales identical (a scale per
+group of 32 elements, and one per head for a head that is not a multiple of 32), through a
 block table and without one; in Triton's CPU interpreter where Triton is installed (CI has none),
 compiled on a GPU."""
 
@@ -31,11 +32,12 @@ def inputs(T, H, D, seed, device):
         x[1, 0, 1] = 0.5 * x[1, 0, 0] / 127 * 3  # lands near a rounding tie of the int8 grid
     return x.to(device, torch.bfloat16)
 
-def check(kv_dtype, device, paged):
-    H, D, B, blocks = 3, 64, 8, 6
+def check(kv_dtype, device, paged, D):
+    H, B, blocks = 3, 8, 6
+    NG = 2 if D == 64 else 1  # kv_dtypes.scale_groups
     dtype = kv_quant.STORAGE[kv_dtype]
     values = torch.zeros(blocks, H, B, D, dtype=dtype, device=device)
-    scales = torch.ones(blocks, H, B, dtype=torch.float16, device=device)
+    scales = torch.ones(blocks, H, B, NG, dtype=torch.float16, device=device)
     T = 11
     x = inputs(T, H, D, 1, device)
     pos = torch.tensor([0, 1, 2, 7, 8, 9, 15, 16, 23, 30, 31], device=device)
@@ -45,12 +47,13 @@ def check(kv_dtype, device, paged):
         where = table[pos // B].long(), pos % B
     else:  # one block of blocks * B slots
         values = values.view(1, H, blocks * B, D)
-        scales = scales.view(1, H, blocks * B)
+        scales = scales.view(1, H, blocks * B, NG)
         kv_write_kernel.quantize_store(values, scales, None, pos, x)
         where = torch.zeros_like(pos), pos
-    q, s = kv_quant.quantize(x, dtype)  # [T, H, D], [T, H]
+    q, s = kv_quant.quantize(x, dtype)  # [T, H, D], [T, H, NG]
+    assert s.shape == (T, H, NG)
     got_q = values[where[0], :, where[1]]  # [T, H, D]
-    got_s = scales[where[0], :, where[1]]  # [T, H]
+    got_s = scales[where[0], :, where[1]]  # [T, H, NG]
     assert torch.equal(got_s, s), (got_s - s).abs().max()
     if dtype is not torch.int8:
         got_q, q = got_q.view(torch.uint8), q.view(torch.uint8)
@@ -62,8 +65,8 @@ def check(kv_dtype, device, paged):
 
 device = sys.argv[1]
 for kv_dtype in sys.argv[2:]:
-    for paged in (False, True):
-        check(kv_dtype, device, paged)
+    for paged, D in ((False, 64), (True, 64), (True, 48)):
+        check(kv_dtype, device, paged, D)
 print("ok")
 """
 
@@ -101,9 +104,9 @@ def test_the_arena_takes_the_fused_write_where_the_kernel_reads():
     pos = torch.tensor([3, 4, 5, 6, 9], device=dev)
     table = torch.tensor([2, 0, 1], dtype=torch.int32, device=dev)  # blocks of 4 slots
     fused = torch.zeros(3, 4, 4, 128, dtype=torch.int8, device=dev)
-    fused_s = torch.ones(3, 4, 4, dtype=torch.float16, device=dev)
+    fused_s = torch.ones(3, 4, 4, 4, dtype=torch.float16, device=dev)
     kv_arena.store(fused, fused_s, table, pos, x, fused=True)
-    q, s = kv_quant.quantize(x[0].transpose(0, 1), torch.int8)  # [T, H_kv, D], [T, H_kv]
+    q, s = kv_quant.quantize(x[0].transpose(0, 1), torch.int8)  # [T, H_kv, D], [T, H_kv, 4]
     blocks, slots = table[pos // 4].long(), pos % 4
     ref, ref_s = torch.zeros_like(fused), torch.ones_like(fused_s)
     ref[blocks, :, slots], ref_s[blocks, :, slots] = q, s

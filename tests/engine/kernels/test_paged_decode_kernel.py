@@ -1,6 +1,7 @@
 """The Triton decode-attention kernel reading the paged arena through a shuffled block table,
 against the PyTorch reference (which gathers the same blocks), in Triton's CPU interpreter: every
-KV dtype the interpreter computes (fp32, fp16, int8, fp8; it gets bf16 wrong for the unchanged
+KV dtype the interpreter computes (fp32, fp16, int8, fp8, with one scale per key or per group
+of its elements; it gets bf16 wrong for the unchanged
 flat kernel too: numpy has no bfloat16, so bf16 is left to the GPU tests in test_quantized_kv),
 contexts that end inside a block, queries that see part of the bucket, verify blocks crossing
 block boundaries, and block sizes that differ from the kernel's tiles; then whole generations
@@ -26,7 +27,9 @@ def case(kv, H, Hkv, D, T, kv_len, positions, B, seed, cfg=None):
     arena = KVArena(1, Hkv, D, n + 5, B, kv, "cpu")
     table = torch.randperm(n + 5, generator=g)[:n].to(torch.int32)  # blocks out of order
     size = torch.rand(1, Hkv, kv_len, 1, generator=g) * 4 + 0.01
-    k = torch.randn(1, Hkv, kv_len, D, generator=g) * size
+    # the second half of a head's channels 8x the first: groups of a key with unlike scales
+    channels = 1 + 7 * (torch.arange(D) >= D // 2)
+    k = torch.randn(1, Hkv, kv_len, D, generator=g) * size * channels
     v = torch.randn(1, Hkv, kv_len, D, generator=g) * size
     arena.write(0, table, torch.arange(kv_len), k, v)
     scales = (arena.k_scale[0], arena.v_scale[0]) if arena.quantized else (None, None)
@@ -49,6 +52,7 @@ CASES = [  # H, Hkv, D, T, kv_len, positions, B
     (4, 1, 64, 5, 256, [14, 15, 16, 17, 18], 16),  # a verify block across blocks 0 and 1
     (8, 4, 32, 1, 130, [129], 64),  # blocks as long as the kernel's tile
     (4, 2, 16, 2, 45, [43, 44], 8),
+    (4, 2, 64, 1, 300, [299], 16),  # two scale groups a key (32 and 16: one a key), splits
 ]
 for kv in ("fp32", "fp16", "int8", "fp8"):
     for i, c in enumerate(CASES):

@@ -1,5 +1,6 @@
 """`hearth eval`: strided windows score every token once, the engine's perplexity equals
-transformers' own loss, and bad input is one line on stderr with exit code 2."""
+transformers' own loss, a quantized KV cache is reported against the model's own cache in the
+same run, and bad input is one line on stderr with exit code 2."""
 
 from __future__ import annotations
 
@@ -76,6 +77,39 @@ def test_run_eval_json_is_one_object(tiny_model, tmp_path, capsys):
     assert isinstance(report["perplexity"], float) and report["perplexity"] > 1
     assert isinstance(report["tokens"], int) and report["tokens"] > 50
     assert report["quant"] == "fp32" and report["device"] == "cpu"
+
+
+@pytest.mark.parametrize("kv", ["int8", "fp8"])
+def test_run_eval_reports_a_quantized_cache_against_the_models_own(tiny_model, tmp_path, capsys,
+                                                                   kv):
+    """One run: the quantized cache's perplexity, the fp32 cache's over the same windows, and
+    how often their most likely next tokens agree, as the engine computes them separately."""
+    text = tmp_path / "t.txt"
+    text.write_text(TEXT, encoding="utf-8")
+    assert run_eval(str(tiny_model), str(text), "fp32", kv, True) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["kv_dtype"] == kv and report["reference_kv_dtype"] == "fp32"
+    session = Session.load(LoadRequest(str(tiny_model), "fp32", "fp32", device="cpu"))
+    ids = list(session.lm.tokenizer(TEXT)["input_ids"])
+    want: list = []
+    ref = perplexity(session, ids, predictions=want)
+    assert report["reference_perplexity"] == pytest.approx(ref.perplexity, rel=1e-6)
+    assert report["perplexity_change"] == pytest.approx(
+        report["perplexity"] / ref.perplexity - 1, rel=1e-6, abs=1e-9)
+    quantized = Session.load(LoadRequest(str(tiny_model), "fp32", kv, device="cpu"))
+    got: list = []
+    perplexity(quantized, ids, predictions=got)
+    same = sum(int((a == b).sum()) for a, b in zip(got, want, strict=True))
+    assert report["top1_agreement"] == same / report["tokens"]
+    assert 0.5 < report["top1_agreement"] <= 1
+
+
+def test_run_eval_of_a_16bit_cache_has_nothing_to_compare(tiny_model, tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_text(TEXT, encoding="utf-8")
+    assert run_eval(str(tiny_model), str(text), "fp32", "fp32", True) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert "top1_agreement" not in report and "reference_perplexity" not in report
 
 
 def test_run_eval_human_line(tiny_model, tmp_path, capsys):
