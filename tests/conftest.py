@@ -86,7 +86,8 @@ LONG_FILES = ("tests/test_packaging.py", "tests/engine/tools/test_awq_group_size
               "tests/engine/generate/test_reproducible_smollm2.py",
               "tests/engine/kernels/test_paged_decode_kernel.py",
               "tests/engine/kernels/test_batched_decode_kernel.py",
-              "tests/engine/generate/test_batch_run.py")
+              "tests/engine/generate/test_batch_run.py",
+              "tests/engine/test_smollm2_kv_quality.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
