@@ -307,8 +307,9 @@ def reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}"[:400]
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run(checks: dict, clients: tuple[str, ...], description: str) -> int:
+    """Every check against `hearth serve` on each model -> 1 if any failed, else 0."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--hearth-python", default=str(REPO / ".venv" / "bin" / "python"),
                    help="the Python that runs Hearth (its venv's)")
     p.add_argument("--tree", type=Path, default=REPO, help="the Hearth source tree that serves "
@@ -320,13 +321,13 @@ def main() -> int:
     p.add_argument("--only", help="run only the checks whose name holds this text")
     p.add_argument("--json", action="store_true", help="one JSON line a check")
     args = p.parse_args()
-    versions = {name: importlib.metadata.version(name) for name in CLIENTS}
+    versions = {name: importlib.metadata.version(name) for name in clients}
     print("clients: " + ", ".join(f"{k} {v}" for k, v in versions.items()), flush=True)
     failed = 0
     for model in args.model or models(args.hearth_python, args.work):
         srv = Server(args.hearth_python, args.tree.resolve(), model)
         try:
-            for name, check in CHECKS.items():
+            for name, check in checks.items():
                 if args.only and args.only not in name:
                     continue
                 try:
@@ -346,4 +347,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(CHECKS, CLIENTS, __doc__.split("\n\n")[0]))

@@ -165,6 +165,24 @@ def assistant_calls(calls: list, i: int) -> list[dict]:
     return out
 
 
+def calls_as_text(messages: list[dict]) -> list[dict]:
+    """For a template that renders no tool_calls (it reads only `content`): each assistant
+    message's calls written into its content as the generic syntax writes them, after its text
+    (`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`), which is what the model itself
+    writes under tools with such a template; tool results stay messages of their role."""
+    out = []
+    for m in messages:
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            written = "".join(
+                "<tool_call>" + json.dumps({"name": c["function"]["name"],
+                                            "arguments": c["function"]["arguments"]})
+                + "</tool_call>" for c in m["tool_calls"])
+            m = {k: v for k, v in m.items() if k != "tool_calls"}
+            m["content"] = (m.get("content") or "") + written
+        out.append(m)
+    return out
+
+
 def template_kwargs(given: dict | None) -> dict:
     """chat_template_kwargs as the template receives them: a few named JSON scalars."""
     if not given:

@@ -63,6 +63,7 @@ class ModelView:
         # how answers are read, from what the template writes: its family's call syntax, and
         # whether it thinks; named in /v1/models
         self.tool_syntax, self.thinks = syntax_for(template), thinks(template)
+        self.renders_calls = "tool_calls" in (template or "")  # else calls go in as text
         if getattr(self.tok, "chat_template", None):
             template_guard.prewarm()
         # the grammar engine's view of the vocabulary (a second or two on a large one) is built

@@ -207,6 +207,8 @@ async def chat_choices(body: ChatCompletionRequest, model: ModelView) -> list[Ch
     except tool_request.RequestError as e:
         raise bad_request(str(e), e.param) from None
     messages = tool_request.fit_call_ids(messages, model.tool_syntax.id_length)
+    if not model.renders_calls:
+        messages = tool_request.calls_as_text(messages)
     if tools is not None:
         messages = tool_request.with_instruction(messages, tools.instruction())
         if tools.template_tools() is not None:

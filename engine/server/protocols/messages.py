@@ -176,8 +176,19 @@ def from_chat(message: dict) -> list[dict]:
     for call in calls:
         function = call["function"]
         blocks.append({"type": "tool_use", "id": call["id"], "name": function["name"],
-                       "input": json.loads(function.get("arguments") or "{}")})
+                       "input": _input(function.get("arguments") or "{}")})
     return blocks
+
+
+def _input(arguments: str) -> dict:
+    """A call's arguments as tool_use input. The grammar holds every finished call to JSON; a
+    call cut short (stop_reason max_tokens) has an unfinished object, given as {}: its text came
+    in input_json_delta events already when streamed."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def stop_reason(finish: str | None, reason: str | None) -> str:

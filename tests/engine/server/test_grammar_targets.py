@@ -73,3 +73,22 @@ def test_five_schemas_answer_to_their_schema(url):
     for r in rows:
         assert r["finish"] == "stop" and r["valid"], r
         jsonschema.validate(json.loads(r["text"]), structured.SCHEMAS[r["schema"]])
+
+
+def test_a_template_without_tool_calls_reads_a_history_of_calls_as_text(client):
+    """This model's template renders only `content`: an assistant turn of calls alone (content
+    null) goes in as the calls written out, and the conversation goes on (it was the template's
+    error, a 400)."""
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    history = [{"role": "user", "content": structured.TOOL_ASK},
+               {"role": "assistant", "content": None, "tool_calls": [call]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "18 C, clear"}]
+    written = [*history[:1], {"role": "assistant", "content": '<tool_call>{"name": '
+                              '"get_weather", "arguments": {"city": "Paris"}}</tool_call>'},
+               history[2]]
+    answers = [client.chat.completions.create(
+        model=client.models.list().data[0].id, messages=m, tools=structured.TOOLS,
+        tool_choice="none", max_tokens=4, temperature=0) for m in (history, written)]
+    assert answers[0].usage.prompt_tokens == answers[1].usage.prompt_tokens
+    assert answers[0].choices[0].message.content == answers[1].choices[0].message.content

@@ -228,6 +228,30 @@ def test_a_call_asked_for_is_made_or_cut_short_in_each_protocols_shape(url):
     assert not any(e.type == "response.output_text.delta" for e in events)
 
 
+def test_a_call_cut_at_any_token_is_an_answer_or_the_missing_call_never_a_500(url):
+    """max_tokens ending the answer at each token of its forced call: before the call opens, the
+    422; inside it, a 200 whose tool_use block holds what parses ({} for an unfinished
+    object) with stop_reason max_tokens; the whole call, tool_use."""
+    ask = dict(model="m", messages=ASK, tools=[ANTHROPIC_TOOL], thinking={"type": "disabled"},
+               tool_choice={"type": "any", "disable_parallel_tool_use": True},
+               extra_body={"temperature": 0})
+    cut_inside = 0
+    for n in range(1, 64):
+        try:
+            answer = claude(url).messages.create(**ask, max_tokens=n)
+        except anthropic.UnprocessableEntityError:
+            assert cut_inside == 0  # only before the call opens
+            continue
+        uses = [b for b in answer.content if b.type == "tool_use"]
+        assert [u.name for u in uses] == ["get_weather"], answer.content
+        if answer.stop_reason == "tool_use":
+            assert uses[0].input == json.loads(tool_model.ARGUMENTS)
+            break
+        assert answer.stop_reason == "max_tokens" and isinstance(uses[0].input, dict)
+        cut_inside += 1
+    assert cut_inside and answer.stop_reason == "tool_use"
+
+
 def test_sixteen_clients_of_every_route_at_once_lose_nothing(url):
     """Chat, Messages and Responses clients, streamed and whole, thinking (a call) and not (prose)
     at once: each gets its own answer whole."""
