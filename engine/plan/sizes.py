@@ -45,11 +45,15 @@ def weight_bytes(shape: ModelShape, quant: str, double_quant: bool | None = None
     dq = NF4_DOUBLE_QUANT if double_quant is None else double_quant
     group = shape.quant_group_size or AWQ_GROUP
     total = 2 * (shape.embed_params + shape.lm_head_params + shape.other_params)
-    linears = list(shape.linears)
-    for expert in shape.expert_linears:  # the loader keeps experts in 16 bits (no 4-bit experts)
-        linears.remove(expert)
-        total += 2 * expert[0] * expert[1] * expert[2]
-    for out, inp, count in linears:
+    # the loader keeps experts in 16 bits (no 4-bit experts): they leave `linears`, which counts
+    # them among the linears of their (out, in) shape
+    counts = {(o, i): 0 for o, i, _ in shape.linears}
+    for out, inp, count in shape.linears:
+        counts[out, inp] += count
+    for out, inp, count in shape.expert_linears:
+        counts[out, inp] -= count
+        total += 2 * out * inp * count
+    for (out, inp), count in counts.items():
         n = out * inp
         if quant == "int8":  # LLM.int8: int8 CB + one fp32 scale (SCB) per output row
             b = n + 4 * out

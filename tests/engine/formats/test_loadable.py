@@ -24,7 +24,10 @@ BIG_CARD = 80 * planner.GiB  # far more than these small shapes need
 def config(model_type: str, architectures: tuple[str, ...]) -> dict:
     cfg = {"model_type": model_type, "hidden_size": 64, "num_hidden_layers": 2,
            "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
-           "vocab_size": 256, "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
+           "vocab_size": 256, "max_position_embeddings": 4096, "torch_dtype": "bfloat16",
+           # what a mixture of experts' config adds (a dense family reads none of it)
+           "num_experts": 4, "num_local_experts": 4, "num_experts_per_tok": 2,
+           "moe_intermediate_size": 64}
     return cfg | ({"architectures": list(architectures[:1])} if architectures else {})
 
 

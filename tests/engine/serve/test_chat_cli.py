@@ -217,9 +217,9 @@ class _Recorded:
             self.samplers.append(s)
             return real_sampler(s, *args)
 
-        def render(tok, messages, budget):
+        def render(tok, messages, budget, extra=None):
             self.rendered.append([dict(m) for m in messages])
-            return real_render(tok, messages, budget)
+            return real_render(tok, messages, budget, extra)
 
         monkeypatch.setattr(constrained, "Sampler", sampler)
         monkeypatch.setattr(prompt, "render_template", render)
