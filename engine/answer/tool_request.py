@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 from engine.answer.parts import ID_CHARS
+from engine.answer.tool_syntax import GENERIC
 from engine.events import BadRequest
 
 MAX_TOOLS = 128  # OpenAI's own bound
@@ -174,9 +175,9 @@ def calls_as_text(messages: list[dict]) -> list[dict]:
     for m in messages:
         if m.get("role") == "assistant" and m.get("tool_calls"):
             written = "".join(
-                "<tool_call>" + json.dumps({"name": c["function"]["name"],
-                                            "arguments": c["function"]["arguments"]})
-                + "</tool_call>" for c in m["tool_calls"])
+                GENERIC.openers[0] + json.dumps({"name": c["function"]["name"],
+                                                 "arguments": c["function"]["arguments"]})
+                + GENERIC.closer for c in m["tool_calls"])
             m = {k: v for k, v in m.items() if k != "tool_calls"}
             m["content"] = (m.get("content") or "") + written
         out.append(m)
