@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call, engines side by side: each TREE runs the same `hearth bench` rows, row by row in
-# turn (7B bf16, 7B AWQ compiled, the 8B shape's bf16 weights with an int8 KV cache at a 32K prompt).
+# turn (7B bf16, 7B AWQ compiled, the 8B shape's bf16 weights with an int8 or fp8 KV cache at a 1K or
+# 32K prompt).
 # A TREE is label=folder=cli-module: the working tree is new=.=engine.serve.cli; an older commit is
 # unpacked beside it (and carried), e.g. for 7c5b653 (before the engine's layers):
 #   mkdir old-7c5b653 && git archive 7c5b653 engine pyproject.toml | tar -x -C old-7c5b653
@@ -17,6 +18,9 @@ args_of() {
     7b-bf16) echo "--model $B/qwen2.5-7b --random-weights --quant bf16" ;;
     7b-awq) echo "--model $B/qwen2.5-7b --random-weights --quant awq --compile" ;;
     8b-int8kv-32k) echo "--model $B/llama-3.1-8b --random-weights --quant bf16 --kv-dtype int8 --prompt-len 32768 --new-tokens 64 --num-prompts 1" ;;
+    8b-fp8kv-32k) echo "--model $B/llama-3.1-8b --random-weights --quant bf16 --kv-dtype fp8 --prompt-len 32768 --new-tokens 64 --num-prompts 1" ;;
+    8b-int8kv-1k) echo "--model $B/llama-3.1-8b --random-weights --quant bf16 --kv-dtype int8 --prompt-len 1024 --new-tokens 128 --num-prompts 2" ;;
+    8b-fp8kv-1k) echo "--model $B/llama-3.1-8b --random-weights --quant bf16 --kv-dtype fp8 --prompt-len 1024 --new-tokens 128 --num-prompts 2" ;;
     esac
 }
 for tree in "$@"; do
