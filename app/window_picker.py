@@ -3,7 +3,7 @@ and telling of downloads and imports that end while it is closed. A part of Main
 
 from __future__ import annotations
 
-from app.models.fit_panel import Speculation
+from app.models.fit_panel import SpeculationChoice
 from app.models.model_picker_dialog import ModelPickerDialog
 from engine.events import LoadRequest
 
@@ -22,12 +22,13 @@ class PickerWiring:
         self.picker.accepted.connect(self._on_picker_accepted)
         self.picker.open()
 
-    def _speculation_in_force(self) -> Speculation:
+    def _speculation_in_force(self) -> SpeculationChoice:
         if self.controller.prompt_lookup:
-            return Speculation(prompt_lookup=True,
+            return SpeculationChoice(prompt_lookup=True,
                                num_speculative_tokens=self.controller.num_speculative_tokens)
         last = self.last_load or LoadRequest()
-        return Speculation(draft=last.draft, num_speculative_tokens=last.num_speculative_tokens)
+        return SpeculationChoice(draft=last.draft,
+                                 num_speculative_tokens=last.num_speculative_tokens)
 
     def _on_picker_accepted(self) -> None:
         remote = self.picker.remote_choice() if self.picker is not None else None

@@ -36,7 +36,7 @@ OFF, PROMPT_LOOKUP = "Off", "Prompt lookup (no extra model)"
 
 
 @dataclass(frozen=True)
-class Speculation:
+class SpeculationChoice:
     """How to speculate: with a draft model (chosen at load) or prompt lookup (per request)."""
 
     draft: str | None = None  # LoadRequest.draft: a folder or a cached repo id
@@ -169,7 +169,7 @@ class FitPanel(QWidget):
         self.speculation_combo.blockSignals(False)
         self._on_choice_changed(None)
 
-    def set_speculation(self, speculation: Speculation) -> None:
+    def set_speculation(self, speculation: SpeculationChoice) -> None:
         """Show a choice made before (the last load's draft, prompt lookup), where offered."""
         names = [name for _label, name, _shape in self._drafts]
         if speculation.draft in names:
@@ -178,14 +178,14 @@ class FitPanel(QWidget):
             self.speculation_combo.setCurrentIndex(1 if speculation.prompt_lookup else 0)
         self.speculative_spin.setValue(speculation.num_speculative_tokens or 0)
 
-    def speculation(self) -> Speculation:
+    def speculation(self) -> SpeculationChoice:
         index = self.speculation_combo.currentIndex()
         k = self.speculative_spin.value() or None
         if index == 1:
-            return Speculation(prompt_lookup=True, num_speculative_tokens=k)
+            return SpeculationChoice(prompt_lookup=True, num_speculative_tokens=k)
         if index >= 2:
-            return Speculation(draft=self._drafts[index - 2][1], num_speculative_tokens=k)
-        return Speculation()
+            return SpeculationChoice(draft=self._drafts[index - 2][1], num_speculative_tokens=k)
+        return SpeculationChoice()
 
     def reproducible(self) -> bool | None:
         """LoadRequest.reproducible: on where ticked, else the device's default (off)."""

@@ -10,7 +10,7 @@ from engine.config.backends import Backends
 
 
 @dataclass(frozen=True)
-class Speculation:
+class SpeculationSettings:
     """num_speculative_tokens: a fixed K (None: adaptive K). adaptive: K follows the acceptance
     rate; switch_off: speculation pauses where it does not pay (tests and benchmarks turn them
     off to speculate every step)."""
@@ -42,7 +42,7 @@ class EngineConfig:
     allow_graph: bool = True
     compile_layers: bool = False
     world_size: int = 1
-    speculation: Speculation = field(default_factory=Speculation)
+    speculation: SpeculationSettings = field(default_factory=SpeculationSettings)
     backends: Backends = field(default_factory=Backends)
     decode_attention: str = ""
     allocator: str = ""  # torch's CUDA allocator settings in force ("" on a CPU)

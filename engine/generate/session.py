@@ -23,7 +23,7 @@ import torch
 
 from engine.attention import decode_attention
 from engine.cache.kv_cache import KVCache
-from engine.config.engine_config import EngineConfig, Speculation
+from engine.config.engine_config import EngineConfig, SpeculationSettings
 from engine.events import (
     BadRequest,
     Failed,
@@ -124,12 +124,12 @@ class Session:
         setup): shared with TPSession, whose ranks decode the same way."""
         self.draft: Session | None = None
         self.synthetic = None  # bench only: a proposers.SyntheticDraft over self.draft
-        self.speculation = Speculation(num_speculative_tokens)
+        self.speculation = SpeculationSettings(num_speculative_tokens)
         # one per way of speculating; they remember timings and switch-offs across generations
         self.controllers: dict[tuple, Controller] = {}
 
     def configure_speculation(self, **changes) -> None:
-        """Replace fields of the Speculation in force (num_speculative_tokens, adaptive,
+        """Replace fields of the SpeculationSettings in force (num_speculative_tokens, adaptive,
         switch_off) from the next generation on; the load's is self.config.speculation."""
         self.speculation = replace(self.speculation, **changes)
 

@@ -12,7 +12,7 @@ import torch
 
 from engine.config import overrides
 from engine.config.backends import Backends
-from engine.config.engine_config import EngineConfig, Speculation
+from engine.config.engine_config import EngineConfig, SpeculationSettings
 from engine.events import BadRequest, LoadProgress, LoadRequest
 from engine.files.model_folder import check
 from engine.formats.model_shape import ModelShape
@@ -111,7 +111,7 @@ def prefill_chunk_for(lm: loader.LoadedModel, kv_dtype: str, budget: int | None 
 
 
 def resolve_config(lm: loader.LoadedModel, kv_dtype: str = "auto", fast_path: bool = True,
-                   compile_layers: bool = False, speculation: Speculation | None = None,
+                   compile_layers: bool = False, speculation: SpeculationSettings | None = None,
                    backends: Backends | None = None, world_size: int = 1,
                    reserved_bytes: int = 0, reproducible: bool | None = None,
                    kv_tokens: int | None = None) -> EngineConfig:
@@ -135,7 +135,7 @@ def resolve_config(lm: loader.LoadedModel, kv_dtype: str = "auto", fast_path: bo
         allocator_budget_bytes=budget, fast_path=fast_path,
         # LLM.int8's outlier columns have data-dependent shapes: no graph capture
         allow_graph=lm.quant != "int8", compile_layers=compile_layers, world_size=world_size,
-        speculation=speculation or Speculation(), backends=backends,
+        speculation=speculation or SpeculationSettings(), backends=backends,
         decode_attention=attention_backend.choose(str(lm.device), kv, backends.decode_attention),
         allocator=allocator.configure() if on_gpu else "", reproducible=mode,
         reproducible_reason=mode_why, kv_tokens=kv_tokens)
@@ -176,7 +176,7 @@ def _load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None],
     template_guard.prewarm()  # the chat template's renderer starts while the weights load
     lm = loader.load(folder, req, progress, cancel, tokenizer=tok, backends=backends)
     config = resolve_config(lm, req.kv_dtype, not req.eager, req.compile,
-                            Speculation(req.num_speculative_tokens), backends,
+                            SpeculationSettings(req.num_speculative_tokens), backends,
                             reproducible=req.reproducible, kv_tokens=req.kv_tokens)
     session = cls(lm, config=config)
     if req.draft is not None:

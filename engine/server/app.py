@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from engine.server import errors, guards
 from engine.server.bridge import Mailbox
 from engine.server.connections import Timeouts
-from engine.server.metrics import InFlight, Metrics
+from engine.server.metrics import Metrics, RequestCounter
 from engine.server.model_view import ModelView
 from engine.server.prompts import chat_choices, completion_choices
 from engine.server.protocols import routes as protocol_routes
@@ -108,7 +108,7 @@ def create_app(engine, model: ModelView, settings: Settings) -> FastAPI:
                            allow_methods=["GET", "POST", "OPTIONS"],
                            allow_headers=["Authorization", "Content-Type", "x-api-key",
                                           "anthropic-version"])
-    app.add_middleware(InFlight, metrics=metrics)
+    app.add_middleware(RequestCounter, metrics=metrics)
     app.add_middleware(guards.HostCheck, bound_host=settings.host,
                        extra_names=settings.extra_host_names)
     return app

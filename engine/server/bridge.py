@@ -107,7 +107,7 @@ class Mailbox:
             inbox.put_nowait(item)
 
 
-class Generation:
+class ServedGeneration:
     def __init__(self, engine, choices: list[Choice], metrics: Metrics, prefix: str = "hearth",
                  mailbox: Mailbox | None = None):
         self.engine, self.choices, self.metrics = engine, choices, metrics

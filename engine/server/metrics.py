@@ -62,7 +62,7 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-class InFlight:
+class RequestCounter:
     """ASGI middleware: counts the /v1 requests being answered, streams until their last byte,
     and each answered request by status."""
 

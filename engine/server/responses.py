@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from engine.answer.parts import CallStart, Content, Reasoning
 from engine.answer.reader import Reading, read_whole
 from engine.events import Failed, Finished, Token
-from engine.server.bridge import Generation
+from engine.server.bridge import ServedGeneration
 from engine.server.errors import APIError, error_body
 
 # a loop cut short (the stop_on_repetition extension) is "stop", not "length": a client that
@@ -30,7 +30,7 @@ _MARK_JSON = json.dumps(_MARK)
 class Shape:
     """Chat (`delta` / `message`) or text completion (`text`) bodies of one request."""
 
-    def __init__(self, chat: bool, gen: Generation, model: str, num_per_prompt: int,
+    def __init__(self, chat: bool, gen: ServedGeneration, model: str, num_per_prompt: int,
                  view=None):
         self.chat, self.gen, self.model, self.view = chat, gen, model, view  # view: ModelView
         self.created = int(time.time())
@@ -136,7 +136,7 @@ def start(state, choices, prefix: str, model_name: str, chat: bool = True,
           num_per_prompt: int = 1) -> Shape:
     """Submit a request's choices to the app's engine (`app.state`) -> the Shape its answer is
     read through."""
-    gen = Generation(state.engine, choices, state.metrics, prefix, state.mailbox)
+    gen = ServedGeneration(state.engine, choices, state.metrics, prefix, state.mailbox)
     gen.start()
     return Shape(chat, gen, model_name, num_per_prompt, state.model)
 
@@ -175,7 +175,7 @@ def _sse(obj) -> str:
     return f"data: {text}\n\n"
 
 
-def _failure(event, gen: Generation) -> APIError:
+def _failure(event, gen: ServedGeneration) -> APIError:
     if isinstance(event, Failed):
         message = event.error + (f" ({event.hint})" if event.hint else "")
         return APIError(400 if event.bad_input else 500, message)

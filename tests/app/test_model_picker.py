@@ -8,7 +8,7 @@ import json
 import pytest
 
 from app.models import fit_check
-from app.models.fit_panel import Speculation
+from app.models.fit_panel import SpeculationChoice
 from app.models.model_catalog import all_entries, hub_entries
 from app.models.model_picker_dialog import ModelPickerDialog
 from app.paths import DEMO_DRAFT_DIR
@@ -170,7 +170,7 @@ def test_speculative_decoding_with_the_bundled_draft(qtbot, settings, hub):
         None, str(DEMO_DRAFT_DIR), 4)
     dialog.model_list.setCurrentRow(1)  # a 7B Qwen: another vocabulary, no draft offered
     assert "Qwen2.5-7B" in dialog.selected_entry().label
-    assert fit.speculation_combo.count() == 2 and fit.speculation() == Speculation()
+    assert fit.speculation_combo.count() == 2 and fit.speculation() == SpeculationChoice()
 
 
 def test_prompt_lookup_goes_with_each_answer(qtbot, make_window, fake_log):
@@ -188,7 +188,7 @@ def test_prompt_lookup_goes_with_each_answer(qtbot, make_window, fake_log):
     [generate] = [r for r in fake_log() if isinstance(r, GenerateRequest)]
     assert (generate.prompt_lookup, generate.num_speculative_tokens) == (True, 3)
     window.open_model_picker()  # it shows the choice in force
-    assert window.picker.fit_panel.speculation() == Speculation(prompt_lookup=True,
+    assert window.picker.fit_panel.speculation() == SpeculationChoice(prompt_lookup=True,
                                                                 num_speculative_tokens=3)
 
 

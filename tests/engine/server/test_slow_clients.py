@@ -126,7 +126,7 @@ class _Choice:
 
 
 class _Engine:
-    """Just what a Generation and the metrics ask of the engine; it records cancels."""
+    """Just what a ServedGeneration and the metrics ask of the engine; it records cancels."""
 
     session = None
     num_running = num_waiting = tokens_generated = 0
@@ -139,13 +139,13 @@ class _Engine:
 
 
 def test_output_past_its_bound_cancels_the_request_and_still_ends():
-    from engine.server.bridge import BUFFERED_PER_CHOICE, Generation
+    from engine.server.bridge import BUFFERED_PER_CHOICE, ServedGeneration
     from engine.server.metrics import Metrics
 
     async def main():
         engine = _Engine()
         metrics = Metrics(engine)
-        gen = Generation(engine, [_Choice()], metrics)
+        gen = ServedGeneration(engine, [_Choice()], metrics)
         for _ in range(BUFFERED_PER_CHOICE + 500):  # a client that reads none of it
             gen.queue.put_nowait((0, Token("x", (1,))))
         gen.queue.put_nowait((0, Finished("cancelled", Stats())))
