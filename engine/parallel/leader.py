@@ -23,10 +23,12 @@ import torch.distributed as dist
 from engine.config.backends import Backends
 from engine.events import BadRequest
 from engine.parallel.follower import (
+    OP_COPY,
     OP_PREFILL,
     OP_SETUP,
     OP_STEP,
     OP_STOP,
+    OP_TABLE,
     OP_VERIFY,
     TIMEOUT,
     Rank,
@@ -79,6 +81,7 @@ class TPLeader:
         self._procs: dict[int, subprocess.Popen] = {}
         self._logs: dict[int, Path] = {}  # each follower's stderr; kept when it says something
         self.rank: Rank | None = None
+        self._shared: list[int] | None = None  # the live sequence's blocks the followers bind
         self._failure: TPFailed | None = None
         self._dead: int | None = None  # a follower the watchdog saw exit
         self._closing = False
@@ -93,6 +96,13 @@ class TPLeader:
             raise self._fail(e) from e
         self.cache = self.rank.cache
         self.buckets = self.rank.buckets
+        self._copies: list[int] = []  # src, dst of the blocks rank 0's cache copied, not yet sent
+        copy = self.cache.arena.copy_block  # a crop that keeps a cached block copies it: every
+
+        def copied(src: int, dst: int) -> None:  # rank copies it before its next pass
+            copy(src, dst)
+            self._copies += [src, dst]
+        self.cache.arena.copy_block = copied
 
     def _start(self, model) -> None:
         n = self.spec.world_size
@@ -191,7 +201,8 @@ class TPLeader:
             self._end(aborted=True)
         return self._failure
 
-    def _run(self, fn):
+    def run(self, fn):
+        """fn(), whose collectives every rank runs; any failure ends every rank: TPFailed."""
         if self._failure is not None:
             raise self._failure
         try:
@@ -201,24 +212,52 @@ class TPLeader:
         except Exception as e:
             raise self._fail(e) from e
 
-    def _header(self, op: int, a: int, n: int, token: torch.Tensor | None = None) -> None:
-        header = torch.tensor([op, a, n, 0], dtype=torch.long, device=self.device)
+    def _header(self, op: int, a: int, n: int, token: torch.Tensor | None = None,
+                extra: tuple[int, int] = (0, 0)) -> None:
+        header = torch.tensor([op, a, n, 0, *extra], dtype=torch.long, device=self.device)
         if token is not None:
-            header[3:].copy_(token)  # stays on the device: no host sync
+            header[3:4].copy_(token)  # stays on the device: no host sync
         dist.broadcast(header, src=0)
+
+    def send(self, op: int, a: int, n: int, max_rows: int, epoch: int) -> None:
+        """The header of a batch pass (parallel/batch_ops.py), inside `run`: its tables bind
+        the followers' caches, so the live sequence's goes again before its next pass."""
+        self._shared = None
+        self._send_copies()
+        self._header(op, a, n, extra=(max_rows, epoch))
+
+    def _send_copies(self) -> None:
+        if self._copies:
+            pairs, self._copies = self._copies, []
+            self._header(OP_COPY, 0, len(pairs))
+            dist.broadcast(torch.tensor(pairs, dtype=torch.long, device=self.device), src=0)
+
+    def _share_table(self, end: int) -> None:
+        """Reserve rank 0's live sequence up to `end` and, where its blocks changed, send them:
+        a follower binds rank 0's blocks instead of choosing its own, so a pass of one sequence
+        never writes a block that rank 0 keeps cached for the batch."""
+        cache = self.rank.cache
+        cache.reserve(end)
+        self._send_copies()
+        ids = cache.seq.block_ids
+        if ids != self._shared:
+            self._shared = list(ids)
+            self._header(OP_TABLE, 0, len(ids))
+            dist.broadcast(torch.tensor(ids, dtype=torch.long, device=self.device), src=0)
 
     def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         """ids: [T] int64 at positions start.. -> logits of the last one [V] (a prefill chunk)."""
-        return self._run(lambda: self.rank.prefill(self._send_ids(OP_PREFILL, ids, start), start))
+        return self.run(lambda: self.rank.prefill(self._send_ids(OP_PREFILL, ids, start), start))
 
     def verify(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         """ids: [T] at start.. -> logits of every position [T, V] (speculative verification)."""
-        return self._run(lambda: self.rank.verify(self._send_ids(OP_VERIFY, ids, start), start))
+        return self.run(lambda: self.rank.verify(self._send_ids(OP_VERIFY, ids, start), start))
 
     def capture_blocks(self, sizes) -> None:
         """Verify blocks run eagerly under tensor parallelism (no block graphs yet)."""
 
     def _send_ids(self, op: int, ids: torch.Tensor, start: int) -> torch.Tensor:
+        self._share_table(start + ids.numel())
         self._header(op, start, ids.numel())
         ids = ids.to(self.device).contiguous()
         dist.broadcast(ids, src=0)
@@ -227,9 +266,10 @@ class TPLeader:
     def step(self, token: torch.Tensor, position: int) -> torch.Tensor:
         """token: [1] int64, fed at `position` -> logits [V] (possibly a graph's static buffer)."""
         def run():
+            self._share_table(position + 1)
             self._header(OP_STEP, position, 1, token)
             return self.rank.step(token, position)
-        return self._run(run)
+        return self.run(run)
 
     def setup_fast_path(self, allow_graph: bool, compile_layers: bool,
                         reproducible: tuple[int, ...] | None = None) -> None:
@@ -239,7 +279,7 @@ class TPLeader:
         def run():
             self._header(OP_SETUP, int(allow_graph), int(compile_layers))
             self.rank.setup(allow_graph, compile_layers)
-        self._run(run)
+        self.run(run)
         self.notes.extend(self.rank.notes)
         if self.rank.graphs:
             self.mode = "graph"
