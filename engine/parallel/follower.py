@@ -5,7 +5,8 @@ rank 0 (parallel/leader.py). Not the math: that is the family step's (parallel/s
 A follower joins the process group (gloo on CPU, NCCL on CUDA), receives its tensors from rank 0,
 then executes rank 0's ops in lockstep: each is a header of HEADER ints broadcast by rank 0, then
 the op's tensors: a batch's passes (parallel/batch_ops.py), or one sequence's prefill, step and
-verify over rank 0's blocks (OP_TABLE), for a request that speculates alone. It raises -> it leaves its error in the store and exits; rank 0 ends the rest.
+verify over rank 0's blocks (OP_TABLE), for a request that speculates alone. It raises -> it
+leaves its error in the store and exits; rank 0 ends the rest.
 """
 
 from __future__ import annotations

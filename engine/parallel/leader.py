@@ -1,8 +1,9 @@
 """Rank 0 of tensor parallelism, in the engine's own process: the session's DecodeEngine
 (step/decode.py) over N ranks. It cuts the loaded model, starts one follower process per other
-rank (parallel/follower.py), sends each its tensors, drives every prefill chunk, decode step and
-verify block in lockstep, and supervises: a failing rank ends the others and surfaces as one
-TPFailed.
+rank (parallel/follower.py), sends each its tensors, drives in lockstep the passes of a request
+that speculates alone (prefill chunk, decode step, verify block, over rank 0's blocks) and those
+of a batch (parallel/batch_ops.py: through `send` and `run`), and supervises: a failing rank
+ends the others and surfaces as one TPFailed.
 """
 
 from __future__ import annotations

@@ -59,8 +59,8 @@ def test_eight_concurrent_requests_give_their_answers_alone(served, tiny_model, 
 
     def complete(prompt_ids: list[int]) -> str:
         r = httpx.post(f"{url}/completions", timeout=300, json={
-            "model": tiny_model.name, "prompt": prompt_ids, "max_tokens": MAX_TOKENS, "temperature": 0,
-            "ignore_eos": True})
+            "model": tiny_model.name, "prompt": prompt_ids, "max_tokens": MAX_TOKENS,
+            "temperature": 0, "ignore_eos": True})
         assert r.status_code == 200, r.text
         return r.json()["choices"][0]["text"]
 
