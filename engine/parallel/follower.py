@@ -50,7 +50,8 @@ class Rank:
         # rank 0's blocks are every rank's: a follower binds the tables rank 0 sends (OP_TABLE,
         # a batch pass) and its own block manager stays unused
         cache = KVCache(spec.num_layers, spec.num_kv_heads // spec.world_size, spec.head_dim,
-                        spec.context, DTYPES[spec.kv_dtype], device, backends=self.backends)
+                        spec.context, DTYPES[spec.kv_dtype], device, backends=self.backends,
+                        num_blocks=spec.num_blocks)
         self.decoder = Decoder(None, cache, device, family=rank_step(spec, rank, weights, cache))
         if tuple(self.decoder.buckets) != spec.buckets:  # every rank must pick the same graph
             raise RuntimeError(f"KV buckets {self.decoder.buckets} differ from rank 0's "

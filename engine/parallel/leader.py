@@ -59,11 +59,12 @@ class TPLeader:
     it starts, drives and supervises the followers."""
 
     def __init__(self, model, world_size: int, context: int, kv_dtype: str, device,
-                 memory_limit_gib: float | None = None, backends: Backends | None = None):
+                 memory_limit_gib: float | None = None, backends: Backends | None = None,
+                 num_blocks: int | None = None):
         # BadRequest: nothing started
         self.spec = replace(spec_of(model, world_size, context, kv_dtype, memory_limit_gib),
                             buckets=tuple(kv_buckets(context)),
-                            backends=(backends or Backends()).to_json())
+                            backends=(backends or Backends()).to_json(), num_blocks=num_blocks)
         self.device = torch.device(device)
         if self.device.type == "cuda":  # rank r runs on cuda:r
             if torch.cuda.device_count() < world_size:

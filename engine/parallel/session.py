@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import torch
 
+from engine.cache.kv_cache import BLOCK_SIZE
 from engine.config import overrides
 from engine.config.backends import Backends
 from engine.events import BadRequest, Loaded, LoadProgress, LoadRequest
@@ -81,15 +82,19 @@ class TPSession(Session):
         self._weights_bytes = lm.weights_bytes  # before the host copy goes
         self._kv_choice = rank_kv_dtype(lm, req.kv_dtype)
         self._backends = overrides.backends() if backends is None else backends  # every rank's
+        # --kv-tokens: that many on every rank (each holds 1/N of the heads), not clamped to
+        # one GPU's free memory: a rank whose arena does not fit fails the load
+        blocks = -(-req.kv_tokens // BLOCK_SIZE) if req.kv_tokens is not None else None
         self.leader = TPLeader(lm.model, req.tensor_parallel, lm.context, self._kv_choice[0],
-                               device, req.memory_limit_gib, self._backends)
+                               device, req.memory_limit_gib, self._backends, blocks)
         # rank 0's Decoder, for the batch's passes: kept after a failure ends the leader's rank,
         # so that a batch made then still answers, with the failure (the batch holds it anyway)
         self._rank_decoder = self.leader.rank.decoder
         try:
             lm.model.to("meta")  # every rank holds its own copy now: free the host's
             super().__init__(replace(lm, device=self.leader.device), req.kv_dtype,
-                             compile_layers=req.compile, reproducible=req.reproducible)
+                             compile_layers=req.compile, reproducible=req.reproducible,
+                             kv_tokens=req.kv_tokens)
             self.num_speculative_tokens = req.num_speculative_tokens
         except BaseException:
             self.leader.close()

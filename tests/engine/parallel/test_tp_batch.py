@@ -1,7 +1,8 @@
 """A split model batches (CPU, gloo, 2 ranks): requests running together through the service
 Engine give, token for token, what the unsplit model gives each alone (fp32 greedy), in batched
-steps and prefill passes that every rank runs over its shard; a request that speculates alone
-after the batch (rank 0's blocks bound on every rank) still gives its plain answer."""
+steps and prefill passes that every rank runs over its shard, in arenas of --kv-tokens; a
+request that speculates alone after the batch (rank 0's blocks bound on every rank) still gives
+its plain answer, and so does its next turn over its cached prefix."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def pair(tiny_model, one_thread):
 
     one = Session.load(LoadRequest(str(tiny_model), device="cpu", context=512))
     two = TPSession.load(LoadRequest(str(tiny_model), device="cpu", context=512,
-                                     tensor_parallel=2))
+                                     tensor_parallel=2, kv_tokens=1024))
     yield one, two
     two.close()
 
@@ -34,6 +35,7 @@ def pair(tiny_model, one_thread):
 def test_a_split_batch_equals_the_unsplit_model_alone(pair):
     one, two = pair
     assert two.can_batch()
+    assert two.cache.num_blocks * two.cache.block_size == 1024  # every rank's arena: --kv-tokens
     assert not any("one at a time" in note for note in two.loaded_event().notes)
     reqs = [request(i, sampling=GREEDY) for i in range(8)]
     expected = alone(one, reqs)
