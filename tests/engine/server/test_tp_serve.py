@@ -69,3 +69,16 @@ def test_eight_concurrent_requests_give_their_answers_alone(served, tiny_model, 
     assert got == expected
     health = httpx.get(f"{base}/health", timeout=10).json()
     assert health["max_seqs"] == 8
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--tensor-parallel", "0"], "--tensor-parallel takes a whole number of GPUs, 1 or more"),
+    (["--tensor-parallel", "3", "--device", "cpu"], "--tensor-parallel takes 2"),
+])
+def test_a_split_that_cannot_run_is_refused_before_binding(flags, words, tiny_model, capsys):
+    from engine.serve import cli
+
+    assert cli.main(["serve", "--model", str(tiny_model), "--port", "0", *flags]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert words in err
