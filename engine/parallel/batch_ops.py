@@ -63,13 +63,14 @@ class RankBatch(BatchedDecoder):
         super().__init__(decoder, max_rows)  # rank 0's
         self.leader = leader
         self.epoch = next(_epochs)
+        self._sent, self._rows_sent = -1, 0  # tables.writes and rows when the tables last went
 
     def prefill(self, chunks: list[Chunk], tables: list[Sequence],
                 together: bool | None = None) -> tuple[list[torch.Tensor], bool]:
         def run():
             one_pass = self.together(chunks) if together is None else together
             flat = torch.tensor(flatten(chunks), dtype=torch.long, device=self.decoder.device)
-            self.leader.send(OP_BATCH_PREFILL, int(one_pass), flat.numel(), self.max_rows,
+            self.leader.send(OP_BATCH_PREFILL, int(one_pass), flat.numel(), 0, self.max_rows,
                              self.epoch)
             dist.broadcast(flat, src=0)
             return BatchedDecoder.prefill(self, chunks, tables, one_pass)
@@ -80,15 +81,21 @@ class RankBatch(BatchedDecoder):
              on_device: tuple[torch.Tensor, list[int]] | None = None) -> torch.Tensor:
         def run():
             n, lens = self.stage(tokens, positions, tables, on_device)
-            self.leader.send(OP_BATCH_STEP, n, max(lens), self.max_rows, self.epoch)
+            rows = self.tables.table[:n]
+            changed = self.tables.writes != self._sent or n > self._rows_sent
+            self.leader.send(OP_BATCH_STEP, n, max(lens), int(changed), self.max_rows,
+                             self.epoch)
             dist.broadcast(self.inputs, src=0)
-            dist.broadcast(self.tables.table[:n].contiguous(), src=0)
+            if changed:  # a row's blocks grow every block_size steps: most steps send none
+                dist.broadcast(rows, src=0)
+                self._sent, self._rows_sent = self.tables.writes, n
             return self.launch(n, max(lens), lens)[:len(tokens)]
         return self.leader.run(run)
 
 
-def follow(rank, op: int, a: int, n: int, max_rows: int, epoch: int) -> None:
-    """A follower's side of one batch pass (`rank`: its follower.Rank): receive, then run."""
+def follow(rank, op: int, a: int, n: int, flag: int, max_rows: int, epoch: int) -> None:
+    """A follower's side of one batch pass (`rank`: its follower.Rank): receive, then run
+    (`flag`: a step's block tables follow; they stay from step to step otherwise)."""
     batch = rank.batched(max_rows, epoch)
     device = rank.device
     if op == OP_BATCH_PREFILL:
@@ -99,7 +106,8 @@ def follow(rank, op: int, a: int, n: int, max_rows: int, epoch: int) -> None:
         batch.prefill(chunks, [foreign(c.block_ids, size) for c in chunks], bool(a))
         return
     dist.broadcast(batch.inputs, src=0)
-    table = torch.empty(a, batch.tables.max_blocks, dtype=torch.int32, device=device)
-    dist.broadcast(table, src=0)
-    batch.tables.table[:a].copy_(table)
+    if flag:
+        table = torch.empty(a, batch.tables.max_blocks, dtype=torch.int32, device=device)
+        dist.broadcast(table, src=0)
+        batch.tables.table[:a].copy_(table)
     rank.batch_step(batch, a, n)

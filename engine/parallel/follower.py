@@ -36,7 +36,7 @@ from engine.step.decode import Decoder
 
 # one sequence's passes (a request that speculates runs alone); the batch's are batch_ops.py's
 OP_PREFILL, OP_STEP, OP_VERIFY, OP_SETUP, OP_STOP, OP_TABLE, OP_COPY = 1, 2, 3, 4, 5, 8, 9
-HEADER = 6  # ints: op, a, n, a token (OP_STEP), and a batch pass's max_rows and epoch
+HEADER = 6  # ints: op, a, n, a token (OP_STEP) or a batch pass's flag, its max_rows and epoch
 TIMEOUT = timedelta(minutes=10)  # longest a collective may wait (first compile and capture)
 
 
@@ -150,7 +150,7 @@ def follow(rank: int, world: int, store_addr: str, backend: str, leader_pid: int
         header = torch.empty(HEADER, dtype=torch.long, device=device)
         while True:
             dist.broadcast(header, src=0)
-            op, a, n, _, max_rows, epoch = header.tolist()
+            op, a, n, flag, max_rows, epoch = header.tolist()
             if op == OP_STOP:  # leave without destroy_process_group: it would finalize with
                 break  # peers, and hangs while captured graphs hold the communicator
             if op in (OP_PREFILL, OP_VERIFY):
@@ -169,7 +169,7 @@ def follow(rank: int, world: int, store_addr: str, backend: str, leader_pid: int
                 for src, dst in pairs.view(-1, 2).tolist():
                     me.cache.arena.copy_block(src, dst)
             elif op in (batch_ops.OP_BATCH_PREFILL, batch_ops.OP_BATCH_STEP):
-                batch_ops.follow(me, op, a, n, max_rows, epoch)
+                batch_ops.follow(me, op, a, n, flag, max_rows, epoch)
             elif op == OP_SETUP:
                 me.setup(bool(a), bool(n))
                 _say(rank, f"set up: {len(me.graphs)} graphs")

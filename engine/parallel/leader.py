@@ -215,18 +215,18 @@ class TPLeader:
             raise self._fail(e) from e
 
     def _header(self, op: int, a: int, n: int, token: torch.Tensor | None = None,
-                extra: tuple[int, int] = (0, 0)) -> None:
-        header = torch.tensor([op, a, n, 0, *extra], dtype=torch.long, device=self.device)
+                extra: tuple[int, int, int] = (0, 0, 0)) -> None:
+        header = torch.tensor([op, a, n, *extra], dtype=torch.long, device=self.device)
         if token is not None:
             header[3:4].copy_(token)  # stays on the device: no host sync
         dist.broadcast(header, src=0)
 
-    def send(self, op: int, a: int, n: int, max_rows: int, epoch: int) -> None:
+    def send(self, op: int, a: int, n: int, flag: int, max_rows: int, epoch: int) -> None:
         """The header of a batch pass (parallel/batch_ops.py), inside `run`: its tables bind
         the followers' caches, so the live sequence's goes again before its next pass."""
         self._shared = None
         self._send_copies()
-        self._header(op, a, n, extra=(max_rows, epoch))
+        self._header(op, a, n, extra=(flag, max_rows, epoch))
 
     def _send_copies(self) -> None:
         if self._copies:

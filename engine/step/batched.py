@@ -40,11 +40,15 @@ class BatchTables:
         self.scratch, self.max_blocks = scratch, max_blocks
         self.table = torch.full((rows, max_blocks), scratch, dtype=torch.int32, device=device)
         self._held: list[tuple[object, list[int]]] = [(None, []) for _ in range(rows)]
+        self.writes = 0  # rows written so far (a tensor-parallel rank 0 sends them on a change)
 
     def set(self, row: int, key: object, block_ids: list[int]) -> None:
         """Row `row` holds `block_ids` of the sequence known by `key` (same key: the same blocks
         so far, perhaps more of them)."""
         held_key, held = self._held[row]
+        if held_key == key and list(block_ids) == held:
+            return
+        self.writes += 1
         if held_key == key and len(block_ids) >= len(held):
             for i in range(len(held), len(block_ids)):  # a block every block_size steps
                 self.table[row, i:i + 1].fill_(block_ids[i])
