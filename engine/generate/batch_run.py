@@ -2,16 +2,16 @@
 
 Every request is a sequence with its own blocks in the session's arena (batch/scheduler.py plans
 each step under a token budget: running decodes first, then chunked prefill of waiting sequences;
-the newest is preempted and later recomputed when blocks run out). A step runs its prefill chunks
-in one pass where the family step takes each of them (models/prefill_batch.py), else a sequence
-at a time through the Decoder's own prefill path, and its one-token rows together:
-one row through the Decoder's own step (its graphs: a single chat pays nothing for batching),
-two or more through step/batched.py. Each request keeps its own sampler (sampling parameters,
-seed), detokenizer, stop strings, eos, loop guard and token limit, and its events go to its own
-sink, ending in one Finished or Failed. A step's tokens reach the host while the next step runs
-(batch/inflight.py), and its events go out then. Speculative decoding is not here: a
-speculative request decodes plainly in the batch, and hand_off gives it back to the service
-(service/engine.py) to speculate alone once it is the last one left.
+the newest is preempted and later recomputed when blocks run out). A step runs its prefill
+chunks and its one-token rows through the session's batched decoder (step/batched.py; over
+every rank of a split model, parallel/batch_ops.py): one row through the Decoder's own step
+where that decoder is `solo` (its graphs: a single chat pays nothing for batching). Each request
+keeps its own sampler (sampling parameters, seed), detokenizer, stop strings, eos, loop guard
+and token limit, and its events go to its own sink, ending in one Finished or Failed. A step's
+tokens reach the host while the next step runs (batch/inflight.py), and its events go out then.
+Speculative decoding is not here: a speculative request decodes plainly in the batch, and
+hand_off gives it back to the service (service/engine.py) to speculate alone once it is the last
+one left.
 """
 
 from __future__ import annotations
@@ -41,14 +41,13 @@ from engine.generate.template_guard import RenderCancelled
 from engine.models import prefill_batch
 from engine.plan.oom import memory_kind
 from engine.step.batch_sampling import sample_rows
-from engine.step.batched import BatchedDecoder
-from engine.step.decode import bucket
 
 STATS_INTERVAL_S = 0.25
 
 
 class BatchRun:
-    """The batched generations of `session` (a Session on the fast path, one device)."""
+    """The batched generations of `session` (a Session on the fast path: one device, or a model
+    split across ranks)."""
 
     def __init__(self, session, max_seqs: int, on_given_out: Callable[[], None] = lambda: None):
         self.session, self.on_given_out = session, on_given_out  # called once a step's events
@@ -58,7 +57,7 @@ class BatchRun:
         # a step's tokens: no prefill chunk longer than the planner's largest pass
         self.scheduler = Scheduler(self.cache.blocks, max_seqs,
                                    token_budget=max(session.prefill_chunk, max_seqs))
-        self.batched = BatchedDecoder(self.decoder, max_seqs)
+        self.batched = session.batched_decoder(max_seqs)
         self.gens: dict[Seq, Generation] = {}
         self.history: list[int] = []  # the last finished sequence's ids (generate/prompt.py)
         self._bound = False  # the cache's own live sequence is released while a batch runs
@@ -169,28 +168,17 @@ class BatchRun:
         rows = [c for c in plan.chunks if c.length == 1]
         self.rows_seen[len(rows)] += 1
         prefills = [c for c in plan.chunks if c.length > 1]
-        together = self._together(prefills)
-        if together:  # one pass over every sequence's chunk
-            logits = prefill_batch.run(
-                self.decoder.family, [prefill_batch.Chunk(
-                    c.seq.token_ids[c.start:c.start + c.length], c.start, c.seq.table.block_ids)
-                    for c in prefills], lambda end: bucket(self.decoder.buckets, end),
-                self.batched.tables.max_blocks, self.cache.scratch, device)
-            self.prefill_passes[len(prefills)] += 1
+        if prefills:
+            logits, together = self.batched.prefill(
+                [prefill_batch.Chunk(c.seq.token_ids[c.start:c.start + c.length], c.start,
+                                     c.seq.table.block_ids) for c in prefills],
+                [c.seq.table for c in prefills])
+            self.prefill_passes.update([len(prefills)] if together else [1] * len(prefills))
         for j, c in enumerate(prefills):
-            seq = c.seq
-            if not together:  # a pass of its own through the decoder
-                self.cache.bind(seq.table)
-                ids = torch.tensor(seq.token_ids[c.start:c.start + c.length], dtype=torch.long,
-                                   device=device)
-                row = self.decoder.forward(ids, c.start)
-                self.prefill_passes[1] += 1
-            else:
-                row = logits[j]
             if c.sample:
-                sampled[seq] = self.gens[seq].sampler(row)
-            self._progress(self.gens[seq], c)
-        if len(rows) == 1:
+                sampled[c.seq] = self.gens[c.seq].sampler(logits[j])
+            self._progress(self.gens[c.seq], c)
+        if len(rows) == 1 and self.batched.solo:
             c = rows[0]
             gen = self.gens[c.seq]
             self.cache.bind(c.seq.table)
@@ -243,14 +231,6 @@ class BatchRun:
         for gen, tid in pending.items():
             if gen.seq in self.gens:
                 self._emit(gen, tid)
-
-    def _together(self, prefills: list) -> bool:
-        """Whether these prefill chunks run in one pass: two or more, each one the decoder
-        would run through the family step alone (never in the reproducible mode, whose chunks
-        run row by row as decode steps)."""
-        d = self.decoder
-        return (len(prefills) > 1 and not d.reproducible
-                and all(d.family_prefills(c.start, c.length) for c in prefills))
 
     def _progress(self, gen: Generation, chunk) -> None:
         """Where a prompt takes several chunks: how much of it is done."""
@@ -317,7 +297,7 @@ class BatchRun:
         self.cache.clear()  # whatever broke mid-pass, no cached block is trusted
         self.scheduler = Scheduler(self.cache.blocks, self.max_seqs,
                                    self.scheduler.token_budget)
-        self.batched = BatchedDecoder(self.decoder, self.max_seqs)
+        self.batched = self.session.batched_decoder(self.max_seqs)
         for gen in gens:
             gen.sink(failed)
 

@@ -49,6 +49,7 @@ from engine.platform import cpu_threads
 from engine.spec.controller import MAX_ADAPTIVE_K, Controller
 from engine.spec.proposers import DraftModel, PromptLookup
 from engine.spec.speculative import SpeculativeDecoding
+from engine.step.batched import BatchedDecoder
 from engine.step.decode import DecodeEngine, Decoder
 from engine.step.plain_decoding import PlainDecoding
 from engine.step.sampling import Sampler
@@ -120,8 +121,7 @@ class Session:
         return Decoder(lm.model, cache, lm.device), note
 
     def _init_speculation(self, num_speculative_tokens: int | None = None) -> None:
-        """Speculative decoding's state (attach_draft; GenerateRequest.prompt_lookup needs no
-        setup): shared with TPSession, whose ranks decode the same way."""
+        """Speculative decoding's state (attach_draft; prompt lookup needs no setup)."""
         self.draft: Session | None = None
         self.synthetic = None  # bench only: a proposers.SyntheticDraft over self.draft
         self.speculation = SpeculationSettings(num_speculative_tokens)
@@ -157,13 +157,13 @@ class Session:
 
     def can_batch(self) -> bool:
         """Whether generations run together in continuous batches (generate/batch_run.py): the
-        engine's own step on one device (speculation, a draft's or prompt lookup's, runs for a
-        request alone: service/engine.py)."""
+        engine's own step (speculation runs for a request alone: service/engine.py)."""
         return (isinstance(self.decoder, Decoder) and self.decoder.family is not None
                 and self.decoder.mode in ("graph", "static"))
 
-    def batching_note(self) -> str:
-        return session_events.batching_note(self)
+    def batched_decoder(self, max_rows: int) -> BatchedDecoder:
+        """The passes of a batch of up to max_rows sequences (generate/batch_run.py)."""
+        return BatchedDecoder(self.decoder, max_rows)
 
     def loaded_event(self) -> Loaded:
         return session_events.loaded(self)

@@ -22,9 +22,8 @@ def batching_note(session) -> str:
                 "at any step (a batch of one runs the single step"
                 + ("; speculation while a request runs alone, plain decoding while others run)"
                    if session.draft is not None else ")"))
-    why = ("this architecture runs through transformers' modules"
-           if session.decoder.mode == "generic" else "tensor parallelism runs one sequence")
-    return f"generations run one at a time, first come first served ({why})"
+    return ("generations run one at a time, first come first served (this architecture runs "
+            "through transformers' modules)")
 
 
 def loaded(session) -> Loaded:

@@ -3,8 +3,10 @@ sharded step and cache) and the follower process, `python -m engine.parallel.fol
 rank 0 (parallel/leader.py). Not the math: that is the family step's (parallel/sharded_step.py).
 
 A follower joins the process group (gloo on CPU, NCCL on CUDA), receives its tensors from rank 0,
-then executes rank 0's ops in lockstep: each is a 4-int header [op, position, length, token]
-broadcast by rank 0. It raises -> it leaves its error in the store and exits; rank 0 ends the rest.
+then executes rank 0's ops in lockstep: each is a header of HEADER ints broadcast by rank 0, then
+the op's tensors: a batch's passes (parallel/batch_ops.py), or one sequence's prefill, step and
+verify over rank 0's blocks (OP_TABLE), for a request that speculates alone. It raises -> it
+leaves its error in the store and exits; rank 0 ends the rest.
 """
 
 from __future__ import annotations
@@ -27,10 +29,14 @@ from engine.cache.kv_cache import KVCache
 from engine.config import overrides
 from engine.config.backends import Backends
 from engine.models import fused_ops
+from engine.parallel import batch_ops
 from engine.parallel.sharded_step import DTYPES, TPSpec, layout, rank_step
+from engine.step.batched import BatchedDecoder
 from engine.step.decode import Decoder
 
-OP_PREFILL, OP_STEP, OP_VERIFY, OP_SETUP, OP_STOP = 1, 2, 3, 4, 5
+# one sequence's passes (a request that speculates runs alone); the batch's are batch_ops.py's
+OP_PREFILL, OP_STEP, OP_VERIFY, OP_SETUP, OP_STOP, OP_TABLE, OP_COPY = 1, 2, 3, 4, 5, 8, 9
+HEADER = 6  # ints: op, a, n, a token (OP_STEP) or a batch pass's flag, its max_rows and epoch
 TIMEOUT = timedelta(minutes=10)  # longest a collective may wait (first compile and capture)
 
 
@@ -41,17 +47,18 @@ class Rank:
     def __init__(self, spec: TPSpec, rank: int, weights: dict[str, torch.Tensor], device):
         self.device = device
         self.backends = Backends.from_json(spec.backends) if spec.backends else Backends()
-        # no prefix sharing: followers only see positions, so every rank keeps the mapping of
-        # positions to blocks that its own writes made (rank 0 still reuses its live prefix)
+        # rank 0's blocks are every rank's: a follower binds the tables rank 0 sends (OP_TABLE,
+        # a batch pass) and its own block manager stays unused
         cache = KVCache(spec.num_layers, spec.num_kv_heads // spec.world_size, spec.head_dim,
-                        spec.context, DTYPES[spec.kv_dtype], device, share_prefixes=False,
-                        backends=self.backends)
+                        spec.context, DTYPES[spec.kv_dtype], device, backends=self.backends,
+                        num_blocks=spec.num_blocks)
         self.decoder = Decoder(None, cache, device, family=rank_step(spec, rank, weights, cache))
         if tuple(self.decoder.buckets) != spec.buckets:  # every rank must pick the same graph
             raise RuntimeError(f"KV buckets {self.decoder.buckets} differ from rank 0's "
                                f"{list(spec.buckets)}")
-        self.num_steps = 0
+        self.num_steps = 0  # decode steps, batched or not
         self.notes: list[str] = []  # what setup chose, for rank 0's load event
+        self._batch: tuple[int, BatchedDecoder] | None = None  # (rank 0's epoch, ours)
 
     @property
     def cache(self) -> KVCache:
@@ -75,6 +82,18 @@ class Rank:
     def verify(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         """ids: [T] at start.. -> every position's logits [T, V] (speculative verification)."""
         return self.decoder.verify(ids, start)
+
+    def batched(self, max_rows: int, epoch: int) -> BatchedDecoder:
+        """The batched decoder mirroring rank 0's of this epoch (parallel/batch_ops.py)."""
+        if self._batch is None or self._batch[0] != epoch:
+            self._batch = (epoch, BatchedDecoder(self.decoder, max_rows))
+        return self._batch[1]
+
+    def batch_step(self, batch: BatchedDecoder, n: int, kv_len: int) -> torch.Tensor:
+        """The batched step staged in `batch` (n rows, buckets up to kv_len)."""
+        self.num_steps += 1
+        return batch.launch(n, kv_len, None if batch.use_graphs
+                            else batch.inputs[2, :n].tolist())
 
     @torch.inference_mode()
     def setup(self, allow_graph: bool, compile_layers: bool) -> None:
@@ -128,10 +147,10 @@ def follow(rank: int, world: int, store_addr: str, backend: str, leader_pid: int
         _say(rank, "weights received")
         me = Rank(spec, rank, weights, device)
         store.set(f"loaded/{rank}", "1")  # rank 0 waits for this: a load fails at load
-        header = torch.empty(4, dtype=torch.long, device=device)
+        header = torch.empty(HEADER, dtype=torch.long, device=device)
         while True:
             dist.broadcast(header, src=0)
-            op, a, n, _ = header.tolist()
+            op, a, n, flag, max_rows, epoch = header.tolist()
             if op == OP_STOP:  # leave without destroy_process_group: it would finalize with
                 break  # peers, and hangs while captured graphs hold the communicator
             if op in (OP_PREFILL, OP_VERIFY):
@@ -140,6 +159,17 @@ def follow(rank: int, world: int, store_addr: str, backend: str, leader_pid: int
                 (me.prefill if op == OP_PREFILL else me.verify)(ids, a)
             elif op == OP_STEP:
                 me.step(header[3:4], a)
+            elif op == OP_TABLE:  # rank 0's live sequence, for the passes of one sequence
+                ids = torch.empty(n, dtype=torch.long, device=device)
+                dist.broadcast(ids, src=0)
+                me.cache.bind(batch_ops.foreign(ids.tolist(), me.cache.block_size))
+            elif op == OP_COPY:  # blocks rank 0's cache copied (a crop that keeps one cached)
+                pairs = torch.empty(n, dtype=torch.long, device=device)
+                dist.broadcast(pairs, src=0)
+                for src, dst in pairs.view(-1, 2).tolist():
+                    me.cache.arena.copy_block(src, dst)
+            elif op in (batch_ops.OP_BATCH_PREFILL, batch_ops.OP_BATCH_STEP):
+                batch_ops.follow(me, op, a, n, flag, max_rows, epoch)
             elif op == OP_SETUP:
                 me.setup(bool(a), bool(n))
                 _say(rank, f"set up: {len(me.graphs)} graphs")

@@ -1,8 +1,9 @@
 """Rank 0 of tensor parallelism, in the engine's own process: the session's DecodeEngine
 (step/decode.py) over N ranks. It cuts the loaded model, starts one follower process per other
-rank (parallel/follower.py), sends each its tensors, drives every prefill chunk, decode step and
-verify block in lockstep, and supervises: a failing rank ends the others and surfaces as one
-TPFailed.
+rank (parallel/follower.py), sends each its tensors, drives in lockstep the passes of a request
+that speculates alone (prefill chunk, decode step, verify block, over rank 0's blocks) and those
+of a batch (parallel/batch_ops.py: through `send` and `run`), and supervises: a failing rank
+ends the others and surfaces as one TPFailed.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ import torch.distributed as dist
 from engine.config.backends import Backends
 from engine.events import BadRequest
 from engine.parallel.follower import (
+    OP_COPY,
     OP_PREFILL,
     OP_SETUP,
     OP_STEP,
     OP_STOP,
+    OP_TABLE,
     OP_VERIFY,
     TIMEOUT,
     Rank,
@@ -56,11 +59,12 @@ class TPLeader:
     it starts, drives and supervises the followers."""
 
     def __init__(self, model, world_size: int, context: int, kv_dtype: str, device,
-                 memory_limit_gib: float | None = None, backends: Backends | None = None):
+                 memory_limit_gib: float | None = None, backends: Backends | None = None,
+                 num_blocks: int | None = None):
         # BadRequest: nothing started
         self.spec = replace(spec_of(model, world_size, context, kv_dtype, memory_limit_gib),
                             buckets=tuple(kv_buckets(context)),
-                            backends=(backends or Backends()).to_json())
+                            backends=(backends or Backends()).to_json(), num_blocks=num_blocks)
         self.device = torch.device(device)
         if self.device.type == "cuda":  # rank r runs on cuda:r
             if torch.cuda.device_count() < world_size:
@@ -79,6 +83,7 @@ class TPLeader:
         self._procs: dict[int, subprocess.Popen] = {}
         self._logs: dict[int, Path] = {}  # each follower's stderr; kept when it says something
         self.rank: Rank | None = None
+        self._shared: list[int] | None = None  # the live sequence's blocks the followers bind
         self._failure: TPFailed | None = None
         self._dead: int | None = None  # a follower the watchdog saw exit
         self._closing = False
@@ -93,6 +98,13 @@ class TPLeader:
             raise self._fail(e) from e
         self.cache = self.rank.cache
         self.buckets = self.rank.buckets
+        self._copies: list[int] = []  # src, dst of the blocks rank 0's cache copied, not yet sent
+        copy = self.cache.arena.copy_block  # a crop that keeps a cached block copies it: every
+
+        def copied(src: int, dst: int) -> None:  # rank copies it before its next pass
+            copy(src, dst)
+            self._copies += [src, dst]
+        self.cache.arena.copy_block = copied
 
     def _start(self, model) -> None:
         n = self.spec.world_size
@@ -191,7 +203,8 @@ class TPLeader:
             self._end(aborted=True)
         return self._failure
 
-    def _run(self, fn):
+    def run(self, fn):
+        """fn(), whose collectives every rank runs; any failure ends every rank: TPFailed."""
         if self._failure is not None:
             raise self._failure
         try:
@@ -201,24 +214,52 @@ class TPLeader:
         except Exception as e:
             raise self._fail(e) from e
 
-    def _header(self, op: int, a: int, n: int, token: torch.Tensor | None = None) -> None:
-        header = torch.tensor([op, a, n, 0], dtype=torch.long, device=self.device)
+    def _header(self, op: int, a: int, n: int, token: torch.Tensor | None = None,
+                extra: tuple[int, int, int] = (0, 0, 0)) -> None:
+        header = torch.tensor([op, a, n, *extra], dtype=torch.long, device=self.device)
         if token is not None:
-            header[3:].copy_(token)  # stays on the device: no host sync
+            header[3:4].copy_(token)  # stays on the device: no host sync
         dist.broadcast(header, src=0)
+
+    def send(self, op: int, a: int, n: int, flag: int, max_rows: int, epoch: int) -> None:
+        """The header of a batch pass (parallel/batch_ops.py), inside `run`: its tables bind
+        the followers' caches, so the live sequence's goes again before its next pass."""
+        self._shared = None
+        self._send_copies()
+        self._header(op, a, n, extra=(flag, max_rows, epoch))
+
+    def _send_copies(self) -> None:
+        if self._copies:
+            pairs, self._copies = self._copies, []
+            self._header(OP_COPY, 0, len(pairs))
+            dist.broadcast(torch.tensor(pairs, dtype=torch.long, device=self.device), src=0)
+
+    def _share_table(self, end: int) -> None:
+        """Reserve rank 0's live sequence up to `end` and, where its blocks changed, send them:
+        a follower binds rank 0's blocks instead of choosing its own, so a pass of one sequence
+        never writes a block that rank 0 keeps cached for the batch."""
+        cache = self.rank.cache
+        cache.reserve(end)
+        self._send_copies()
+        ids = cache.seq.block_ids
+        if ids != self._shared:
+            self._shared = list(ids)
+            self._header(OP_TABLE, 0, len(ids))
+            dist.broadcast(torch.tensor(ids, dtype=torch.long, device=self.device), src=0)
 
     def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         """ids: [T] int64 at positions start.. -> logits of the last one [V] (a prefill chunk)."""
-        return self._run(lambda: self.rank.prefill(self._send_ids(OP_PREFILL, ids, start), start))
+        return self.run(lambda: self.rank.prefill(self._send_ids(OP_PREFILL, ids, start), start))
 
     def verify(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         """ids: [T] at start.. -> logits of every position [T, V] (speculative verification)."""
-        return self._run(lambda: self.rank.verify(self._send_ids(OP_VERIFY, ids, start), start))
+        return self.run(lambda: self.rank.verify(self._send_ids(OP_VERIFY, ids, start), start))
 
     def capture_blocks(self, sizes) -> None:
         """Verify blocks run eagerly under tensor parallelism (no block graphs yet)."""
 
     def _send_ids(self, op: int, ids: torch.Tensor, start: int) -> torch.Tensor:
+        self._share_table(start + ids.numel())
         self._header(op, start, ids.numel())
         ids = ids.to(self.device).contiguous()
         dist.broadcast(ids, src=0)
@@ -227,9 +268,10 @@ class TPLeader:
     def step(self, token: torch.Tensor, position: int) -> torch.Tensor:
         """token: [1] int64, fed at `position` -> logits [V] (possibly a graph's static buffer)."""
         def run():
+            self._share_table(position + 1)
             self._header(OP_STEP, position, 1, token)
             return self.rank.step(token, position)
-        return self._run(run)
+        return self.run(run)
 
     def setup_fast_path(self, allow_graph: bool, compile_layers: bool,
                         reproducible: tuple[int, ...] | None = None) -> None:
@@ -239,7 +281,7 @@ class TPLeader:
         def run():
             self._header(OP_SETUP, int(allow_graph), int(compile_layers))
             self.rank.setup(allow_graph, compile_layers)
-        self._run(run)
+        self.run(run)
         self.notes.extend(self.rank.notes)
         if self.rank.graphs:
             self.mode = "graph"

@@ -1,10 +1,11 @@
 """A Session over N ranks (`--tensor-parallel N`): the model is loaded whole into host memory,
 cut by a TPLeader (rank 0 in this process, one follower process per other GPU), and generated
-from through the leader, Session's DecodeEngine here (forward, step, verify, mode, notes).
+from through the leader: continuous batches through its batched decoder (parallel/batch_ops.py),
+and a request that speculates alone through the leader as Session's DecodeEngine (forward,
+step, verify, mode, notes).
 
 Not the lockstep (parallel/leader.py) nor the math (parallel/sharded_step.py). Generation,
-sampling, stop
-strings and prompt lookup are Session's own, unchanged: only rank 0 samples.
+sampling, stop strings and prompt lookup are Session's own, unchanged: only rank 0 samples.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import replace
 
 import torch
 
+from engine.cache.kv_cache import BLOCK_SIZE
 from engine.config import overrides
 from engine.config.backends import Backends
 from engine.events import BadRequest, Loaded, LoadProgress, LoadRequest
@@ -23,6 +25,7 @@ from engine.generate.session import Session
 from engine.generate.session_load import resolve_config
 from engine.load import loader
 from engine.parallel import request as tp_request
+from engine.parallel.batch_ops import RankBatch
 from engine.parallel.leader import TPLeader
 from engine.plan.multi_gpu import NCCL_BUFFERS_BYTES
 
@@ -79,12 +82,19 @@ class TPSession(Session):
         self._weights_bytes = lm.weights_bytes  # before the host copy goes
         self._kv_choice = rank_kv_dtype(lm, req.kv_dtype)
         self._backends = overrides.backends() if backends is None else backends  # every rank's
+        # --kv-tokens: that many on every rank (each holds 1/N of the heads), not clamped to
+        # one GPU's free memory: a rank whose arena does not fit fails the load
+        blocks = -(-req.kv_tokens // BLOCK_SIZE) if req.kv_tokens is not None else None
         self.leader = TPLeader(lm.model, req.tensor_parallel, lm.context, self._kv_choice[0],
-                               device, req.memory_limit_gib, self._backends)
+                               device, req.memory_limit_gib, self._backends, blocks)
+        # rank 0's Decoder, for the batch's passes: kept after a failure ends the leader's rank,
+        # so that a batch made then still answers, with the failure (the batch holds it anyway)
+        self._rank_decoder = self.leader.rank.decoder
         try:
             lm.model.to("meta")  # every rank holds its own copy now: free the host's
             super().__init__(replace(lm, device=self.leader.device), req.kv_dtype,
-                             compile_layers=req.compile, reproducible=req.reproducible)
+                             compile_layers=req.compile, reproducible=req.reproducible,
+                             kv_tokens=req.kv_tokens)
             self.num_speculative_tokens = req.num_speculative_tokens
         except BaseException:
             self.leader.close()
@@ -99,6 +109,13 @@ class TPSession(Session):
                                 reproducible=reproducible,
                                 reserved_bytes=NCCL_BUFFERS_BYTES)
         return replace(config, kv_reason=why)
+
+    def can_batch(self) -> bool:
+        """Generations run together: every rank runs the batch's passes over its shard."""
+        return True
+
+    def batched_decoder(self, max_rows: int) -> RankBatch:
+        return RankBatch(self.leader, self._rank_decoder, max_rows)
 
     def _open_decoder(self) -> tuple[TPLeader, None]:
         # the decode kernel is not checked on the ranks yet: their steps read the cache as

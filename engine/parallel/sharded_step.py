@@ -55,6 +55,7 @@ class TPSpec:
     memory_limit_gib: float | None = None  # per GPU
     buckets: tuple[int, ...] = ()  # rank 0's KV-length buckets: every rank picks the same one
     backends: str = ""  # rank 0's Backends as JSON ("": the defaults): every rank runs the same
+    num_blocks: int | None = None  # every rank's arena (None: one context's worth): one layout
 
     @property
     def vocab_shard(self) -> int:

@@ -46,6 +46,9 @@ def add_parser(sub) -> None:
     p.add_argument("--context", type=int)
     p.add_argument("--device", default="auto")
     p.add_argument("--memory-limit", type=float, metavar="GIB")
+    p.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
+                   help="cut the model across N GPUs (with --device cpu: N CPU processes); "
+                        "requests batch as on one device")
     p.add_argument("--reproducible", choices=tuple(WORDS), default="auto",
                    help="greedy answers that do not change with how they were computed (batch "
                         "company, warm or cold cache, chunk sizes); auto: the device's default")
@@ -74,7 +77,7 @@ def check_args(args) -> tuple[str | None, LoadRequest]:
     load = LoadRequest(model=args.model, quant=args.quant, kv_dtype=args.kv_dtype,
                        context=args.context, device=args.device,
                        memory_limit_gib=args.memory_limit, kv_tokens=args.kv_tokens,
-                       reproducible=reproducible_of(args))
+                       tensor_parallel=args.tensor_parallel, reproducible=reproducible_of(args))
     load.validate()
     return key, load
 
@@ -120,7 +123,11 @@ def run(args) -> int:
     from engine.server.runner import bind, make_server
     from engine.service.engine import Engine
 
-    check(req.model)  # a bad folder fails before anything is bound or loaded
+    folder = check(req.model)  # a bad folder fails before anything is bound or loaded
+    if req.tensor_parallel != 1:  # the cut and the GPUs, before torch (as for `run`)
+        from engine.parallel import request as tp_request
+
+        tp_request.check(req, folder.path)
     sock = bind(args.host, args.port)
     engine = Engine(max_seqs=args.max_seqs)
     thread = threading.Thread(target=engine.run, name="hearth-engine", daemon=True)

@@ -2,11 +2,11 @@
 worker (JSON lines on stdin), `hearth serve`'s HTTP clients, a benchmark's concurrent prompts.
 
 Each request comes with the sink its events go to and, optionally, an id that a cancel can name.
-Work starts in arrival order. Generations on a session that batches (the fast path on one
-device: Session.can_batch) run together in continuous batches (generate/batch_run.py): each
-joins at the next step and leaves at its end, up to `max_seqs` at once, the rest waiting in the
-batch's queue. Every generation on a session that cannot batch (tensor parallelism,
-transformers' own modules) runs alone, to its terminal event. Speculation (a draft attached,
+Work starts in arrival order. Generations on a session that batches (the fast path, on one
+device or split across ranks: Session.can_batch) run together in continuous batches
+(generate/batch_run.py): each joins at the next step and leaves at its end, up to `max_seqs` at
+once, the rest waiting in the batch's queue. Every generation on a session that cannot batch
+(transformers' own modules) runs alone, to its terminal event. Speculation (a draft attached,
 prompt lookup) is a batch of one's: a speculative generation runs alone while nothing else
 runs; when another generation arrives it pauses at its next round and joins the batch, decoding
 plainly; when it is the last one left in a batch it is taken out and speculates alone again

@@ -1,7 +1,10 @@
-"""The decode step of N sequences at once (continuous batching): FamilyStep.batch over
-rows of block tables, eager or as CUDA graphs captured per (rows, KV bucket) on first use, a step
-padded to the next of GRAPH_SIZES rows. One sequence alone keeps the Decoder's own step (its
-graphs, its speed): generate/batch_run.py calls this for two rows or more.
+"""The passes of a continuous batch over one decoder: the decode step of N sequences at once
+(FamilyStep.batch over rows of block tables, eager or as CUDA graphs captured per (rows, KV
+bucket) on first use, a step padded to the next of GRAPH_SIZES rows) and a step's prefill chunks
+(in one pass, models/prefill_batch.py, or a pass each through the decoder). One sequence alone
+keeps the Decoder's own step (its graphs, its speed): generate/batch_run.py calls `step` for two
+rows or more where `solo`. A tensor-parallel rank 0 runs the same passes on every rank
+(parallel/batch_ops.py).
 
 Each row reads its own bucket and split count, so its attention is what its step alone computes;
 the linear layers take the rows together (their bits can change with the row count, except in the
@@ -16,6 +19,8 @@ import torch
 
 from engine.attention import decode_attention
 from engine.attention.decode_attention import BatchRows
+from engine.cache.block_manager import Sequence
+from engine.models import prefill_batch
 from engine.step.decode import MIN_BUCKET, Decoder, bucket, capture_graphs
 
 GRAPH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # rows a captured step holds
@@ -35,11 +40,15 @@ class BatchTables:
         self.scratch, self.max_blocks = scratch, max_blocks
         self.table = torch.full((rows, max_blocks), scratch, dtype=torch.int32, device=device)
         self._held: list[tuple[object, list[int]]] = [(None, []) for _ in range(rows)]
+        self.writes = 0  # rows written so far (a tensor-parallel rank 0 sends them on a change)
 
     def set(self, row: int, key: object, block_ids: list[int]) -> None:
         """Row `row` holds `block_ids` of the sequence known by `key` (same key: the same blocks
         so far, perhaps more of them)."""
         held_key, held = self._held[row]
+        if held_key == key and list(block_ids) == held:
+            return
+        self.writes += 1
         if held_key == key and len(block_ids) >= len(held):
             for i in range(len(held), len(block_ids)):  # a block every block_size steps
                 self.table[row, i:i + 1].fill_(block_ids[i])
@@ -54,7 +63,11 @@ class BatchTables:
 
 
 class BatchedDecoder:
-    """The batched step over a Decoder's family step and cache, for up to `max_rows` rows."""
+    """The batched step and prefill over a Decoder's family step and cache, for up to
+    `max_rows` rows. `solo`: a step of one row runs the decoder's own step instead (its graphs:
+    a single chat pays nothing for batching)."""
+
+    solo = True
 
     def __init__(self, decoder: Decoder, max_rows: int):
         if decoder.family is None:
@@ -86,6 +99,34 @@ class BatchedDecoder:
             n = self._splits[kv_len] = decode_attention.row_splits(self.cache, kv_len)
         return n
 
+    def together(self, chunks: list[prefill_batch.Chunk]) -> bool:
+        """Whether these prefill chunks run in one pass: two or more, each one the decoder
+        would run through the family step alone (never in the reproducible mode, whose chunks
+        run row by row as decode steps)."""
+        d = self.decoder
+        return (len(chunks) > 1 and not d.reproducible
+                and all(d.family_prefills(c.start, len(c.token_ids)) for c in chunks))
+
+    @torch.inference_mode()
+    def prefill(self, chunks: list[prefill_batch.Chunk], tables: list[Sequence],
+                together: bool | None = None) -> tuple[list[torch.Tensor], bool]:
+        """Prefill chunks of several sequences (tables[i]: chunk i's sequence's blocks, reserved
+        past it) -> (each chunk's next-token logits [V], whether they ran in one pass): in one
+        pass of the family step where `together` (None: self.together), else a pass each
+        through the decoder's own prefill, its sequence's table bound to the cache."""
+        d = self.decoder
+        if self.together(chunks) if together is None else together:
+            logits = prefill_batch.run(d.family, chunks, lambda end: bucket(d.buckets, end),
+                                       self.tables.max_blocks, self.cache.scratch, d.device)
+            return list(logits), True
+        out = []
+        for chunk, table in zip(chunks, tables, strict=True):
+            self.cache.bind(table)
+            ids = torch.tensor(chunk.token_ids, dtype=torch.long, device=d.device)
+            row = d.forward(ids, chunk.start)
+            out.append(row.clone() if len(chunks) > 1 else row)  # a graph's buffer is reused
+        return out, False
+
     @torch.inference_mode()
     def step(self, tokens: list[int], positions: list[int],
              tables: list[tuple[object, list[int]]],
@@ -94,13 +135,21 @@ class BatchedDecoder:
         past that position) are tables[i] = (key, block ids) -> logits [N, V] (in a graph's
         static buffer: use them before the next step). on_device = (ids [m] on the device,
         where): row i's token is ids[where[i]] instead wherever where[i] >= 0."""
+        n, lens = self.stage(tokens, positions, tables, on_device)
+        return self.launch(n, max(lens), lens)[:len(tokens)]
+
+    def stage(self, tokens: list[int], positions: list[int],
+              tables: list[tuple[object, list[int]]],
+              on_device: tuple[torch.Tensor, list[int]] | None = None
+              ) -> tuple[int, list[int]]:
+        """A step's inputs and block tables into the device buffers -> (rows it runs, padding
+        included; each row's KV bucket)."""
         N = len(tokens)
         if N > self.max_rows:
             raise ValueError(f"{N} rows for a batched step of at most {self.max_rows}")
         n = padded_rows(N, self.max_rows) if self.use_graphs else N
         buckets = self.decoder.buckets
         lens = [bucket(buckets, p + 1) for p in positions] + [MIN_BUCKET] * (n - N)
-        kv_len = max(lens)
         where = on_device[1] if on_device is not None else [-1] * N
         host = torch.tensor([list(tokens) + [0] * (n - N), list(positions) + [0] * (n - N),
                              lens, [self._split_count(L) for L in lens],
@@ -117,6 +166,11 @@ class BatchedDecoder:
             self.tables.set(i, key, block_ids)
         for i in range(N, n):  # padding rows write their K/V into the scratch block
             self.tables.clear(i)
+        return n, lens
+
+    def launch(self, n: int, kv_len: int, lens: list[int] | None) -> torch.Tensor:
+        """The staged step of n rows over buckets up to kv_len -> logits [n, V] (`lens`: the
+        rows' buckets on the host, for the eager paths)."""
         if not self.use_graphs:
             rows = BatchRows(self.tables.table[:n], self.inputs[2, :n], self.inputs[3, :n],
                              kv_len, tuple(lens))
@@ -126,7 +180,7 @@ class BatchedDecoder:
             self._capture(n, kv_len)
         graph, logits = self.graphs[key]
         graph.replay()
-        return logits[:N]
+        return logits[:n]
 
     def _capture(self, n: int, kv_len: int) -> None:
         """Capture the step of n rows over buckets up to kv_len, with this step's inputs in

@@ -183,4 +183,5 @@ def hearth_serve(*args: str) -> tuple[subprocess.Popen, str]:
     if not (lines and lines[-1].startswith("serving on http://127.0.0.1:")):
         proc.kill()
         raise AssertionError("".join(lines))
+    proc.startup = "".join(lines)  # what it said on stderr up to serving
     return proc, lines[-1].split()[-1]

@@ -20,6 +20,7 @@ from engine.events import (
     SamplingParams,
     Token,
 )
+from engine.generate import session_events
 from engine.generate.session import Session
 from engine.load import loader
 from engine.plan.memory import KV_BLOCK_SIZE
@@ -32,7 +33,7 @@ DEFAULT_REPEATS = 3
 MIN_CONTEXT = 16  # LoadRequest's least: a tiny prompt and answer still load
 def batching(session: Session) -> str:
     """What the engine does with N requests on this session."""
-    return session.batching_note()
+    return session_events.batching_note(session)
 
 
 @dataclass
