@@ -12,11 +12,10 @@ R: the normalized Hadamard matrix (entries +-1/sqrt(D)) where D is a power of tw
 the fast Walsh-Hadamard transform (kernels/kv_quant.rotate); otherwise a fixed orthonormal
 matrix from a seeded QR (the same on every run and device). Applied after RoPE, to the keys
 before the cache quantizes them and to the queries before attention reads the cache, where
-the KV dtype asks for it (formats/kv_dtypes.py: int8). fp8 keeps its keys as they come: an
-e4m3 step near the top of a group is an eighth of the value, and rotated keys put one such
-step over in an early layer, which every later layer's values then follow, past what the
-cache's grouping test allows (docs/benchmark-log.md, "Scales per 32 elements"). Values are not
-rotated: quantized alone, they cost a fraction of what the keys cost.
+the KV dtype asks for it (formats/kv_dtypes.py: int8 and fp8). The transform's butterflies
+give a row the same bits whatever else its pass holds (a product's rounding depends on the row
+count), so a token's stored key does not depend on how its prompt was grouped into passes.
+Values are not rotated: quantized alone, they cost a fraction of what the keys cost.
 """
 
 from __future__ import annotations

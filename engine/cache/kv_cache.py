@@ -88,7 +88,7 @@ class KVCache:
                              block_size, self.kv_dtype, device)
         self.device = self.arena.k[0].device  # with its index: "cuda:0", as kernels report it
         # R of cache/key_rotation.py: every pass that writes keys here rotates them and its
-        # queries by it first (None: keys stored as they come, 16-bit and fp8)
+        # queries by it first (None: keys stored as they come, a 16-bit or fp32 cache)
         rotated = kv_dtypes.get(self.kv_dtype).rotated_keys
         self.key_rotation = key_rotation.matrix(head_dim, self.device) if rotated else None
         self.blocks = BlockManager(self.num_blocks, block_size)

@@ -23,8 +23,8 @@ class KVDtype:
     # PyTorch reference reads it
     min_compute_capability: tuple[int, int] | None = None
     offered: bool = True  # listed in the app's pickers (fp32 is the CPU reference's dtype)
-    # keys and queries rotated before keys are stored (cache/key_rotation.py): int8, whose
-    # group scales otherwise spend their levels on a key's outlier channels
+    # keys and queries rotated before keys are stored (cache/key_rotation.py): int8 and fp8,
+    # whose group scales otherwise spend their levels on a key's outlier channels
     rotated_keys: bool = False
 
 
@@ -109,7 +109,7 @@ for _kv in (KVDtype("bf16", 2, "bfloat16"), KVDtype("fp16", 2, "float16"),
             KVDtype("fp32", 4, "float32", offered=False),
             # e4m3fn's largest finite value; Ada and Hopper convert it in hardware
             KVDtype("fp8", 1, "float8_e4m3fn", scaled=True, qmax=448.0,
-                    min_compute_capability=(8, 9)),
+                    min_compute_capability=(8, 9), rotated_keys=True),
             KVDtype("int8", 1, "int8", scaled=True, qmax=127.0,
                     rotated_keys=True)):  # symmetric int8
     register(_kv)

@@ -3,8 +3,10 @@ channels in its keys), measured as `hearth eval --kv-dtype` reports it: perplexi
 agreement with the model's own cache over the same windows, in one run, on text written after
 the model was trained (tests/fixtures/heldout_2026.txt: the project's configuration guide as
 of 2026-12-05). The targets: int8 agrees on at least 99.5% of positions and costs at most
-+0.1% perplexity; fp8 at most +0.5%. Here int8 costs -0.03% and agrees on 98.94% (the
-agreement target is missed: docs/benchmark-log.md, "Scales per 32 elements"); fp8 +0.05%."""
++0.1% perplexity; fp8 at most +0.5%. Here int8 costs -0.03% and agrees on 98.94%; fp8 (keys
+rotated, as int8's) +0.12%. The agreement target is missed on this text and on the changelog
+of BENCHMARKS.md (99.46%) alike, at positions whose two likeliest tokens are a near tie in the
+fp32 cache itself (docs/benchmark-log.md, "int8 and fp8 with rotated keys")."""
 
 from __future__ import annotations
 
