@@ -1,10 +1,11 @@
 """Attention of a sliding-window layer (Gemma 2 and 3's local layers): the query at position p
 sees the keys at p - window + 1 .. p, as transformers' sliding-window mask has it; and attention
 with soft-capped logits (Gemma 2's: cap * tanh(scores / cap), which SDPA cannot do), windowed or
-not. The cache keeps every position's K/V (the planner counts them all); this reads a contiguous
-copy of the positions below `kv_len` through the layer's block table and masks the keys outside
-each query's reach, so it serves prefill chunks, decode steps, verify blocks and one row of a
-batched step alike."""
+not. The cache keeps a sliding layer's window only, in a ring of blocks a sequence
+(cache/sliding_pool.py) whose table names ring[i % ring size] for logical block i; this reads a
+contiguous copy of the positions below `kv_len` through the layer's table (positions older than
+the window alias newer ones there) and masks the keys outside each query's reach, so it serves
+prefill chunks, decode steps, verify blocks and one row of a batched step alike."""
 
 from __future__ import annotations
 

@@ -207,8 +207,8 @@ class BatchRun:
                 on_device = (self.inflight.tokens, [-1 if i is None else i for i in where])
             logits = self.batched.step([c.seq.token_at(c.start) for c in rows],
                                        [c.start for c in rows],
-                                       [((c.seq, c.seq.arrival), c.seq.table.block_ids)
-                                        for c in rows], on_device)
+                                       [((c.seq, c.seq.arrival), c.seq.table) for c in rows],
+                                       on_device)
             chosen = [i for i, c in enumerate(rows) if c.sample]
             if chosen:
                 batch_tokens = sample_rows([self.gens[rows[i].seq].sampler for i in chosen],
@@ -247,9 +247,10 @@ class BatchRun:
     def _together(self, prefills: list) -> bool:
         """Whether these prefill chunks run in one pass: two or more, each one the decoder
         would run through the family step alone (never in the reproducible mode, whose chunks
-        run row by row as decode steps)."""
+        run row by row as decode steps, nor where sliding layers keep rings of their own, which
+        the packed pass's tables do not hold)."""
         d = self.decoder
-        return (len(prefills) > 1 and not d.reproducible
+        return (len(prefills) > 1 and not d.reproducible and not self.cache.sliding
                 and all(d.family_prefills(c.start, c.length) for c in prefills))
 
     def _progress(self, gen: Generation, chunk) -> None:
