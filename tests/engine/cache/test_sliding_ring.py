@@ -93,3 +93,20 @@ def test_next_turn_edit_and_another_conversations_prefix_equal_a_cold_run(sessio
     assert got == hf_greedy(path, second, N_NEW)
     after = _global_blocks(s.cache, shared)
     assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+def test_the_cache_holds_what_the_planner_counts(sessions, folders):
+    """The cache's arenas, byte for byte, against the planner's KV figure for the same shape,
+    context and pass (+ the scratch block of each arena, which the planner counts apart)."""
+    from engine.formats.model_shape import ModelShape
+    from engine.plan.memory import plan
+    from engine.plan.sizes import kv_bytes_per_token
+
+    for name, s in sessions.items():
+        shape = ModelShape.from_folder(folders[name])
+        assert (shape.local_layers, shape.local_window) == (3, s.cache.blocks.sliding.window)
+        p = plan(shape, "fp32", "fp32", 512, prefill_chunk=CHUNK, device="cpu")
+        scratch = kv_bytes_per_token(shape, "fp32") * s.cache.block_size
+        assert s.cache.num_bytes == p.kv_bytes + scratch
+        # one global layer at 512 tokens and three sliding ones at a ring of 64
+        assert p.kv_bytes == (512 + 3 * 64) * kv_bytes_per_token(shape, "fp32") // 4
