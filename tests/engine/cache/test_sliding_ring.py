@@ -28,10 +28,10 @@ def folders(tmp_path_factory, tokenizer_dir):
             "w20": gemma.build(root / "w20", tokenizer_dir, sliding_window=20, seed=1)}
 
 
-def _load(path) -> Session:
-    with pytest.MonkeyPatch.context() as m:  # the CPU's prefill pass, made short
-        m.setattr("engine.generate.session_load.PREFILL_CHUNK", CHUNK)
-        return Session.load(LoadRequest(str(path), device="cpu", context=512))
+def _load(path, **kw) -> Session:
+    with pytest.MonkeyPatch.context() as m:  # the prefill pass, made short
+        m.setattr("engine.generate.session_load.prefill_chunk_for", lambda *a, **k: CHUNK)
+        return Session.load(LoadRequest(str(path), **{"device": "cpu", "context": 512, **kw}))
 
 
 @pytest.fixture(scope="module")
@@ -110,3 +110,17 @@ def test_the_cache_holds_what_the_planner_counts(sessions, folders):
         assert s.cache.num_bytes == p.kv_bytes + scratch
         # one global layer at 512 tokens and three sliding ones at a ring of 64
         assert p.kv_bytes == (512 + 3 * 64) * kv_bytes_per_token(shape, "fp32") // 4
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_the_gpu_captured_steps_and_batched_rows_read_the_rings(folders, one_thread):
+    """Decode steps and batched steps captured as CUDA graphs hold the ring tables' addresses;
+    rows of a batch each read their own ring."""
+    from tests.engine.generate.test_batch_run import concurrent_equals_alone
+
+    s = _load(folders["w16"], device="cuda", kv_tokens=4 * 512)  # four rings
+    assert s.decoder.mode == "graph" and len(s.cache.blocks.sliding.free_ids) == 4 * 4
+    got, _ = _generate(s, LONG)
+    assert got == hf_greedy(folders["w16"], LONG, N_NEW)
+    run = concurrent_equals_alone(s, n=6)
+    assert max(run.engine.batch.rows_seen) >= 3
