@@ -134,7 +134,7 @@ def test_gemma3_12b_at_4_bit_fits_24_gib_past_its_window():
     assert abs(s.total_params - 11.77e9) < 0.01e9  # the language model of the 12B checkpoint
     layer = 2 * 8 * 256 * 2  # (K, V) x KV heads x head_dim x bf16 bytes: a token of a layer
     assert kv_bytes_per_token(s, "bf16") == 48 * layer == 384 * 1024
-    ring = (-(-(1024 + 512 - 1) // 16) + 1) * 16  # 97 blocks: the window and a 512-token pass
+    ring = -(-(1024 + 512 - 1) // 16) * 16  # 96 blocks: the window and a 512-token pass
     for context in (32768, 131072):
         p = plan(s, "nf4", "bf16", context, 24 * GiB)
         assert p.context == context and p.prefill_chunk == 512
@@ -144,7 +144,7 @@ def test_gemma3_12b_at_4_bit_fits_24_gib_past_its_window():
     assert p.max_context == 131072  # the whole native context fits a 24 GiB card at 4-bit
     # a longer pass, a larger ring; two sequences, two rings
     assert plan(s, "nf4", "bf16", 32768, prefill_chunk=2048).kv_bytes == \
-        8 * layer * 32768 + 40 * layer * (-(-(1024 + 2047) // 16) + 1) * 16
+        8 * layer * 32768 + 40 * layer * -(-(1024 + 2047) // 16) * 16
     assert plan(s, "nf4", "bf16", 32768, concurrency=2).kv_bytes == \
         2 * (8 * layer * 32768 + 40 * layer * ring)
     # Gemma 2 (no layer_types in its config): every other layer local, from the first

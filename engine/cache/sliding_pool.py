@@ -16,15 +16,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from engine.plan.sizes import ring_blocks  # noqa: F401 (the planner's arithmetic, re-exported)
+
 if TYPE_CHECKING:
     from engine.cache.block_manager import Sequence
-
-
-def ring_blocks(window: int, chunk: int, block_size: int) -> int:
-    """Blocks a sequence's ring holds: the keys a query of a pass of `chunk` tokens may read
-    (window - 1 before the pass's first position, and the pass itself) span at most
-    ceil((window + chunk - 1) / block_size) + 1 consecutive blocks."""
-    return -(-(window + chunk - 1) // block_size) + 1
 
 
 def recompute_start(keep: int, window: int, num_sliding: int, block_size: int) -> int:

@@ -88,10 +88,13 @@ def kv_arena_tokens(context: int) -> int:
 
 
 def ring_blocks(window: int, chunk: int, block_size: int = KV_BLOCK_SIZE) -> int:
-    """Blocks a sequence's ring of a sliding layer holds (cache/sliding_pool.py): the keys a
-    query of a pass of `chunk` tokens may read (window - 1 before the pass's first position, and
-    the pass itself) span at most ceil((window + chunk - 1) / block_size) + 1 blocks."""
-    return -(-(window + chunk - 1) // block_size) + 1
+    """Blocks a sequence's ring of a sliding layer holds (cache/sliding_pool.py): the keys the
+    queries of a pass of `chunk` tokens read (window - 1 before the pass's first position, and
+    the pass itself: n = window + chunk - 1 positions in a row) span at most
+    floor((n - 1) / block_size) + 1 = ceil(n / block_size) blocks, at any alignment, so none is
+    overwritten by a later token of the same pass (tests/engine/batch/test_sliding_scheduler.py
+    finds a ring of one token less overwritten)."""
+    return -(-(window + chunk - 1) // block_size)
 
 
 def ring_tokens(shape: ModelShape, context: int, chunk: int) -> int:
