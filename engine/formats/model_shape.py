@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.formats import families, loadable, weights
+from engine.formats.families import gemma
 
 AWQ_GROUP = 128
 # bits per element of every safetensors dtype (F4 and F6 pack below a byte)
@@ -149,7 +150,7 @@ class ModelShape:
         bias = q + 2 * k if fam.qkv_bias else (q + 2 * k + hidden) * bool(c.get("attention_bias"))
         bias += sum(o * n for o, _, n in mlp) if c.get("mlp_bias") else 0
         norms = fam.layer_norms * hidden + (2 * hd if fam.qk_norm else 0) + router  # a layer's
-        local = _local_layers(c, layers) if fam.sliding_layers and isinstance(
+        local = gemma.local_layers(c, layers) if fam.sliding_layers and isinstance(
             window, int) and not isinstance(window, bool) and window > 0 else 0
         tied = bool(c.get("tie_word_embeddings", cfg.get("tie_word_embeddings",
                                                           fam.tied_by_default)))
@@ -217,19 +218,6 @@ class ModelShape:
                        embed_params=embed, lm_head_params=0 if tied else lm, other_params=other,
                        tie_word_embeddings=tied, native_dtype=native, param_source="safetensors",
                        expert_linears=tuple((o, i, n) for (o, i), n in moe.items()))
-
-
-def _local_layers(c: dict, num_layers: int) -> int:
-    """Layers of a sliding-window family that attend within the window: config.json's
-    layer_types, else transformers' rule (Gemma 3: all but every sliding_window_pattern-th,
-    default 6; Gemma 2: every other one, from the first)."""
-    types = c.get("layer_types")
-    if isinstance(types, list) and len(types) == num_layers:
-        return sum(t == "sliding_attention" for t in types)
-    pattern = c.get("sliding_window_pattern")
-    if not isinstance(pattern, int) or isinstance(pattern, bool) or pattern < 1:
-        pattern = 2 if str(c.get("model_type")) == "gemma2" else 6
-    return sum(bool((i + 1) % pattern) for i in range(num_layers))
 
 
 def _quant_method(qc: dict) -> tuple[str | None, int | None, bool | None]:
