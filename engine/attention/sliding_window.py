@@ -29,6 +29,14 @@ def attend(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int, window:
     """q [1, H, T, D] at positions pos [T] over kv's positions 0..kv_len-1 (the queries' own
     K/V written already) -> [1, T, H D] in q's dtype."""
     k, v = kv_arena.gather(*kv, kv_len, q.dtype)  # [1, H_kv, kv_len, D]
+    return attend_kv(q, k, v, pos, window, scale, softcap)
+
+
+def attend_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor,
+              window: int | None, scale: float, softcap: float | None = None) -> torch.Tensor:
+    """As attend, over keys and values given whole: k, v [1, H_kv, kv_len, D] of positions
+    0..kv_len-1 (a pass from position 0 longer than a sliding layer's ring: its own K/V)."""
+    kv_len = k.shape[2]
     visible = mask(pos, kv_len, window)[None, None]
     if softcap is None:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale,

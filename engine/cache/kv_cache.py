@@ -176,15 +176,17 @@ class KVCache:
         kv = self.layer(i)
         return kv if i in self.sliding else kv._replace(table=self.write_table)
 
-    def check_pass(self, num_tokens: int) -> None:
-        """A pass longer than the sliding layers' ring covers would overwrite keys it reads."""
-        if self.sliding and num_tokens > self.max_pass:
-            raise ValueError(f"a pass of {num_tokens} tokens is longer than the "
-                             f"{self.max_pass} the sliding layers' ring holds")
+    def past_ring(self, layer: int, num_tokens: int) -> bool:
+        """Whether a pass of num_tokens is longer than the ring of sliding layer `layer` covers
+        (KVCache's max_pass): its attention reads its own K/V (attention/prefill.py), and only
+        its last ring's worth is written."""
+        return layer in self.sliding and num_tokens > self.max_pass
 
     def write(self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         """k, v: [1, H_kv, T, D] at `positions` ([T], int64, same device), below reserve's bound."""
-        self.check_pass(positions.shape[0])
+        if self.past_ring(layer, positions.shape[0]):  # the ring's worth, each slot once
+            n = self._pool.ring * self.block_size
+            positions, k, v = positions[-n:], k[:, :, -n:], v[:, :, -n:]
         fused = self.quantized and self.decode_attention == "triton"
         arena, j = self._where[layer]
         arena.write(j, self.write_layer(layer).table, positions, k, v, fused)

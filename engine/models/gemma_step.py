@@ -171,8 +171,6 @@ class GemmaStep(FamilyStep):
         the cache keeps their rings; else each layer's own (KVCache.layer), a global layer
         writing through KVCache.write_layer (the shared blocks below seq.keep skipped)."""
         f, g, cache = fns, self.gemma, self.cache
-        if table is None:
-            cache.check_pass(token.shape[0])
         x = F.embedding(token, self.embed)[None] * g.embed_scale  # [1, T, hidden]
         tables = self.rope_tables or {k: self._cos_sin_of(k) for k in g.rope}
         rope = {k: make(pos, x.dtype) for k, make in tables.items()}

@@ -7,6 +7,8 @@ blocks; the cache holds what the planner counts."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -112,6 +114,25 @@ def test_the_cache_holds_what_the_planner_counts(sessions, folders):
         assert s.cache.num_bytes == p.kv_bytes + scratch
         # one global layer at 512 tokens and three sliding ones at a ring of 48
         assert p.kv_bytes == (512 + 3 * 48) * kv_bytes_per_token(shape, "fp32") // 4
+
+
+def test_a_text_scored_in_one_pass_longer_than_the_ring_equals_transformers(sessions, folders):
+    """hearth eval's window, a pass from position 0 through transformers' modules longer than
+    the ring covers: the sliding layers attend over the pass's own K/V."""
+    from transformers import AutoModelForCausalLM
+
+    from engine.tools.eval import perplexity
+
+    s = sessions["w16"]
+    ids = s.prompt_ids(greedy_request(LONG))
+    s.cache.clear()
+    got = perplexity(s, ids)
+    s.cache.clear()  # the text was written over the session's cache
+    model = AutoModelForCausalLM.from_pretrained(folders["w16"], dtype=torch.float32).eval()
+    with torch.no_grad():
+        loss = model(torch.tensor([ids]), labels=torch.tensor([ids])).loss
+    assert len(ids) > 3 * CHUNK and got.tokens == len(ids) - 1
+    assert abs(got.perplexity / math.exp(float(loss)) - 1) < 1e-5
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
