@@ -166,9 +166,10 @@ class BatchRun:
         sampled: dict[Seq, torch.Tensor] = {}  # [1] on the device
         batch_seqs: list[Seq] = []  # rows of the batched step sampled, in batch_tokens' order
         batch_tokens = None
-        rows = [c for c in plan.chunks if c.length == 1]
+        # a token below seq.keep is a prefill's: only its own pass skips shared blocks there
+        rows = [c for c in plan.chunks if c.length == 1 and c.start >= c.seq.table.keep]
         self.rows_seen[len(rows)] += 1
-        prefills = [c for c in plan.chunks if c.length > 1]
+        prefills = [c for c in plan.chunks if c not in rows]
         together = self._together(prefills)
         if together:  # one pass over every sequence's chunk
             logits = prefill_batch.run(
@@ -247,8 +248,7 @@ class BatchRun:
     def _together(self, prefills: list) -> bool:
         """Whether these prefill chunks run in one pass: two or more, each one the decoder
         would run through the family step alone (never in the reproducible mode, whose chunks
-        run row by row as decode steps, nor where sliding layers keep rings of their own, which
-        the packed pass's tables do not hold)."""
+        run row by row as decode steps, nor over sliding layers' rings: cache/sliding_pool.py)."""
         d = self.decoder
         return (len(prefills) > 1 and not d.reproducible and not self.cache.sliding
                 and all(d.family_prefills(c.start, c.length) for c in prefills))
