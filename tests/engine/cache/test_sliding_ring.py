@@ -116,6 +116,27 @@ def test_the_cache_holds_what_the_planner_counts(sessions, folders):
         assert p.kv_bytes == (512 + 3 * 48) * kv_bytes_per_token(shape, "fp32") // 4
 
 
+@pytest.mark.parametrize("context", [32768, 131072])
+def test_a_gemma_3_12b_shaped_cache_holds_what_the_planner_counts(context):
+    """The arenas allocated (on the meta device: no memory) for bench/gemma-3-12b's shape, byte
+    for byte against `hearth plan`'s KV figure: 8 global layers at the context, 40 sliding ones
+    at a ring of 96 blocks (1,024 + 512 - 1 tokens), and a scratch block each."""
+    from engine.cache.kv_cache import KVCache
+    from engine.formats.model_shape import ModelShape
+    from engine.plan.memory import plan
+    from tests.engine.helpers import REPO
+
+    shape = ModelShape.from_folder(REPO / "bench" / "gemma-3-12b")
+    p = plan(shape, "nf4", "bf16", context, prefill_chunk=512)
+    sliding = tuple(i for i in range(48) if (i + 1) % 6)  # every sixth layer global
+    cache = KVCache(48, 8, 256, context, "bf16", "meta", sliding_layers=sliding, window=1024,
+                    max_pass=512)
+    layer = 2 * 8 * 256 * 2  # a token of a layer: K and V, 8 KV heads of 256, bf16
+    assert p.kv_bytes == 8 * layer * context + 40 * layer * 96 * 16
+    assert cache.num_bytes == p.kv_bytes + 48 * layer * 16  # + the scratch blocks
+    assert cache.num_bytes < 48 * layer * context / (5 if context > 32768 else 4)
+
+
 def test_a_text_scored_in_one_pass_longer_than_the_ring_equals_transformers(sessions, folders):
     """hearth eval's window, a pass from position 0 through transformers' modules longer than
     the ring covers: the sliding layers attend over the pass's own K/V."""
