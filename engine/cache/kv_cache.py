@@ -121,7 +121,7 @@ class KVCache:
         self._table = self._tables.mirror  # what the device table holds
         # the sliding layers' table (entry i: ring[i % ring size]), and the global layers'
         # writes, which skip the blocks below seq.keep (shared K/V a pass computes again for
-        # the sliding layers' sake: blocks_manager.allocate)
+        # the sliding layers' sake: block_manager.allocate)
         self._ring_tables = self._write_tables = self._tables
         if self.sliding:
             self._ring_tables = DeviceTable(max_blocks, self._pool.num_blocks, device)
