@@ -8,8 +8,6 @@ ends with what it generates alone."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -114,4 +112,4 @@ def test_a_shared_prefix_is_computed_again_for_the_sliding_layers_not_written_ag
     assert not third.block_ids and not third.ring  # nothing changed
     bm.release(second)
     assert second.keep == 0 and not second.ring and len(bm.sliding.free_ids) == 4
-    assert Counter(bm.allocate(third, [99] * 6) for _ in [0]) == Counter([0])
+    assert bm.allocate(third, [99] * 6) == 0 and len(third.ring) == 2  # its two blocks' worth
