@@ -124,17 +124,32 @@ GEMMA3_12B = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGen
 
 def test_gemma3_12b_at_4_bit_fits_24_gib_past_its_window():
     """Gemma 3's local layers are masked to their window, so the window does not cap the
-    context; the cache keeps every layer's K/V, and the planner counts all 48 layers."""
+    context; they keep only a ring of blocks a sequence (the window and the prefill pass), so
+    the planner counts the 8 global layers at the context and the 40 local ones at the ring."""
     s = shape(GEMMA3_12B)
     assert s.model_type == "gemma3_text" and s.sliding_window is None and s.tie_word_embeddings
+    assert (s.local_layers, s.local_window) == (40, 1024)  # every sixth layer global
     # four norms a layer and the q/k head norms: 48 (4 x 3840 + 2 x 256) + 3840
     assert s.other_params == 48 * (4 * 3840 + 2 * 256) + 3840
     assert abs(s.total_params - 11.77e9) < 0.01e9  # the language model of the 12B checkpoint
-    per_token = 48 * 2 * 8 * 256 * 2  # layers x (K, V) x KV heads x head_dim x bf16 bytes
-    assert kv_bytes_per_token(s, "bf16") == per_token == 384 * 1024
-    p = plan(s, "nf4", "bf16", 32768, 24 * GiB)
-    assert p.context == 32768 and not p.notes and p.kv_bytes == 32768 * per_token  # 12 GiB
-    assert p.fits and p.total_bytes < 24 * GiB and p.max_context > 32768
+    layer = 2 * 8 * 256 * 2  # (K, V) x KV heads x head_dim x bf16 bytes: a token of a layer
+    assert kv_bytes_per_token(s, "bf16") == 48 * layer == 384 * 1024
+    ring = -(-(1024 + 512 - 1) // 16) * 16  # 96 blocks: the window and a 512-token pass
+    for context in (32768, 131072):
+        p = plan(s, "nf4", "bf16", context, 24 * GiB)
+        assert p.context == context and p.prefill_chunk == 512
+        assert p.kv_bytes == 8 * layer * context + 40 * layer * ring  # 2.47 GiB; 8.47 GiB
+        assert p.fits and p.total_bytes < 24 * GiB
+        assert any("40 of 48 layers attend within 1,024 tokens" in n for n in p.notes)
+    assert p.max_context == 131072  # the whole native context fits a 24 GiB card at 4-bit
+    # a longer pass, a larger ring; two sequences, two rings
+    assert plan(s, "nf4", "bf16", 32768, prefill_chunk=2048).kv_bytes == \
+        8 * layer * 32768 + 40 * layer * -(-(1024 + 2047) // 16) * 16
+    assert plan(s, "nf4", "bf16", 32768, concurrency=2).kv_bytes == \
+        2 * (8 * layer * 32768 + 40 * layer * ring)
+    # Gemma 2 (no layer_types in its config): every other layer local, from the first
+    assert shape(dict(GEMMA3_12B["text_config"], model_type="gemma2",
+                      sliding_window=4096)).local_layers == 24
 
 
 def test_bad_configs_raise_plan_error():

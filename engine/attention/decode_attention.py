@@ -30,13 +30,16 @@ class BatchRows(NamedTuple):
     positions: table [>= N, max_blocks] int32, row i sequence i's blocks; lens [N] int32, each
     row's own KV bucket (the one its step alone would read); splits [N] int32, that bucket's
     split count (row_splits); kv_len, the largest bucket (a host int, fixed per captured graph);
-    host_lens, the buckets as host ints for the eager per-row paths (None inside a graph)."""
+    host_lens, the buckets as host ints for the eager per-row paths (None inside a graph);
+    ring [>= N, max_blocks] int32, the sliding layers' table of each row, where the cache keeps
+    only their window (cache/sliding_pool.py; None: they read `table`)."""
 
     table: torch.Tensor
     lens: torch.Tensor
     splits: torch.Tensor
     kv_len: int
     host_lens: tuple[int, ...] | None
+    ring: torch.Tensor | None = None
 
 
 def row_splits(cache: KVCache, kv_len: int) -> int:

@@ -60,9 +60,16 @@ def hearth_attention(module, query, key, value, attention_mask, scaling=None, dr
     how, window, softcap = step.attention, kwargs.get("sliding_window"), kwargs.get("softcap")
     if (window is not None and step.end > window) or softcap is not None:
         # a local layer past its window (Gemma 2, 3), or soft-capped logits (Gemma 2)
-        out = sliding_window.attend(query, cache.layer(layer), step.positions, step.end, window,
-                                    scaling if scaling is not None else query.shape[-1] ** -0.5,
-                                    softcap)
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        if cache.past_ring(layer, T):  # a whole text at once (hearth eval): its own K/V
+            if step.start:
+                raise ValueError(f"a pass of {T} tokens from position {step.start} is longer "
+                                 f"than the sliding layers' ring covers ({cache.max_pass})")
+            out = sliding_window.attend_kv(query, key.to(query.dtype), value.to(query.dtype),
+                                           step.positions, window, scale, softcap)
+        else:
+            out = sliding_window.attend(query, cache.layer(layer), step.positions, step.end,
+                                        window, scale, softcap)
         return out.view(1, T, query.shape[1], query.shape[3]), None
     if T == 1 and how != "sdpa":  # split-context decode, reading int8/fp8 as stored
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5

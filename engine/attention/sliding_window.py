@@ -1,10 +1,11 @@
 """Attention of a sliding-window layer (Gemma 2 and 3's local layers): the query at position p
 sees the keys at p - window + 1 .. p, as transformers' sliding-window mask has it; and attention
 with soft-capped logits (Gemma 2's: cap * tanh(scores / cap), which SDPA cannot do), windowed or
-not. The cache keeps every position's K/V (the planner counts them all); this reads a contiguous
-copy of the positions below `kv_len` through the layer's block table and masks the keys outside
-each query's reach, so it serves prefill chunks, decode steps, verify blocks and one row of a
-batched step alike."""
+not. The cache keeps a sliding layer's window only, in a ring of blocks a sequence
+(cache/sliding_pool.py) whose table names ring[i % ring size] for logical block i; this reads a
+contiguous copy of the positions below `kv_len` through the layer's table (positions older than
+the window alias newer ones there) and masks the keys outside each query's reach, so it serves
+prefill chunks, decode steps, verify blocks and one row of a batched step alike."""
 
 from __future__ import annotations
 
@@ -28,6 +29,14 @@ def attend(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int, window:
     """q [1, H, T, D] at positions pos [T] over kv's positions 0..kv_len-1 (the queries' own
     K/V written already) -> [1, T, H D] in q's dtype."""
     k, v = kv_arena.gather(*kv, kv_len, q.dtype)  # [1, H_kv, kv_len, D]
+    return attend_kv(q, k, v, pos, window, scale, softcap)
+
+
+def attend_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor,
+              window: int | None, scale: float, softcap: float | None = None) -> torch.Tensor:
+    """As attend, over keys and values given whole: k, v [1, H_kv, kv_len, D] of positions
+    0..kv_len-1 (a pass from position 0 longer than a sliding layer's ring: its own K/V)."""
+    kv_len = k.shape[2]
     visible = mask(pos, kv_len, window)[None, None]
     if softcap is None:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale,

@@ -3,7 +3,9 @@ running sequences first (a decode is one token; a prefill continues in chunks), 
 in arrival order while the budget, `max_seqs` and free blocks allow. Admission shares the cached
 blocks of a prompt's prefix (block_manager's hashes, across concurrent sequences). When a running
 sequence needs a block and none is left, the newest running sequence is preempted (its blocks go
-back; its full blocks stay cached by hash) and recomputed later: never an out-of-memory.
+back; its full blocks stay cached by hash) and recomputed later: never an out-of-memory. Where
+sliding layers keep rings of their own (cache/sliding_pool.py), a sequence's ring blocks count as
+its blocks do: one that cannot get them waits, or preempts, alike.
 
 Pure Python: the step (which runs the chunks) and the sampler report back through `finish_step`.
 """
@@ -38,6 +40,8 @@ class Scheduler:
         self.blocks = blocks
         self.max_seqs = max_seqs
         self.token_budget = token_budget
+        # a chunk no longer than the sliding layers' rings cover (cache/sliding_pool.py)
+        self.max_chunk = blocks.sliding.chunk if blocks.sliding is not None else token_budget
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []  # in admission order: the last is the newest
         self._arrivals = 0
@@ -76,7 +80,7 @@ class Scheduler:
         for seq in list(self.running):  # oldest first
             if seq.state is not State.RUNNING or not budget:
                 continue
-            n = min(seq.num_pending, budget)
+            n = min(seq.num_pending, budget, self.max_chunk)
             if not self._grow(seq, seq.num_computed + n, preempted):
                 continue  # seq itself was preempted: nothing older was left to take from
             chunks.append(Chunk(seq, seq.num_computed, n))
@@ -91,7 +95,7 @@ class Scheduler:
             self._arrivals += 1
             seq.arrival, seq.num_computed, seq.state = self._arrivals, start, State.RUNNING
             self.running.append(seq)
-            n = min(seq.num_pending, budget)
+            n = min(seq.num_pending, budget, self.max_chunk)
             chunks.append(Chunk(seq, start, n))
             budget -= n
         return Step(tuple(chunks), tuple(preempted))

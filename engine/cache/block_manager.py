@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from engine.cache.sliding_pool import SlidingPool, recompute_start
+
 
 class OutOfBlocks(RuntimeError):
     """The arena has too few free or evictable blocks for the request; nothing was changed."""
@@ -35,6 +37,10 @@ class Sequence:
     block_ids: list[int] = field(default_factory=list)
     num_tokens: int = 0  # positions 0..num_tokens-1 have a block (written or about to be)
     hashes: list[int] = field(default_factory=list)  # of its committed full blocks, in order
+    # the sliding layers' blocks (cache/sliding_pool.py): logical block i in ring[i % ring size]
+    ring: list[int] = field(default_factory=list)
+    ring_from: int = 0  # the sliding K/V below this position are overwritten or were never made
+    keep: int = 0  # the global layers' K/V below this position are shared: never written again
 
 
 def block_hash(parent: int | None, tokens: tuple[int, ...]) -> int:
@@ -43,10 +49,12 @@ def block_hash(parent: int | None, tokens: tuple[int, ...]) -> int:
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int = 16):
+    def __init__(self, num_blocks: int, block_size: int = 16,
+                 sliding: SlidingPool | None = None):
         if num_blocks < 1 or block_size < 1:
             raise ValueError("the arena needs at least one block of at least one token")
         self.block_size = block_size
+        self.sliding = sliding  # the sliding layers' rings, counted with the blocks
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_ids = list(range(num_blocks - 1, -1, -1))  # never hashed (or unhashed): a stack
         self.by_hash: dict[int, int] = {}  # hash -> block id, referenced or evictable
@@ -79,7 +87,9 @@ class BlockManager:
 
     def allocate(self, seq: Sequence, token_ids: list[int]) -> int:
         """Give an empty `seq` blocks for `token_ids`, sharing cached full blocks of its prefix.
-        Returns how many leading tokens already have their K/V (a multiple of block_size)."""
+        Returns how many leading tokens need no prefill (a multiple of block_size): with sliding
+        layers, fewer than are shared (their sliding K/V are computed again from
+        sliding_pool.recompute_start; the shared global K/V stay as they are: seq.keep)."""
         assert not seq.block_ids, "allocate starts a sequence; use append to grow one"
         shared = self.cached_prefix(token_ids)
         # the last token is always computed: its logits start the answer
@@ -89,20 +99,30 @@ class BlockManager:
         evictable_shared = sum(b in self.evictable for b in shared)
         if num_new > self.num_available - evictable_shared:
             raise OutOfBlocks(f"{num_new} blocks needed, {self.num_available} available")
+        self._check_ring(seq, self.blocks_for(len(token_ids)))
         for block_id in shared:
             self._take(block_id)
             seq.hashes.append(self.blocks[block_id].hash)
         seq.block_ids = shared + [self._new_block() for _ in range(num_new)]
         seq.num_tokens = len(token_ids)
-        return len(shared) * self.block_size
+        start = len(shared) * self.block_size
+        if self.sliding is None:
+            return start
+        p = self.sliding
+        p.grow(seq, len(seq.block_ids))
+        seq.keep, seq.ring_from = start, max(seq.ring_from, start)
+        return recompute_start(start, p.window, p.num_sliding, self.block_size)
 
     def append(self, seq: Sequence, num_tokens: int) -> None:
         """Grow `seq` to hold `num_tokens` positions (a decode step, a verify block)."""
         needed = self.blocks_for(num_tokens) - len(seq.block_ids)
         if needed > self.num_available:
             raise OutOfBlocks(f"{needed} blocks needed, {self.num_available} available")
+        self._check_ring(seq, self.blocks_for(num_tokens))
         seq.block_ids += [self._new_block() for _ in range(max(needed, 0))]
         seq.num_tokens = max(seq.num_tokens, num_tokens)
+        if self.sliding is not None:
+            self.sliding.grow(seq, len(seq.block_ids))
 
     def commit(self, seq: Sequence, token_ids: list[int]) -> None:
         """K/V of `token_ids` (positions 0..len-1 of seq) are written: key its full blocks so
@@ -140,6 +160,9 @@ class BlockManager:
         del seq.block_ids[keep:]
         del seq.hashes[length // B:]
         seq.num_tokens = min(seq.num_tokens, length)
+        seq.keep = min(seq.keep, length // B * B)  # a pass from `length` writes every layer
+        if self.sliding is not None:
+            self.sliding.trim(seq, keep)
         if not length % B or not seq.block_ids:
             return []
         last = self.blocks[seq.block_ids[-1]]
@@ -161,6 +184,12 @@ class BlockManager:
         self.crop(seq, 0)
 
     # ------------------------------------------------------------------ internals
+
+    def _check_ring(self, seq: Sequence, num_blocks: int) -> None:
+        if self.sliding is not None and self.sliding.need(seq, num_blocks) > len(
+                self.sliding.free_ids):
+            raise OutOfBlocks(f"{self.sliding.need(seq, num_blocks)} sliding-layer blocks "
+                              f"needed, {len(self.sliding.free_ids)} available")
 
     def _take(self, block_id: int) -> None:
         self.evictable.pop(block_id, None)

@@ -20,7 +20,9 @@ import torch
 
 from engine.cache import key_rotation, kv_arena
 from engine.cache.block_manager import BlockManager, Sequence
+from engine.cache.device_table import DeviceTable
 from engine.cache.kv_arena import STORAGE, KVArena  # noqa: F401 (STORAGE re-exported)
+from engine.cache.sliding_pool import SlidingPool, recompute_start, ring_blocks
 from engine.config import overrides
 from engine.config.backends import Backends
 from engine.formats import kv_dtypes
@@ -32,7 +34,6 @@ from engine.plan.memory import KV_BLOCK_SIZE
 # shareable block and a chat wastes under a block at its tail; the Triton kernel loads keys one
 # by one through the table, so its tiles need not match it
 BLOCK_SIZE = KV_BLOCK_SIZE
-FEW_CHANGES = 8  # table entries written one by one (fill_, no sync); more: one copy
 
 
 class LayerKV(NamedTuple):
@@ -59,13 +60,20 @@ class KVCache:
     `backends`: the session's backend settings (EngineConfig.backends; None: the developer
     overrides, read once here), which decide how steps read and write it; `health`: the
     session's record of kernels that failed their load check (one per cache unless shared).
+
+    `sliding_layers` (with `window`): layers that attend within the window (Gemma 2 and 3's
+    local layers) keep only a ring of blocks a sequence (cache/sliding_pool.py) in an arena of
+    their own, `rings` rings (default: as many as full-length sequences the global arena holds);
+    `max_pass`: the longest pass written at once (a prefill chunk), which the ring covers.
     """
 
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, max_len: int,
                  dtype: torch.dtype | str, device: torch.device | str, *,
                  block_size: int = BLOCK_SIZE, num_blocks: int | None = None,
                  share_prefixes: bool = True, backends: Backends | None = None,
-                 health: KernelHealth | None = None):
+                 health: KernelHealth | None = None, sliding_layers: tuple[int, ...] = (),
+                 window: int | None = None, max_pass: int | None = None,
+                 rings: int | None = None):
         self.backends = overrides.backends() if backends is None else backends
         self.health = KernelHealth() if health is None else health
         if isinstance(dtype, str):
@@ -84,42 +92,60 @@ class KVCache:
         # there (a step run without reserve: graph warm-up, a test's eager step) lands in it
         # and reads back within its own pass, and never touches a block holding K/V
         self.scratch = self.num_blocks
-        self.arena = KVArena(num_layers, num_kv_heads, head_dim, self.num_blocks + 1,
+        self.sliding = frozenset(sliding_layers if window else ())
+        full = [i for i in range(num_layers) if i not in self.sliding]
+        self.arena = KVArena(len(full), num_kv_heads, head_dim, self.num_blocks + 1,
                              block_size, self.kv_dtype, device)
+        self.max_pass = max_pass or max_len
+        pool, self.ring_arena = None, None
+        if self.sliding:
+            ring = min(ring_blocks(window, self.max_pass, block_size), max_blocks)
+            n = ring * (rings or max(1, self.num_blocks // max_blocks))
+            pool = SlidingPool(n, ring, window, len(self.sliding), block_size, self.max_pass)
+            self.ring_arena = KVArena(len(self.sliding), num_kv_heads, head_dim, n + 1,
+                                      block_size, self.kv_dtype, device)
+        # layer i -> (its arena, its index there)
+        index = {i: (self.arena, full.index(i)) for i in full}
+        index.update({i: (self.ring_arena, j) for j, i in enumerate(sorted(self.sliding))})
+        self._where = [index[i] for i in range(num_layers)]
+        self._pool = pool
         self.device = self.arena.k[0].device  # with its index: "cuda:0", as kernels report it
         # R of cache/key_rotation.py: every pass that writes keys here rotates them and its
         # queries by it first (None: keys stored as they come, a 16-bit or fp32 cache)
         rotated = kv_dtypes.get(self.kv_dtype).rotated_keys
         self.key_rotation = key_rotation.matrix(head_dim, self.device) if rotated else None
-        self.blocks = BlockManager(self.num_blocks, block_size)
+        self.blocks = BlockManager(self.num_blocks, block_size, pool)
         self.seq = Sequence()
-        self.table = torch.full((max_blocks,), self.scratch, dtype=torch.int32, device=device)
-        self._table = [self.scratch] * max_blocks  # what the device table holds
-        self._num_named = 0  # entries from here on name the scratch block
+        self._tables = DeviceTable(max_blocks, self.scratch, device)
+        self.table = self._tables.tensor  # the global layers' reads and writes
+        self._table = self._tables.mirror  # what the device table holds
+        # the sliding layers' table (entry i: ring[i % ring size]), and the global layers'
+        # writes, which skip the blocks below seq.keep (shared K/V a pass computes again for
+        # the sliding layers' sake: block_manager.allocate)
+        self._ring_tables = self._write_tables = self._tables
+        if self.sliding:
+            self._ring_tables = DeviceTable(max_blocks, self._pool.num_blocks, device)
+            self._write_tables = DeviceTable(max_blocks, self.scratch, device)
+        self.ring_table, self.write_table = self._ring_tables.tensor, self._write_tables.tensor
         self.token_ids: list[int] = []
 
     # ------------------------------------------------------------------ storage
 
-    @property
-    def k(self) -> list[torch.Tensor]:
-        return self.arena.k
+    def _each(self, name: str) -> list[torch.Tensor] | None:
+        if name.endswith("scale") and not self.quantized:
+            return None
+        return [getattr(arena, name)[j] for arena, j in self._where]
 
-    @property
-    def v(self) -> list[torch.Tensor]:
-        return self.arena.v
-
-    @property
-    def k_scale(self) -> list[torch.Tensor] | None:
-        return self.arena.k_scale
-
-    @property
-    def v_scale(self) -> list[torch.Tensor] | None:
-        return self.arena.v_scale
+    k = property(lambda self: self._each("k"))  # each layer's, in layer order
+    v = property(lambda self: self._each("v"))
+    k_scale = property(lambda self: self._each("k_scale"))
+    v_scale = property(lambda self: self._each("v_scale"))
 
     @property
     def num_bytes(self) -> int:
-        """Every buffer allocated, scales included."""
-        return self.arena.num_bytes
+        """Every buffer allocated, scales included: the global layers' arena and the sliding
+        layers' rings."""
+        return self.arena.num_bytes + (self.ring_arena.num_bytes if self.ring_arena else 0)
 
     @property
     def bytes_per_token(self) -> int:
@@ -138,25 +164,45 @@ class KVCache:
         return self._backend
 
     def layer(self, i: int) -> LayerKV:
-        a = self.arena
-        return LayerKV(a.k[i], a.v[i], a.k_scale[i] if self.quantized else None,
-                       a.v_scale[i] if self.quantized else None, self.table)
+        """Layer i's arena and the table its reads go through (a sliding layer's ring)."""
+        a, j = self._where[i]
+        return LayerKV(a.k[j], a.v[j], a.k_scale[j] if self.quantized else None,
+                       a.v_scale[j] if self.quantized else None,
+                       self.ring_table if i in self.sliding else self.table)
+
+    def write_layer(self, i: int) -> LayerKV:
+        """Layer i as a pass writes it: a global layer's table skips the shared blocks below
+        seq.keep (their K/V stay as they are; writes there land in the scratch block)."""
+        kv = self.layer(i)
+        return kv if i in self.sliding else kv._replace(table=self.write_table)
+
+    def past_ring(self, layer: int, num_tokens: int) -> bool:
+        """Whether a pass of num_tokens is longer than the ring of sliding layer `layer` covers
+        (KVCache's max_pass): its attention reads its own K/V (attention/prefill.py), and only
+        its last ring's worth is written."""
+        return layer in self.sliding and num_tokens > self.max_pass
 
     def write(self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         """k, v: [1, H_kv, T, D] at `positions` ([T], int64, same device), below reserve's bound."""
+        if self.past_ring(layer, positions.shape[0]):  # the ring's worth, each slot once
+            n = self._pool.ring * self.block_size
+            positions, k, v = positions[-n:], k[:, :, -n:], v[:, :, -n:]
         fused = self.quantized and self.decode_attention == "triton"
-        self.arena.write(layer, self.table, positions, k, v, fused)
+        arena, j = self._where[layer]
+        arena.write(j, self.write_layer(layer).table, positions, k, v, fused)
 
     def read(self, layer: int, end: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """K, V of positions 0..end-1: contiguous copies [1, H_kv, end, D], gathered through the
         table; a 16-bit cache in its own dtype, a quantized one dequantized to `dtype`."""
-        return self.arena.gather(layer, self.table, end, dtype if self.quantized else self.dtype)
+        arena, j = self._where[layer]
+        return arena.gather(j, self.layer(layer).table, end,
+                            dtype if self.quantized else self.dtype)
 
     def stored(self, layer: int, end: int) -> LayerKV:
         """Positions 0..end-1 as stored (values and scales, not dequantized), contiguous:
         k, v [1, H_kv, end, D], scales [1, H_kv, end, NG]; table None. For tests and tools."""
         kv = self.layer(layer)
-        get = lambda x: None if x is None else kv_arena.contiguous(x, self.table, end)
+        get = lambda x: None if x is None else kv_arena.contiguous(x, kv.table, end)
         return LayerKV(get(kv.k), get(kv.v), get(kv.k_scale), get(kv.v_scale), None)
 
     # ------------------------------------------------------------------ blocks
@@ -210,10 +256,23 @@ class KVCache:
             cached = len(self.blocks.cached_prefix(ids[:-1])) * self.block_size
         if cached <= live:
             self.crop(live)
-            return live
+            return live if self._pool is None or self._pool.intact(self.seq, live) else \
+                self._recompute(live)
         self.release()
         start = self.blocks.allocate(self.seq, ids)
         self.token_ids = list(ids[:start])
+        self._sync_table(0)
+        return start
+
+    def _recompute(self, live: int) -> int:
+        """The live sequence cropped at `live`, whose sliding K/V before it the ring no longer
+        holds: -> where its prefill starts again (sliding_pool.recompute_start), the global
+        K/V of the blocks below `live` kept as they are (seq.keep)."""
+        keep = live // self.block_size * self.block_size
+        start = recompute_start(keep, self._pool.window, self._pool.num_sliding,
+                                self.block_size)
+        self.seq.keep, self.seq.ring_from = keep, keep
+        del self.token_ids[start:]
         self._sync_table(0)
         return start
 
@@ -238,20 +297,17 @@ class KVCache:
     def clear(self) -> None:
         """Forget everything, cached prefixes included: the next prompt is prefilled whole."""
         self.release()
-        self.blocks = BlockManager(self.num_blocks, self.block_size)
+        pool = self._pool and self._pool.renewed()
+        self.blocks = BlockManager(self.num_blocks, self.block_size, pool)
+        self._pool = pool
 
     def _sync_table(self, first: int) -> None:
-        """Copy the sequence's block ids from index `first` on into the device table, in place
-        (the address captured graphs read stays); entries past them name the scratch block."""
-        ids, mirror = self.seq.block_ids, self._table
-        end = max(len(ids), self._num_named) if first == 0 else len(ids)
-        want = lambda i: ids[i] if i < len(ids) else self.scratch
-        changed = [i for i in range(first, end) if mirror[i] != want(i)]
-        self._num_named = len(ids)
-        for i in changed:
-            mirror[i] = want(i)
-        if len(changed) <= FEW_CHANGES:
-            for i in changed:  # a fill kernel each: no host sync on the decode path
-                self.table[i:i + 1].fill_(mirror[i])
-        else:
-            self.table.copy_(torch.tensor(mirror, dtype=torch.int32))
+        """Copy the sequence's block ids from index `first` on into the device tables, in place
+        (the addresses captured graphs read stay); entries past them name the scratch blocks."""
+        seq, n = self.seq, len(self.seq.block_ids)
+        self._tables.sync(seq.block_ids.__getitem__, n, first)
+        if self.sliding:
+            ring, size, low = seq.ring, self._pool.ring, seq.keep // self.block_size
+            self._ring_tables.sync(lambda i: ring[i % size], n, first)
+            self._write_tables.sync(lambda i: self.scratch if i < low else seq.block_ids[i], n,
+                                    first)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.formats import families, loadable, weights
+from engine.formats.families import gemma
 
 AWQ_GROUP = 128
 # bits per element of every safetensors dtype (F4 and F6 pack below a byte)
@@ -67,6 +68,10 @@ class ModelShape:
     num_experts: int = 0
     experts_per_token: int = 0
     expert_linears: tuple[tuple[int, int, int], ...] = ()
+    # a family that masks its local layers (Gemma 2, 3): how many attend within a window, and
+    # the window (the cache keeps only a ring of blocks for them: cache/sliding_pool.py)
+    local_layers: int = 0
+    local_window: int | None = None
 
     @property
     def total_params(self) -> int:
@@ -145,6 +150,8 @@ class ModelShape:
         bias = q + 2 * k if fam.qkv_bias else (q + 2 * k + hidden) * bool(c.get("attention_bias"))
         bias += sum(o * n for o, _, n in mlp) if c.get("mlp_bias") else 0
         norms = fam.layer_norms * hidden + (2 * hd if fam.qk_norm else 0) + router  # a layer's
+        local = gemma.local_layers(c, layers) if fam.sliding_layers and isinstance(
+            window, int) and not isinstance(window, bool) and window > 0 else 0
         tied = bool(c.get("tie_word_embeddings", cfg.get("tie_word_embeddings",
                                                           fam.tied_by_default)))
         qc = cfg.get("quantization_config") or c.get("quantization_config") or {}
@@ -157,7 +164,8 @@ class ModelShape:
                    0 if tied else vocab * hidden, layers * (norms + bias) + hidden,
                    method, group, dq, refusal=loadable.refusal(cfg), num_experts=n_exp,
                    experts_per_token=top_k,
-                   expert_linears=tuple((o, i, n * layers) for o, i, n in mlp) if n_exp else ())
+                   expert_linears=tuple((o, i, n * layers) for o, i, n in mlp) if n_exp else (),
+                   local_layers=local, local_window=window if local else None)
 
     @classmethod
     def from_folder(cls, path: str | Path) -> ModelShape:

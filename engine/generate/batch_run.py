@@ -165,9 +165,10 @@ class BatchRun:
         sampled: dict[Seq, torch.Tensor] = {}  # [1] on the device
         batch_seqs: list[Seq] = []  # rows of the batched step sampled, in batch_tokens' order
         batch_tokens = None
-        rows = [c for c in plan.chunks if c.length == 1]
+        # a token below seq.keep is a prefill's: only its own pass skips shared blocks there
+        rows = [c for c in plan.chunks if c.length == 1 and c.start >= c.seq.table.keep]
         self.rows_seen[len(rows)] += 1
-        prefills = [c for c in plan.chunks if c.length > 1]
+        prefills = [c for c in plan.chunks if c not in rows]
         if prefills:
             logits, together = self.batched.prefill(
                 [prefill_batch.Chunk(c.seq.token_ids[c.start:c.start + c.length], c.start,
@@ -195,8 +196,8 @@ class BatchRun:
                 on_device = (self.inflight.tokens, [-1 if i is None else i for i in where])
             logits = self.batched.step([c.seq.token_at(c.start) for c in rows],
                                        [c.start for c in rows],
-                                       [((c.seq, c.seq.arrival), c.seq.table.block_ids)
-                                        for c in rows], on_device)
+                                       [((c.seq, c.seq.arrival), c.seq.table) for c in rows],
+                                       on_device)
             chosen = [i for i, c in enumerate(rows) if c.sample]
             if chosen:
                 batch_tokens = sample_rows([self.gens[rows[i].seq].sampler for i in chosen],

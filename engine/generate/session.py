@@ -22,7 +22,6 @@ from typing import NamedTuple
 import torch
 
 from engine.attention import decode_attention
-from engine.cache.kv_cache import KVCache
 from engine.config.engine_config import EngineConfig, SpeculationSettings
 from engine.events import (
     BadRequest,
@@ -41,7 +40,7 @@ from engine.generate.detokenizer import StopMatcher, detokenizer_for
 from engine.generate.prompt import Prompt
 from engine.generate.prompt import build as build_prompt
 from engine.generate.resume import Paused, Resume
-from engine.generate.session_load import arena_blocks, load_session, resolve_config
+from engine.generate.session_load import load_session, open_cache, resolve_config
 from engine.generate.template_guard import RenderCancelled
 from engine.load import loader
 from engine.plan.oom import memory_kind
@@ -107,17 +106,9 @@ class Session:
         and writes as self.config.backends say, and records a kernel that fails its check in
         its own KernelHealth (this session's, not the process's)."""
         lm = self.lm
-        cfg = lm.model.config
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-        num_blocks = None
-        if self.config.kv_tokens is not None:
-            num_blocks = arena_blocks(self.config.kv_tokens, cfg.num_hidden_layers, kv_heads,
-                                      head_dim, self.kv_dtype, lm.device,
-                                      self.config.allocator_budget_bytes)
-        cache = KVCache(cfg.num_hidden_layers, kv_heads, head_dim, lm.context, self.kv_dtype,
-                        lm.device, backends=self.config.backends, num_blocks=num_blocks)
-        note = decode_attention.check_kernel(cache, cfg.num_attention_heads, lm.compute_dtype)
+        cache = open_cache(lm, self.config, self.kv_dtype)
+        note = decode_attention.check_kernel(cache, lm.model.config.num_attention_heads,
+                                             lm.compute_dtype)
         return Decoder(lm.model, cache, lm.device), note
 
     def _init_speculation(self, num_speculative_tokens: int | None = None) -> None:

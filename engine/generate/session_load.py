@@ -15,6 +15,7 @@ from engine.config.backends import Backends
 from engine.config.engine_config import EngineConfig, SpeculationSettings
 from engine.events import BadRequest, LoadProgress, LoadRequest
 from engine.files.model_folder import check
+from engine.formats import families
 from engine.formats.model_shape import ModelShape
 from engine.generate import template_guard
 from engine.generate.reproducible import reproducible_for
@@ -64,6 +65,29 @@ def arena_blocks(kv_tokens: int, num_layers: int, num_kv_heads: int, head_dim: i
         return want
     room = budget - torch.cuda.memory_reserved(device) - arena_reserve(budget)
     return max(1, min(want, room // per_block))
+
+
+def open_cache(lm: loader.LoadedModel, config: EngineConfig, kv_dtype: str):
+    """The session's KV cache: an arena of config.kv_tokens (None: the context); a family that
+    masks its local layers (Gemma 2, 3) keeps only their window, in rings that cover the
+    longest pass (the prefill chunk, a batch's step of one token a row)."""
+    from engine.cache.kv_cache import KVCache
+
+    cfg = lm.model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    num_blocks = None
+    if config.kv_tokens is not None:
+        num_blocks = arena_blocks(config.kv_tokens, cfg.num_hidden_layers, kv_heads, head_dim,
+                                  kv_dtype, lm.device, config.allocator_budget_bytes)
+    sliding, window = (), None
+    family = families.get(getattr(cfg, "model_type", None))
+    if family is not None and family.sliding_layers and getattr(cfg, "layer_types", None):
+        sliding = tuple(i for i, t in enumerate(cfg.layer_types) if t == "sliding_attention")
+        window = getattr(cfg, "sliding_window", None)
+    return KVCache(cfg.num_hidden_layers, kv_heads, head_dim, lm.context, kv_dtype, lm.device,
+                   backends=config.backends, num_blocks=num_blocks, sliding_layers=sliding,
+                   window=window, max_pass=config.prefill_chunk)
 
 
 def arena_reserve(budget: int) -> int:

@@ -158,24 +158,31 @@ class GemmaStep(FamilyStep):
                                            pos[r:r + 1], lens[r]) for r in range(q.shape[2])],
                              dim=1)
         attention = self._by_layer(batch_attention.of(self, pos, rows), local)
-        return self._logits(tokens, pos, attention, self.fns, table=rows.table)[0]
+        return self._logits(tokens, pos, attention, self.fns, table=rows.table,
+                            ring=rows.ring)[0]
 
     def _logits(self, token: torch.Tensor, pos: torch.Tensor, attention: Attention, fns: dict,
                 last_only: bool = False, table: torch.Tensor | None = None,
-                keep: torch.Tensor | None = None) -> torch.Tensor:
+                keep: torch.Tensor | None = None, ring: torch.Tensor | None = None
+                ) -> torch.Tensor:
         """As FamilyStep._logits, in Gemma's order: x + post_attn(attn(ln_in(x))), then
-        x + post_mlp(mlp(ln_post(x))); a RoPE table per layer type; the logits soft-capped."""
-        f, g = fns, self.gemma
+        x + post_mlp(mlp(ln_post(x))); a RoPE table per layer type; the logits soft-capped.
+        `table` (a batch's rows): the global layers' tables, `ring` the sliding layers' where
+        the cache keeps their rings; else each layer's own (KVCache.layer), a global layer
+        writing through KVCache.write_layer (the shared blocks below seq.keep skipped)."""
+        f, g, cache = fns, self.gemma, self.cache
         x = F.embedding(token, self.embed)[None] * g.embed_scale  # [1, T, hidden]
         tables = self.rope_tables or {k: self._cos_sin_of(k) for k in g.rope}
         rope = {k: make(pos, x.dtype) for k, make in tables.items()}
         h = f["rms"](x, self.layers[0].ln_in)
         for i, p in enumerate(self.layers):
-            kv = self.cache.layer(i)
-            if table is not None:
-                kv = kv._replace(table=table)
+            kv = written = cache.layer(i)
+            if table is None:
+                written = cache.write_layer(i)
+            else:
+                kv = written = kv._replace(table=ring if i in cache.sliding else table)
             q = f["qkv_rope"](self._lin("qkv", h, p.qkv, p.qkv_bias), p.q_norm, p.k_norm,
-                              *rope[g.kinds[i]], pos, *kv)
+                              *rope[g.kinds[i]], pos, *written)
             attn = f["rms"](self.row_parallel(attention(i, q, kv), p.o), g.post_attn[i])
             x, h = f["add_rms"](x, attn, p.ln_post)
             mlp = self.row_parallel(self._mlp_in(h, p.gate_up, f), p.down, kind="down")

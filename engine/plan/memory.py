@@ -27,9 +27,11 @@ from engine.plan.sizes import (  # noqa: F401 (MiB, QUANTIZED_KV, seed_kv_cache_
     QUANTIZED_KV,
     GiB,
     MiB,
+    kv_arena_bytes,
     kv_arena_tokens,
     kv_bytes_per_token,
     margin_bytes,
+    ring_tokens,
     seed_kv_cache_size,
     vram_needed,
     weight_bytes,
@@ -101,8 +103,10 @@ def _core(shape: ModelShape, quant: str, kv_dtype: str, context: int, vram: int 
                  + scratch + (workspace_bytes(shape, "bf16", "bf16", min(
                      chunk, PREFILL_GRAPH_TOKENS), 1, 0) if prefill_graphs else 0))
         act, graph = (act + CUBLAS_WORKSPACE_BYTES, graph) if on_gpu else (act + scratch, 0)
-        d_kv = d_tok * kv_arena_tokens(min(ctx, draft.context_limit)) * n if draft else 0
-        return w, per_tok * kv_arena_tokens(t) * n, act, cuda_ctx, graph, d_w + d_kv, margin
+        d_kv = kv_arena_bytes(draft, kv_dtype, min(ctx, draft.context_limit), n, chunk) \
+            if draft else 0
+        return w, kv_arena_bytes(shape, kv_dtype, t, n, chunk), act, cuda_ctx, graph, \
+            d_w + d_kv, margin
 
     def fits(ctx: int, n: int) -> bool:
         return vram is None or sum(parts(ctx, n)) <= vram
@@ -125,11 +129,21 @@ def _core(shape: ModelShape, quant: str, kv_dtype: str, context: int, vram: int 
     total = wb + kv + act + cctx + graph + drf + mg
     notes = (f"context capped at the sliding window of {shape.sliding_window:,} tokens",) if (
         context > ctx) else ()
-    notes += tuple(filter(None, [experts.note(shape, quant)]))
+    notes += tuple(filter(None, [experts.note(shape, quant), _rings_note(shape, ctx, chunk)]))
     return Plan(quant, kv_dtype, ctx, seqs, chunk, shape.total_params, wb, per_tok, kv, act, cctx,
                 graph, drf, mg, total, vram, None if vram is None else total <= vram, max_ctx,
                 max_seqs, notes=notes, active_weights_bytes=experts.active_weight_bytes(
                     shape, quant))
+
+
+def _rings_note(shape: ModelShape, context: int, chunk: int) -> str | None:
+    """The sliding layers' share of the KV cache, where they keep rings (plan/sizes.py)."""
+    if not shape.local_layers:
+        return None
+    ring, n = ring_tokens(shape, context, chunk), shape.num_layers
+    return (f"{shape.local_layers} of {n} layers attend within {shape.local_window:,} tokens: "
+            f"each keeps {ring:,} token slots a sequence (the window and a {chunk:,}-token "
+            f"pass), the other {n - shape.local_layers} the whole context")
 
 
 @dataclass(frozen=True)

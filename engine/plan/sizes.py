@@ -87,6 +87,34 @@ def kv_arena_tokens(context: int) -> int:
     return -(-context // KV_BLOCK_SIZE) * KV_BLOCK_SIZE
 
 
+def ring_blocks(window: int, chunk: int, block_size: int = KV_BLOCK_SIZE) -> int:
+    """Blocks a sequence's ring of a sliding layer holds (cache/sliding_pool.py): the keys the
+    queries of a pass of `chunk` tokens read (window - 1 before the pass's first position, and
+    the pass itself: n = window + chunk - 1 positions in a row) span at most
+    floor((n - 1) / block_size) + 1 = ceil(n / block_size) blocks, at any alignment, so none is
+    overwritten by a later token of the same pass (tests/engine/batch/test_sliding_scheduler.py
+    finds a ring of one token less overwritten)."""
+    return -(-(window + chunk - 1) // block_size)
+
+
+def ring_tokens(shape: ModelShape, context: int, chunk: int) -> int:
+    """Token slots a sequence's ring holds for each sliding layer (at most the context's)."""
+    return min(ring_blocks(shape.local_window, chunk), -(-context // KV_BLOCK_SIZE)) \
+        * KV_BLOCK_SIZE
+
+
+def kv_arena_bytes(shape: ModelShape, kv_dtype: str, context: int, seqs: int,
+                   chunk: int) -> int:
+    """The KV arenas of `seqs` sequences of `context` tokens as the cache allocates them
+    (scratch blocks apart): every layer at the context in whole blocks, but where the family
+    masks its local layers (shape.local_layers), those at a ring a sequence, whose size the
+    longest pass (`chunk`) sets."""
+    per_layer = kv_bytes_per_token(shape, kv_dtype) // shape.num_layers
+    full = (shape.num_layers - shape.local_layers) * kv_arena_tokens(context)
+    local = shape.local_layers * ring_tokens(shape, context, chunk) if shape.local_layers else 0
+    return per_layer * (full + local) * seqs
+
+
 def margin_bytes(vram_bytes: int | None) -> int:
     """Allocator fragmentation and driver slack: 5% of the card, at least 256 MiB, at most 2 GiB."""
     if vram_bytes is None:

@@ -19,7 +19,7 @@ import torch
 
 from engine.attention import decode_attention
 from engine.attention.decode_attention import BatchRows
-from engine.cache.block_manager import Sequence
+from engine.cache.block_manager import Sequence as BlockTable
 from engine.models import prefill_batch
 from engine.step.decode import MIN_BUCKET, Decoder, bucket, capture_graphs
 
@@ -34,32 +34,46 @@ def padded_rows(n: int, most: int) -> int:
 class BatchTables:
     """One device row of block ids per slot of a batched step ([rows, max_blocks] int32, entries
     past a sequence's blocks naming the scratch block), written from the host only where a row
-    changed: a running sequence's blocks only grow, so a step usually writes nothing."""
+    changed: a running sequence's blocks only grow, so a step usually writes nothing. With
+    sliding layers (cache.sliding), a second table of each row's ring (`ring`: entry i the
+    sliding block of logical block i, cache/sliding_pool.py)."""
 
-    def __init__(self, rows: int, max_blocks: int, scratch: int, device: torch.device):
-        self.scratch, self.max_blocks = scratch, max_blocks
-        self.table = torch.full((rows, max_blocks), scratch, dtype=torch.int32, device=device)
+    def __init__(self, rows: int, cache, device: torch.device):
+        self.max_blocks = len(cache._table)
+        self.scratch = (cache.scratch, cache._ring_tables.scratch)
+        new = lambda s: torch.full((rows, self.max_blocks), s, dtype=torch.int32,  # noqa: E731
+                                   device=device)
+        self.table = new(cache.scratch)
+        self.ring = new(self.scratch[1]) if cache.sliding else None
+        self._ring_size = cache._pool.ring if cache.sliding else 0
         self._held: list[tuple[object, list[int]]] = [(None, []) for _ in range(rows)]
         self.writes = 0  # rows written so far (a tensor-parallel rank 0 sends them on a change)
 
-    def set(self, row: int, key: object, block_ids: list[int]) -> None:
-        """Row `row` holds `block_ids` of the sequence known by `key` (same key: the same blocks
-        so far, perhaps more of them)."""
+    def set(self, row: int, key: object, table: BlockTable) -> None:
+        """Row `row` holds the blocks of `table`, the sequence known by `key` (same key: the same
+        blocks so far, perhaps more of them)."""
         held_key, held = self._held[row]
-        if held_key == key and list(block_ids) == held:
+        if held_key == key and list(table.block_ids) == held:
             return
         self.writes += 1
-        if held_key == key and len(block_ids) >= len(held):
-            for i in range(len(held), len(block_ids)):  # a block every block_size steps
-                self.table[row, i:i + 1].fill_(block_ids[i])
-        else:
-            ids = list(block_ids) + [self.scratch] * (self.max_blocks - len(block_ids))
-            self.table[row].copy_(torch.tensor(ids, dtype=torch.int32), non_blocking=False)
+        block_ids = table.block_ids
+        tables = [(self.table, block_ids.__getitem__, self.scratch[0])]
+        if self.ring is not None:
+            ring, size = table.ring, self._ring_size
+            tables.append((self.ring, lambda i: ring[i % size], self.scratch[1]))
+        for t, entry, scratch in tables:
+            if held_key == key and len(block_ids) >= len(held):
+                for i in range(len(held), len(block_ids)):  # a block every block_size steps
+                    t[row, i:i + 1].fill_(entry(i))
+            else:
+                ids = [entry(i) for i in range(len(block_ids))]
+                ids += [scratch] * (self.max_blocks - len(block_ids))
+                t[row].copy_(torch.tensor(ids, dtype=torch.int32), non_blocking=False)
         self._held[row] = (key, list(block_ids))
 
     def clear(self, row: int) -> None:
         if self._held[row][1]:
-            self.set(row, None, [])
+            self.set(row, None, BlockTable())
 
 
 class BatchedDecoder:
@@ -75,8 +89,7 @@ class BatchedDecoder:
         self.decoder, self.family, self.cache = decoder, decoder.family, decoder.cache
         self.max_rows = padded_rows(max_rows, max_rows)
         device = decoder.device
-        self.tables = BatchTables(self.max_rows, len(self.cache._table), self.cache.scratch,
-                                  device)
+        self.tables = BatchTables(self.max_rows, self.cache, device)
         self.inputs = torch.zeros(5, self.max_rows, dtype=torch.long, device=device)
         # tokens, positions, each row's bucket, its split count, where its token is on the
         # device (step's on_device): one host-to-device copy a step,
@@ -102,13 +115,13 @@ class BatchedDecoder:
     def together(self, chunks: list[prefill_batch.Chunk]) -> bool:
         """Whether these prefill chunks run in one pass: two or more, each one the decoder
         would run through the family step alone (never in the reproducible mode, whose chunks
-        run row by row as decode steps)."""
+        run row by row as decode steps, nor over sliding layers' rings: cache/sliding_pool.py)."""
         d = self.decoder
-        return (len(chunks) > 1 and not d.reproducible
+        return (len(chunks) > 1 and not d.reproducible and not self.cache.sliding
                 and all(d.family_prefills(c.start, len(c.token_ids)) for c in chunks))
 
     @torch.inference_mode()
-    def prefill(self, chunks: list[prefill_batch.Chunk], tables: list[Sequence],
+    def prefill(self, chunks: list[prefill_batch.Chunk], tables: list[BlockTable],
                 together: bool | None = None) -> tuple[list[torch.Tensor], bool]:
         """Prefill chunks of several sequences (tables[i]: chunk i's sequence's blocks, reserved
         past it) -> (each chunk's next-token logits [V], whether they ran in one pass): in one
@@ -129,17 +142,17 @@ class BatchedDecoder:
 
     @torch.inference_mode()
     def step(self, tokens: list[int], positions: list[int],
-             tables: list[tuple[object, list[int]]],
+             tables: list[tuple[object, BlockTable]],
              on_device: tuple[torch.Tensor, list[int]] | None = None) -> torch.Tensor:
         """Row i: token tokens[i] at positions[i] of the sequence whose blocks (already reserved
-        past that position) are tables[i] = (key, block ids) -> logits [N, V] (in a graph's
+        past that position) are tables[i] = (key, its block table) -> logits [N, V] (in a graph's
         static buffer: use them before the next step). on_device = (ids [m] on the device,
         where): row i's token is ids[where[i]] instead wherever where[i] >= 0."""
         n, lens = self.stage(tokens, positions, tables, on_device)
         return self.launch(n, max(lens), lens)[:len(tokens)]
 
     def stage(self, tokens: list[int], positions: list[int],
-              tables: list[tuple[object, list[int]]],
+              tables: list[tuple[object, BlockTable]],
               on_device: tuple[torch.Tensor, list[int]] | None = None
               ) -> tuple[int, list[int]]:
         """A step's inputs and block tables into the device buffers -> (rows it runs, padding
@@ -162,8 +175,8 @@ class BatchedDecoder:
             src = self.inputs[4, :N]
             self.inputs[0, :N] = torch.where(src >= 0, on_device[0][src.clamp(min=0)],
                                              self.inputs[0, :N])
-        for i, (key, block_ids) in enumerate(tables):
-            self.tables.set(i, key, block_ids)
+        for i, (key, table) in enumerate(tables):
+            self.tables.set(i, key, table)
         for i in range(N, n):  # padding rows write their K/V into the scratch block
             self.tables.clear(i)
         return n, lens
@@ -173,7 +186,7 @@ class BatchedDecoder:
         rows' buckets on the host, for the eager paths)."""
         if not self.use_graphs:
             rows = BatchRows(self.tables.table[:n], self.inputs[2, :n], self.inputs[3, :n],
-                             kv_len, tuple(lens))
+                             kv_len, tuple(lens), self._ring(n))
             return self.family.batch(self.inputs[0, :n], self.inputs[1, :n], rows)
         key = (n, kv_len)
         if key not in self.graphs:
@@ -182,11 +195,14 @@ class BatchedDecoder:
         graph.replay()
         return logits[:n]
 
+    def _ring(self, n: int) -> torch.Tensor | None:
+        return None if self.tables.ring is None else self.tables.ring[:n]
+
     def _capture(self, n: int, kv_len: int) -> None:
         """Capture the step of n rows over buckets up to kv_len, with this step's inputs in
         place: its warm-up runs write the same K/V the replay writes."""
         rows = BatchRows(self.tables.table[:n], self.inputs[2, :n], self.inputs[3, :n], kv_len,
-                         None)
+                         None, self._ring(n))
         body = lambda: self.family.batch(self.inputs[0, :n], self.inputs[1, :n], rows)  # noqa: E731
         t0 = time.perf_counter()
         if self._pool is None:

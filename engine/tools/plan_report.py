@@ -136,6 +136,18 @@ def run_plan(model: str | None, vram_gib: float | None = None, gpu: str | None =
     return 0
 
 
+def _kv_arithmetic(shape: planner.ModelShape, p: planner.Plan) -> str:
+    """Bytes a token of context; where sliding layers keep rings, theirs apart (a sequence's)."""
+    if not shape.local_layers:
+        return f"{p.kv_bytes_per_token:,} bytes/token"
+    layer = p.kv_bytes_per_token // shape.num_layers
+    full, ring = shape.num_layers - shape.local_layers, planner.ring_tokens(
+        shape, p.context, p.prefill_chunk)
+    return (f"{layer * full:,} bytes/token in {full} global layers x {p.context:,} + "
+            f"{layer * shape.local_layers:,} in {shape.local_layers} sliding layers x {ring:,}, "
+            f"x {p.concurrency}")
+
+
 def _print_plan(path: str, shape: planner.ModelShape, p: planner.Plan, label: str,
                 device: str) -> None:
     window = f", sliding window {shape.sliding_window:,}" if shape.sliding_window else ""
@@ -149,7 +161,7 @@ def _print_plan(path: str, shape: planner.ModelShape, p: planner.Plan, label: st
     for name, key in _ROWS:
         if device == "cpu" and key in ("cuda_context_bytes", "graph_pool_bytes"):
             continue  # nothing of CUDA's on the CPU
-        extra = f"  ({p.kv_bytes_per_token:,} bytes/token)" if key == "kv_bytes" else ""
+        extra = f"  ({_kv_arithmetic(shape, p)})" if key == "kv_bytes" else ""
         print(f"  {name:<16}{getattr(p, key) / GiB:>9.2f} GiB{extra}")
     verdict = {None: "", True: "  fits", False: "  DOES NOT FIT"}[p.fits]
     of = f" of {p.vram_bytes / GiB:.2f}" if p.vram_bytes is not None else ""

@@ -30,3 +30,16 @@ GEMMA2 = Family(
     tied_by_default=True, sliding_layers=True, layer_norms=4)
 
 FAMILIES = (GEMMA3_TEXT, GEMMA3, GEMMA2)
+
+
+def local_layers(c: dict, num_layers: int) -> int:
+    """Layers of a sliding-window family that attend within the window: config.json's
+    layer_types, else transformers' rule (Gemma 3: all but every sliding_window_pattern-th,
+    default 6; Gemma 2: every other one, from the first)."""
+    types = c.get("layer_types")
+    if isinstance(types, list) and len(types) == num_layers:
+        return sum(t == "sliding_attention" for t in types)
+    pattern = c.get("sliding_window_pattern")
+    if not isinstance(pattern, int) or isinstance(pattern, bool) or pattern < 1:
+        pattern = 2 if str(c.get("model_type")) == "gemma2" else 6
+    return sum(bool((i + 1) % pattern) for i in range(num_layers))

@@ -241,7 +241,7 @@ def teacher_forced_rows(session: Session, n_seqs: int = 5, steps: int = 6, seed:
     for j in range(steps):
         logits = step.step([int(x[n + j]) for x, n in zip(ids, lengths, strict=True)],
                            [n + j for n in lengths],
-                           [(i, t.block_ids) for i, t in enumerate(tables)])
+                           [(i, t) for i, t in enumerate(tables)])
         batched.append(logits.float().clone())
     for table in tables:
         cache.blocks.release(table)
@@ -256,7 +256,7 @@ def _scramble(cache, start: int, steps: int) -> None:
     for layer in range(len(cache.k)):
         shape = (1, cache.num_kv_heads, steps, cache.head_dim)
         k, v = (torch.randn(shape, generator=g).to(cache.device) for _ in range(2))
-        cache.arena.write(layer, cache.table, pos, k, v)
+        cache.write(layer, pos, k, v)
 
 
 def test_teacher_forced_batched_rows_equal_each_row_alone(sessions):

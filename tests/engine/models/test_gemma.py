@@ -86,7 +86,11 @@ def test_bf16_logits_are_as_close_to_fp32_as_transformers_bf16(folders):
     assert rel(fast).median() <= 1.5 * rel(modules).median(), (rel(fast), rel(modules))
 
 
-def test_batched_rows_equal_each_row_alone(session):
+def test_batched_rows_equal_each_row_alone(folders, one_thread):
+    # an arena of three contexts: three sequences' rings for the sliding layers
+    session = Session.load(LoadRequest(str(folders["causal"]), device="cpu",
+                                       kv_tokens=3 * 2048))
+    assert len(session.cache.blocks.sliding.free_ids) == 3 * session.cache.blocks.sliding.ring
     single, batched = teacher_forced_rows(session)  # rows 40 to 252 tokens long
     assert ((batched - single).norm(dim=-1) / single.norm(dim=-1)).max() < 1e-5
     assert session.can_batch()
