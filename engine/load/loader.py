@@ -22,7 +22,7 @@ from engine.events import BadRequest, LoadProgress, LoadRequest
 from engine.files.model_folder import ModelFolder
 from engine.formats import families, weights
 from engine.formats.sampling_defaults import model_defaults
-from engine.load import checkpoint_checks, language_model
+from engine.load import checkpoint_checks, experts_quant, language_model
 from engine.load.memory_limit import (  # noqa: F401 (callers and tests import them here)
     apply_memory_limit,
     clear_memory_limit,
@@ -79,7 +79,7 @@ def choose_quant(req: LoadRequest, folder: ModelFolder, device: torch.device,
             raise BadRequest(f"{folder.path.name} is an AWQ checkpoint: it loads as --quant awq "
                              f"(or auto), not {req.quant}")
         return "awq"
-    if req.quant == "awq" and not random_weights:
+    if req.quant == "awq" and not random_weights and not experts_quant.rounds(folder, "awq"):
         raise BadRequest(f"{folder.path.name} is not an AWQ checkpoint; make a 4-bit AWQ copy "
                          "with `hearth quantize --model PATH --method awq --out NEW_PATH`, or "
                          "load it with --quant nf4")
@@ -161,10 +161,12 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
             bnb_4bit_compute_dtype=compute_dtype)
     elif quant == "int8":
         kwargs["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)
-    if quant == "awq":  # the engine's own int4 layers, converted to the kernel's layout here
+    forced = (overrides.backends() if backends is None else backends).int4_kernel
+    if experts_quant.rounds(folder, quant):  # a mixture of experts, its experts in 4 bits too
+        model = experts_quant.load_model(folder, device, compute_dtype, quant, forced)
+    elif quant == "awq":  # the engine's own int4 layers, converted to the kernel's layout here
         from engine.load import awq_loader
 
-        forced = (overrides.backends() if backends is None else backends).int4_kernel
         model = awq_loader.load_model(folder, device, compute_dtype, forced=forced)
     else:
         with library_noise.quiet_load_report():
