@@ -14,6 +14,7 @@ import torch
 from engine.files.model_folder import BadModel, ModelFolder
 from engine.formats import families
 from engine.load import checkpoint_checks, language_model
+from engine.load.awq_loader import is_awq
 from engine.models import experts
 from engine.quant import experts4
 from engine.quant.int4_linear import Int4Linear, choose_kernel
@@ -21,8 +22,6 @@ from engine.quant.int4_linear import Int4Linear, choose_kernel
 
 def rounds(folder: ModelFolder, quant: str) -> bool:
     """Whether this load rounds a mixture of experts' 16-bit checkpoint to `quant` here."""
-    from engine.load.awq_loader import is_awq
-
     family = families.get(folder.family)
     return (quant in experts4.FORMATS and family is not None and family.experts is not None
             and not is_awq(folder.config))

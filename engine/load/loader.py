@@ -22,7 +22,7 @@ from engine.events import BadRequest, LoadProgress, LoadRequest
 from engine.files.model_folder import ModelFolder
 from engine.formats import families, weights
 from engine.formats.sampling_defaults import model_defaults
-from engine.load import checkpoint_checks, experts_quant, language_model
+from engine.load import awq_loader, checkpoint_checks, experts_quant, language_model
 from engine.load.memory_limit import (  # noqa: F401 (callers and tests import them here)
     apply_memory_limit,
     clear_memory_limit,
@@ -72,9 +72,7 @@ def choose_device(req: LoadRequest) -> torch.device:
 
 def choose_quant(req: LoadRequest, folder: ModelFolder, device: torch.device,
                  random_weights: bool = False) -> str:
-    from engine.load.awq_loader import is_awq
-
-    if is_awq(folder.config):  # 4-bit already: it loads as it is
+    if awq_loader.is_awq(folder.config):  # 4-bit already: it loads as it is
         if req.quant not in ("auto", "awq"):
             raise BadRequest(f"{folder.path.name} is an AWQ checkpoint: it loads as --quant awq "
                              f"(or auto), not {req.quant}")
@@ -165,8 +163,6 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
     if experts_quant.rounds(folder, quant):  # a mixture of experts, its experts in 4 bits too
         model = experts_quant.load_model(folder, device, compute_dtype, quant, forced)
     elif quant == "awq":  # the engine's own int4 layers, converted to the kernel's layout here
-        from engine.load import awq_loader
-
         model = awq_loader.load_model(folder, device, compute_dtype, forced=forced)
     else:
         with library_noise.quiet_load_report():
@@ -225,8 +221,6 @@ def random_model(folder: ModelFolder, req: LoadRequest, backends: Backends | Non
     torch.manual_seed(0)
     quantized = quant in ("nf4", "int8")
     if quant == "awq":  # random 4-bit codes made on the device: no 16-bit copy ever exists
-        from engine.load import awq_loader
-
         forced = (overrides.backends() if backends is None else backends).int4_kernel
         model = awq_loader.random_model(config, device, compute_dtype, forced=forced)
     elif quantized and req.memory_limit_gib is not None:

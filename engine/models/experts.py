@@ -1,7 +1,7 @@
 """A mixture of experts' layer as the family step reads it (formats/families: Family.experts):
-the router's weight, the experts' fused [gate; up] and down (16-bit, or 4-bit: Packed4), the top-k and its renormalisation,
-and which grouped product runs (kernels/experts: Triton on a GPU, the PyTorch reference
-elsewhere). No shared experts: the two families on the step have none."""
+the router's weight, the experts' fused [gate; up] and down (16-bit, or 4-bit: Packed4), the
+top-k and its renormalisation, and which grouped product runs (kernels/experts: Triton on a GPU,
+the PyTorch reference elsewhere). No shared experts: the two families on the step have none."""
 
 from __future__ import annotations
 

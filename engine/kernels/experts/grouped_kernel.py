@@ -32,8 +32,8 @@ def _dot(a, b, F32_DOT: tl.constexpr):
 
 
 @triton.jit
-def _tile(W, S, O, TABLE, e, n, kk, mask, stride_we, stride_wn, stride_se, stride_sg, G,
-          FOUR_BIT: tl.constexpr, CODEBOOK: tl.constexpr):
+def _tile(W, SCALE, OFFSET, TABLE, e, n, kk, mask, stride_we, stride_wn, stride_se,
+          stride_sg, G, FOUR_BIT: tl.constexpr, CODEBOOK: tl.constexpr):
     """Expert e's weights [BK, BN] at input features kk of rows n (0 outside `mask`): read as
     they are, or 4-bit codes dequantized here (packed.py's formula, in fp32)."""
     if not FOUR_BIT:
@@ -43,20 +43,21 @@ def _tile(W, S, O, TABLE, e, n, kk, mask, stride_we, stride_wn, stride_se, strid
                     other=0)  # eight codes a word: each word read for its 8 features
     q = (words >> ((kk % 8) * 4)[:, None]) & 0xF
     at = e * stride_se + (kk // G)[:, None] * stride_sg + n[None, :]
-    s = tl.load(S + at, mask=mask, other=0.0).to(tl.float32)
+    s = tl.load(SCALE + at, mask=mask, other=0.0).to(tl.float32)
     if CODEBOOK:
         return tl.load(TABLE + q) * s
-    return (q - 8).to(tl.float32) * s + tl.load(O + at, mask=mask, other=0.0).to(tl.float32)
+    offset = tl.load(OFFSET + at, mask=mask, other=0.0).to(tl.float32)
+    return (q - 8).to(tl.float32) * s + offset
 
 
 @triton.jit
 def _gate_up(X, ACT, ORDER, B_EXPERT, B_START, B_END, TOP_K, H, WIDTH, stride_x, stride_a,
-             W, S, O, TABLE, G, stride_we, stride_wn, stride_se, stride_sg,
+             W, SCALE, OFFSET, TABLE, G, stride_we, stride_wn, stride_se, stride_sg,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
              F32_DOT: tl.constexpr, FOUR_BIT: tl.constexpr, CODEBOOK: tl.constexpr):
     """ACT[s, n] = SiLU(x_t . gate_e[n]) * (x_t . up_e[n]) for the block's slots s (token
     t = s // TOP_K) and columns n of this program; W: [E, 2 WIDTH, H] (WIDTH: an expert's
-    intermediate size), or its 4-bit codes [E, 2 WIDTH, H / 8] with scales S and offsets O."""
+    intermediate size), or its 4-bit codes [E, 2 WIDTH, H / 8] with SCALE and OFFSET."""
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
     e = tl.load(B_EXPERT + pid_m)
     if e >= 0:
@@ -75,9 +76,9 @@ def _gate_up(X, ACT, ORDER, B_EXPERT, B_START, B_END, TOP_K, H, WIDTH, stride_x,
             x = tl.load(X + token[:, None] * stride_x + kk[None, :],
                         mask=ok[:, None] & k_ok[None, :], other=0.0)  # [BM, BK]
             wmask = k_ok[:, None] & n_ok[None, :]
-            wg = _tile(W, S, O, TABLE, e, n, kk, wmask, stride_we, stride_wn, stride_se,
-                       stride_sg, G, FOUR_BIT, CODEBOOK)
-            wu = _tile(W, S, O, TABLE, e, WIDTH + n, kk, wmask, stride_we, stride_wn,
+            wg = _tile(W, SCALE, OFFSET, TABLE, e, n, kk, wmask, stride_we, stride_wn,
+                       stride_se, stride_sg, G, FOUR_BIT, CODEBOOK)
+            wu = _tile(W, SCALE, OFFSET, TABLE, e, WIDTH + n, kk, wmask, stride_we, stride_wn,
                        stride_se, stride_sg, G, FOUR_BIT, CODEBOOK)
             gate += _dot(x, wg, F32_DOT)  # [BM, BN]
             up += _dot(x, wu, F32_DOT)
@@ -88,9 +89,9 @@ def _gate_up(X, ACT, ORDER, B_EXPERT, B_START, B_END, TOP_K, H, WIDTH, stride_x,
 
 @triton.jit
 def _down(ACT, OUT, ORDER, B_EXPERT, B_START, B_END, H, WIDTH, stride_a, stride_o,
-          W, S, O, TABLE, G, stride_we, stride_wn, stride_se, stride_sg, BLOCK_M: tl.constexpr,
-          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, F32_DOT: tl.constexpr,
-          FOUR_BIT: tl.constexpr, CODEBOOK: tl.constexpr):
+          W, SCALE, OFFSET, TABLE, G, stride_we, stride_wn, stride_se, stride_sg,
+          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+          F32_DOT: tl.constexpr, FOUR_BIT: tl.constexpr, CODEBOOK: tl.constexpr):
     """OUT[s, n] = act_s . down_e[n] for the block's slots s; W: [E, H, WIDTH] (or its codes)."""
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
     e = tl.load(B_EXPERT + pid_m)
@@ -107,16 +108,16 @@ def _down(ACT, OUT, ORDER, B_EXPERT, B_START, B_END, H, WIDTH, stride_a, stride_
             k_ok = kk < WIDTH
             a = tl.load(ACT + slot[:, None] * stride_a + kk[None, :],
                         mask=ok[:, None] & k_ok[None, :], other=0.0)
-            wd = _tile(W, S, O, TABLE, e, n, kk, k_ok[:, None] & n_ok[None, :], stride_we,
-                       stride_wn, stride_se, stride_sg, G, FOUR_BIT, CODEBOOK)
+            wd = _tile(W, SCALE, OFFSET, TABLE, e, n, kk, k_ok[:, None] & n_ok[None, :],
+                       stride_we, stride_wn, stride_se, stride_sg, G, FOUR_BIT, CODEBOOK)
             acc += _dot(a, wd, F32_DOT)
         tl.store(OUT + slot[:, None] * stride_o + n[None, :], acc.to(OUT.dtype.element_ty),
                  mask=ok[:, None] & n_ok[None, :])
 
 
 def _operands(w) -> tuple:
-    """A projection's kernel arguments: (W, S, O, TABLE, G, strides of W then of S, FOUR_BIT,
-    CODEBOOK); a 16-bit tensor passes itself where the scales would go (never read)."""
+    """A projection's kernel arguments (W, SCALE, OFFSET, TABLE, G, W's strides, SCALE's) and
+    constexprs; a 16-bit tensor passes itself where the scales would go (never read)."""
     if not isinstance(w, Packed4):
         w = w.contiguous()
         return (w, w, w, w, 1, w.stride(0), w.stride(1), 0, 0), dict(FOUR_BIT=False,
