@@ -14,25 +14,25 @@ from __future__ import annotations
 
 import torch
 
+from engine.formats import weights
 from engine.kernels.attention_backend import triton_available
 from engine.kernels.experts import grouped
 from engine.kernels.experts.packed import Packed4, code_values
 from engine.quant import awq_format
 from engine.quant.int4_linear import pack_rows
 
-FORMATS = ("awq", "nf4")
-GROUP_SIZES = {"awq": (128, 64, 32), "nf4": (64,)}
+FORMATS = tuple(name for name in weights.names() if weights.get(name).expert_groups)
 
 
 def group_size(quant: str, K: int) -> int:
-    """The group an expert's K input features are cut in; ValueError (one sentence) where no
-    group the kernels take divides K."""
-    fits = [g for g in GROUP_SIZES[quant] if K % g == 0]
-    if not fits:
-        raise ValueError(f"{quant} experts group input features by "
-                         f"{' or '.join(map(str, GROUP_SIZES[quant]))}; the experts' {K} "
-                         "are a multiple of none")
-    return fits[0]
+    """The group K input features are cut in (formats/weights.py); ValueError (one sentence)
+    where no group the format takes divides K."""
+    group = weights.expert_group(quant, K)
+    if group is None:
+        groups = weights.get(quant).expert_groups
+        raise ValueError(f"{quant} groups input features by {' or '.join(map(str, groups))}; "
+                         f"this model's {K} are a multiple of none")
+    return group
 
 
 def quantize(weight: torch.Tensor, quant: str, dtype: torch.dtype,
