@@ -1,7 +1,7 @@
-"""A mixture of experts in the plan: the fit holds every expert's bytes, but a decode step reads
-only the experts its token routes to (top-k of the routed experts) besides attention, the
-router, the norms and the lm_head: the bytes its memory roofline is over. Pure arithmetic, no
-torch (the app imports the planner)."""
+"""A mixture of experts in the plan: the fit holds every expert's bytes (in 4 bits under awq and
+nf4, as the loader keeps them), but a decode step reads only the experts its token routes to
+(top-k of the routed experts) besides attention, the router, the norms and the lm_head: the
+bytes its memory roofline is over. Pure arithmetic, no torch (the app imports the planner)."""
 
 from __future__ import annotations
 
@@ -54,5 +54,6 @@ def _form(shape: ModelShape, quant: str) -> str:
     if None in groups:
         return f" in 16 bits: {quant} keeps experts so" if not fmt.expert_groups else (
             f" in 16 bits: no {quant} group divides their widths")
-    return (f" in 4 bits, a 16-bit {'scale and offset' if fmt.expert_group_numbers == 2 else 'scale'}"
-            f" per {' or '.join(map(str, sorted(groups, reverse=True)))} inputs")
+    kept = "scale and offset" if fmt.expert_group_numbers == 2 else "scale"
+    sizes = " or ".join(map(str, sorted(groups, reverse=True)))
+    return f" in 4 bits, a 16-bit {kept} per {sizes} inputs"
