@@ -27,6 +27,12 @@ def rounds(folder: ModelFolder, quant: str) -> bool:
             and not is_awq(folder.config))
 
 
+def sparse(config, quant: str) -> bool:
+    """Whether a model of this transformers config keeps its experts in 4 bits under `quant`."""
+    family = families.get(getattr(config, "model_type", None))
+    return quant in experts4.FORMATS and family is not None and family.experts is not None
+
+
 def load_model(folder: ModelFolder, device: torch.device, dtype: torch.dtype, quant: str,
                forced: str | None = None) -> torch.nn.Module:
     """The checkpoint's model with 4-bit experts and linears on `device` (`forced`: the
@@ -52,6 +58,21 @@ def load_model(folder: ModelFolder, device: torch.device, dtype: torch.dtype, qu
     except ValueError as e:  # a width no group divides: the checkpoint's shape, one sentence
         raise BadModel(str(e)) from None
     return model.to(device).eval()
+
+
+def random_experts(model, quant: str, dtype: torch.dtype, device: torch.device,
+                   g: torch.Generator) -> None:
+    """A mixture's experts (its model built on the meta device, from config.json alone) made
+    random 4-bit ones on `device` under awq or nf4: the speed runs' weights, no 16-bit copy."""
+    if not sparse(model.config, quant):
+        return
+    family = families.get(model.config.model_type)
+    for layer in model.get_submodule(family.names.layers):
+        if experts.sparse(layer, family):
+            old = layer.get_submodule(family.experts.experts)
+            gate_up, down = (experts4.random(tuple(p.shape), quant, dtype, device, g)
+                             for p in (old.gate_up_proj, old.down_proj))
+            layer.set_submodule(family.experts.experts, experts4.Experts4(gate_up, down))
 
 
 def _int4_linears(model, dtype: torch.dtype, device: torch.device, forced: str | None) -> None:

@@ -223,9 +223,9 @@ def random_model(folder: ModelFolder, req: LoadRequest, backends: Backends | Non
     if quant == "awq":  # random 4-bit codes made on the device: no 16-bit copy ever exists
         forced = (overrides.backends() if backends is None else backends).int4_kernel
         model = awq_loader.random_model(config, device, compute_dtype, forced=forced)
-    elif quantized and req.memory_limit_gib is not None:
-        # an emulated small card cannot hold the 16-bit weights: built on meta, each linear
-        # made on the card and quantized at once (building on the host took minutes for 8B)
+    elif quantized and (req.memory_limit_gib is not None or experts_quant.sparse(config, quant)):
+        # an emulated small card cannot hold the 16-bit weights (nor a card a mixture's 16-bit
+        # experts): built on meta, each linear and expert made on the card in its format
         model = _random_bnb_on_meta(config, quant, device, compute_dtype)
     else:
         with torch.device(device):
@@ -263,6 +263,7 @@ def _random_bnb_on_meta(config, quant: str, device: torch.device, dtype: torch.d
     model = meta_model(config, dtype)
     g = torch.Generator(device=device).manual_seed(0)
     random_quantized_linears(model, device, dtype, g, make_layer)
+    experts_quant.random_experts(model, quant, dtype, device, g)
     tie_and_materialize(model, device, missing=random_fill(config, device, dtype, g))
     return model.eval()
 

@@ -61,6 +61,21 @@ def quantize(weight: torch.Tensor, quant: str, dtype: torch.dtype,
     return Packed4(packed, scales, offsets)
 
 
+def random(shape: tuple[int, int, int], quant: str, dtype: torch.dtype, device: torch.device,
+           g: torch.Generator) -> Packed4:
+    """Random 4-bit experts of `shape` [E, N, K] made on `device` (speed runs from config.json
+    alone): uniform codes, weights of std about 0.02 (the usual initializer range)."""
+    E, N, K = shape
+    G = group_size(quant, K)
+    packed = torch.randint(-2**31, 2**31, (E, N, K // 8), generator=g, device=device,
+                           dtype=torch.int32)
+    # awq: (q - 8) has std ~4.6; nf4: the code's values, std ~0.5
+    base, spread = (0.0034, 0.002) if quant == "awq" else (0.03, 0.02)
+    scales = (torch.rand(E, K // G, N, generator=g, device=device) * spread + base).to(dtype)
+    offsets = torch.zeros_like(scales) if quant == "awq" else None
+    return Packed4(packed, scales, offsets)
+
+
 class Experts4(torch.nn.Module):
     """transformers 5's experts module (forward(hidden, top_k_index, top_k_weights), SiLU-gated
     [gate; up] then down) with 4-bit weights: the grouped product over the routed experts, the

@@ -61,7 +61,7 @@ def _gate_up(X, ACT, ORDER, B_EXPERT, B_START, B_END, TOP_K, H, WIDTH, stride_x,
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
     e = tl.load(B_EXPERT + pid_m)
     if e >= 0:
-        e = e.to(tl.int64)
+        e64 = e.to(tl.int64)  # a new name: Triton keeps one type per name across the if
         r = tl.load(B_START + pid_m) + tl.arange(0, BLOCK_M)
         ok = r < tl.load(B_END + pid_m)
         slot = tl.load(ORDER + r, mask=ok, other=0)
@@ -76,9 +76,9 @@ def _gate_up(X, ACT, ORDER, B_EXPERT, B_START, B_END, TOP_K, H, WIDTH, stride_x,
             x = tl.load(X + token[:, None] * stride_x + kk[None, :],
                         mask=ok[:, None] & k_ok[None, :], other=0.0)  # [BM, BK]
             wmask = k_ok[:, None] & n_ok[None, :]
-            wg = _tile(W, SCALE, OFFSET, TABLE, e, n, kk, wmask, stride_we, stride_wn,
+            wg = _tile(W, SCALE, OFFSET, TABLE, e64, n, kk, wmask, stride_we, stride_wn,
                        stride_se, stride_sg, G, FOUR_BIT, CODEBOOK)
-            wu = _tile(W, SCALE, OFFSET, TABLE, e, WIDTH + n, kk, wmask, stride_we, stride_wn,
+            wu = _tile(W, SCALE, OFFSET, TABLE, e64, WIDTH + n, kk, wmask, stride_we, stride_wn,
                        stride_se, stride_sg, G, FOUR_BIT, CODEBOOK)
             gate += _dot(x, wg, F32_DOT)  # [BM, BN]
             up += _dot(x, wu, F32_DOT)
@@ -96,7 +96,7 @@ def _down(ACT, OUT, ORDER, B_EXPERT, B_START, B_END, H, WIDTH, stride_a, stride_
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
     e = tl.load(B_EXPERT + pid_m)
     if e >= 0:
-        e = e.to(tl.int64)
+        e64 = e.to(tl.int64)  # a new name: Triton keeps one type per name across the if
         r = tl.load(B_START + pid_m) + tl.arange(0, BLOCK_M)
         ok = r < tl.load(B_END + pid_m)
         slot = tl.load(ORDER + r, mask=ok, other=0)
@@ -108,7 +108,7 @@ def _down(ACT, OUT, ORDER, B_EXPERT, B_START, B_END, H, WIDTH, stride_a, stride_
             k_ok = kk < WIDTH
             a = tl.load(ACT + slot[:, None] * stride_a + kk[None, :],
                         mask=ok[:, None] & k_ok[None, :], other=0.0)
-            wd = _tile(W, SCALE, OFFSET, TABLE, e, n, kk, k_ok[:, None] & n_ok[None, :],
+            wd = _tile(W, SCALE, OFFSET, TABLE, e64, n, kk, k_ok[:, None] & n_ok[None, :],
                        stride_we, stride_wn, stride_se, stride_sg, G, FOUR_BIT, CODEBOOK)
             acc += _dot(a, wd, F32_DOT)
         tl.store(OUT + slot[:, None] * stride_o + n[None, :], acc.to(OUT.dtype.element_ty),

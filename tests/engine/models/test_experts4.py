@@ -8,6 +8,8 @@ what each gives alone."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -129,3 +131,25 @@ def test_batched_rows_routed_to_different_experts_equal_each_alone(kind, quant, 
     single, batched = teacher_forced_rows(s, n_seqs=5, steps=3)
     assert ((batched - single).norm(dim=-1) / single.norm(dim=-1)).max() < 1e-5
     assert routed and all(len(set(rows)) > 1 for rows in routed)
+
+
+def test_random_4_bit_experts_from_config_alone(folders, tmp_path, one_thread):
+    """`hearth bench --random-weights --quant awq`: the experts made random 4-bit ones on the
+    device, never 16-bit (a 30B mixture's 16-bit experts fit no card the 4-bit ones are for)."""
+    from engine.files.model_folder import config_only_folder
+    from engine.load import loader
+
+    config = json.loads((folders["qwen3_moe"] / "config.json").read_text())
+    # widths of whole groups of 128, the random AWQ layers' group
+    config.update(hidden_size=128, num_attention_heads=8, moe_intermediate_size=128)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    lm = loader.random_model(config_only_folder(str(tmp_path)),
+                             LoadRequest(quant="awq", device="cpu"))
+    assert lm.quant == "awq" and sum(isinstance(m, Experts4) for m in lm.model.modules()) == 2
+    assert not any(".experts." in n and p.dtype.is_floating_point and p.dim() == 3
+                   for n, p in lm.model.named_parameters()
+                   if n.endswith("_proj"))  # no 16-bit [E, N, K] expert tensor left
+    s = Session(lm)
+    assert isinstance(s.decoder.family, MoeStep)
+    logits = s.decoder.forward(torch.tensor([5, 6, 7]), 0)
+    assert torch.isfinite(logits).all() and logits.std() > 0
