@@ -2,7 +2,8 @@
 the rounding holds each weight within half a step of its code, the product equals the 16-bit
 product of the dequantized weights, it reads only the routed experts (indices counted, the
 other experts' scales NaN), and the Triton kernel, dequantizing in registers, equals the
-reference under Triton's interpreter, AWQ's codes and NF4's table."""
+reference and the 16-bit kernel over the dequantized weights under Triton's interpreter, AWQ's
+codes and NF4's table."""
 
 from __future__ import annotations
 
@@ -85,9 +86,8 @@ def test_only_the_routed_experts_are_read(quant):
 INTERPRETED = """
 import torch
 from engine.kernels.experts import grouped
-from tests.engine.kernels.test_expert_product4 import E, _case
-for quant, T, dtype, skew in (("awq", 19, torch.float32, 20.0), ("nf4", 6, torch.bfloat16, 0.0),
-                              ("awq", 3, torch.bfloat16, 0.0)):
+from tests.engine.kernels.test_expert_product4 import E, _case, _dense
+for quant, T, dtype, skew in (("awq", 19, torch.float32, 20.0), ("nf4", 6, torch.bfloat16, 0.0)):
     x, gate_up, down, ids, weights, _ = _case(T, quant, seed=T, dtype=dtype, skew=skew)
     assert skew == 0 or set(ids.flatten().tolist()) == {0, 1}  # 19 slots each: two blocks
     idle = torch.tensor(sorted(set(range(E)) - set(ids.flatten().tolist())))
@@ -97,10 +97,13 @@ for quant, T, dtype, skew in (("awq", 19, torch.float32, 20.0), ("nf4", 6, torch
             p.offsets[idle] = float("nan")
     got = grouped.product(x, gate_up, down, ids, weights, kernel="triton")
     want = grouped.product(x, gate_up, down, ids, weights)
+    # the 16-bit kernel over the dequantized weights (NaN where nobody routes)
+    dense = grouped.product(x, _dense(gate_up), _dense(down), ids, weights, kernel="triton")
     assert got.dtype == dtype and bool(torch.isfinite(got).all()), (quant, T)
     tol = 1e-5 if dtype == torch.float32 else 2e-2  # bf16: the reference rounds gate, up
-    rel = ((got.float() - want.float()).norm() / want.float().norm()).item()
-    assert rel < tol, (quant, T, dtype, rel)
+    for other in (want, dense):
+        rel = ((got.float() - other.float()).norm() / other.float().norm()).item()
+        assert rel < tol, (quant, T, dtype, rel)
 print("ok")
 """
 
