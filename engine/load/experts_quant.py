@@ -22,14 +22,16 @@ from engine.quant.int4_linear import Int4Linear, choose_kernel
 
 def rounds(folder: ModelFolder, quant: str) -> bool:
     """Whether this load rounds a mixture of experts' 16-bit checkpoint to `quant` here."""
-    family = families.get(folder.family)
-    return (quant in experts4.FORMATS and family is not None and family.experts is not None
-            and not is_awq(folder.config))
+    return _four_bit(folder.family, quant) and not is_awq(folder.config)
 
 
 def sparse(config, quant: str) -> bool:
     """Whether a model of this transformers config keeps its experts in 4 bits under `quant`."""
-    family = families.get(getattr(config, "model_type", None))
+    return _four_bit(getattr(config, "model_type", None), quant)
+
+
+def _four_bit(model_type: str | None, quant: str) -> bool:
+    family = families.get(model_type)
     return quant in experts4.FORMATS and family is not None and family.experts is not None
 
 
@@ -48,7 +50,6 @@ def load_model(folder: ModelFolder, device: torch.device, dtype: torch.dtype, qu
                 old = layer.get_submodule(family.experts.experts)
                 layer.set_submodule(family.experts.experts,
                                     experts4.Experts4.of(old, quant, dtype, device))
-                del old
         if quant == "nf4":
             from engine.quant.bnb import quantize_linears
 

@@ -20,6 +20,7 @@ from engine.models import experts
 from engine.models.moe_step import MoeStep
 from engine.quant.experts4 import Experts4
 from engine.quant.int4_linear import Int4Linear
+from engine.serve import cli
 from tests.engine.generate.test_batch_run import teacher_forced_rows
 from tests.engine.models.test_gemma import _teacher_forced
 from tests.fixtures import experts as fixture
@@ -158,3 +159,13 @@ def test_random_4_bit_experts_from_config_alone(folders, tmp_path, one_thread):
     assert isinstance(s.decoder.family, MoeStep)
     logits = s.decoder.forward(torch.tensor([5, 6, 7]), 0)
     assert torch.isfinite(logits).all() and logits.std() > 0
+
+
+def test_experts_no_group_divides_are_refused_in_one_sentence(tmp_path, tokenizer_dir, capsys):
+    folder = fixture.build(tmp_path / "w48", tokenizer_dir, "qwen3_moe")  # experts 48 wide
+    assert cli.main(["run", "--model", str(folder), "--quant", "nf4", "--prompt", "hi",
+                     "--max-new-tokens", "1", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert not any("Traceback" in line for line in err)
+    assert err[-1].endswith("nf4 groups input features by 64; this model's 48 are a multiple "
+                            "of none"), err
