@@ -12,6 +12,7 @@ with g = k // G, computed in fp32 and rounded once to the compute dtype.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -19,11 +20,16 @@ import torch
 from engine.kernels.int4_dequant_kernel import NF4_CODES
 
 
-def code_values(codebook: bool, device: torch.device) -> torch.Tensor:
-    """[16] fp32: what each code stands for before its scale (NF4's table, or q - 8)."""
-    if codebook:
-        return torch.tensor(NF4_CODES, dtype=torch.float32, device=device)
-    return torch.arange(-8, 8, dtype=torch.float32, device=device)
+def code_values(codebook: bool, device: torch.device | str) -> torch.Tensor:
+    """[16] fp32: what each code stands for before its scale (NF4's table, or q - 8). Made once
+    a device: a copy to the GPU inside a CUDA graph's capture would break it."""
+    return _code_values(codebook, str(torch.device(device)))
+
+
+@functools.cache
+def _code_values(codebook: bool, device: str) -> torch.Tensor:
+    values = NF4_CODES if codebook else range(-8, 8)
+    return torch.tensor(values, dtype=torch.float32).to(device)
 
 
 def unpack(words: torch.Tensor) -> torch.Tensor:
