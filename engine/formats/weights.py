@@ -19,6 +19,11 @@ class WeightFormat:
     # parallel/sharded_step.py cuts it across GPUs (16-bit and fp32 weights so far)
     tensor_parallel: bool = False
     offered: bool = True  # listed in the app's pickers (fp32 is the CPU reference's format)
+    # a mixture's experts in 4 bits (quant/experts4.py): the groups their input features are
+    # cut in (the first that divides), and the 16-bit numbers each group keeps per output (a
+    # scale, and an offset); () keeps the experts in 16 bits
+    expert_groups: tuple[int, ...] = ()
+    expert_group_numbers: int = 0
 
     @property
     def quantized(self) -> bool:
@@ -53,6 +58,12 @@ def quantized() -> tuple[str, ...]:
     return tuple(f.name for f in _REGISTRY.values() if f.quantized)
 
 
+def expert_group(name: str, width: int) -> int | None:
+    """The group a 4-bit expert's `width` input features are cut in under format `name`; None
+    where its experts stay 16-bit or no group of the format divides the width."""
+    return next((g for g in get(name).expert_groups if width % g == 0), None)
+
+
 def floats() -> tuple[WeightFormat, ...]:
     """The plain float formats: a checkpoint's own dtype is one of these."""
     return tuple(f for f in _REGISTRY.values() if not f.quantized)
@@ -66,6 +77,8 @@ for _fmt in (WeightFormat("bf16", 16, "bfloat16", "BF16", tensor_parallel=True),
              WeightFormat("fp16", 16, "float16", "F16", tensor_parallel=True),
              WeightFormat("fp32", 32, "float32", "F32", tensor_parallel=True, offered=False),
              WeightFormat("int8", 8, library="bitsandbytes"),  # LLM.int8
-             WeightFormat("nf4", 4, library="bitsandbytes"),
-             WeightFormat("awq", 4)):  # the engine's own int4 layers (quant/int4_linear.py)
+             WeightFormat("nf4", 4, library="bitsandbytes", expert_groups=(64,),
+                          expert_group_numbers=1),  # bitsandbytes' block: an absmax
+             # the engine's own int4 layers (quant/int4_linear.py): a scale and an offset
+             WeightFormat("awq", 4, expert_groups=(128, 64, 32), expert_group_numbers=2)):
     register(_fmt)

@@ -99,6 +99,9 @@ def random_model(config, device: torch.device, dtype: torch.dtype, group_size: i
                 else None)
         _replace_linear(model, name, Int4Linear.from_codes(codes, zeros, scales, bias, dtype,
                                                            device, kernel, forced))
+    from engine.load import experts_quant  # (it imports this module)
+
+    experts_quant.random_experts(model, "awq", dtype, device, g)
     tie_and_materialize(model, device, missing=random_fill(config, device, dtype, g))
     return model.eval()
 

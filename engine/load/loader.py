@@ -22,7 +22,7 @@ from engine.events import BadRequest, LoadProgress, LoadRequest
 from engine.files.model_folder import ModelFolder
 from engine.formats import families, weights
 from engine.formats.sampling_defaults import model_defaults
-from engine.load import checkpoint_checks, language_model
+from engine.load import awq_loader, checkpoint_checks, experts_quant, language_model
 from engine.load.memory_limit import (  # noqa: F401 (callers and tests import them here)
     apply_memory_limit,
     clear_memory_limit,
@@ -72,14 +72,12 @@ def choose_device(req: LoadRequest) -> torch.device:
 
 def choose_quant(req: LoadRequest, folder: ModelFolder, device: torch.device,
                  random_weights: bool = False) -> str:
-    from engine.load.awq_loader import is_awq
-
-    if is_awq(folder.config):  # 4-bit already: it loads as it is
+    if awq_loader.is_awq(folder.config):  # 4-bit already: it loads as it is
         if req.quant not in ("auto", "awq"):
             raise BadRequest(f"{folder.path.name} is an AWQ checkpoint: it loads as --quant awq "
                              f"(or auto), not {req.quant}")
         return "awq"
-    if req.quant == "awq" and not random_weights:
+    if req.quant == "awq" and not random_weights and not experts_quant.rounds(folder, "awq"):
         raise BadRequest(f"{folder.path.name} is not an AWQ checkpoint; make a 4-bit AWQ copy "
                          "with `hearth quantize --model PATH --method awq --out NEW_PATH`, or "
                          "load it with --quant nf4")
@@ -161,10 +159,10 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
             bnb_4bit_compute_dtype=compute_dtype)
     elif quant == "int8":
         kwargs["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)
-    if quant == "awq":  # the engine's own int4 layers, converted to the kernel's layout here
-        from engine.load import awq_loader
-
-        forced = (overrides.backends() if backends is None else backends).int4_kernel
+    forced = (overrides.backends() if backends is None else backends).int4_kernel
+    if experts_quant.rounds(folder, quant):  # a mixture of experts, its experts in 4 bits too
+        model = experts_quant.load_model(folder, device, compute_dtype, quant, forced)
+    elif quant == "awq":  # the engine's own int4 layers, converted to the kernel's layout here
         model = awq_loader.load_model(folder, device, compute_dtype, forced=forced)
     else:
         with library_noise.quiet_load_report():
@@ -223,13 +221,11 @@ def random_model(folder: ModelFolder, req: LoadRequest, backends: Backends | Non
     torch.manual_seed(0)
     quantized = quant in ("nf4", "int8")
     if quant == "awq":  # random 4-bit codes made on the device: no 16-bit copy ever exists
-        from engine.load import awq_loader
-
         forced = (overrides.backends() if backends is None else backends).int4_kernel
         model = awq_loader.random_model(config, device, compute_dtype, forced=forced)
-    elif quantized and req.memory_limit_gib is not None:
-        # an emulated small card cannot hold the 16-bit weights: built on meta, each linear
-        # made on the card and quantized at once (building on the host took minutes for 8B)
+    elif quantized and (req.memory_limit_gib is not None or experts_quant.sparse(config, quant)):
+        # an emulated small card cannot hold the 16-bit weights (nor a card a mixture's 16-bit
+        # experts): built on meta, each linear and expert made on the card in its format
         model = _random_bnb_on_meta(config, quant, device, compute_dtype)
     else:
         with torch.device(device):
@@ -267,6 +263,7 @@ def _random_bnb_on_meta(config, quant: str, device: torch.device, dtype: torch.d
     model = meta_model(config, dtype)
     g = torch.Generator(device=device).manual_seed(0)
     random_quantized_linears(model, device, dtype, g, make_layer)
+    experts_quant.random_experts(model, quant, dtype, device, g)
     tie_and_materialize(model, device, missing=random_fill(config, device, dtype, g))
     return model.eval()
 

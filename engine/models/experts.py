@@ -1,7 +1,7 @@
 """A mixture of experts' layer as the family step reads it (formats/families: Family.experts):
-the router's weight, the experts' fused [gate; up] and down, the top-k and its renormalisation,
-and which grouped product runs (kernels/experts: Triton on a GPU, the PyTorch reference
-elsewhere). No shared experts: the two families on the step have none."""
+the router's weight, the experts' fused [gate; up] and down (16-bit, or 4-bit: Packed4), the
+top-k and its renormalisation, and which grouped product runs (kernels/experts: Triton on a GPU,
+the PyTorch reference elsewhere). No shared experts: the two families on the step have none."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from engine.formats.families import Family
 from engine.kernels.attention_backend import triton_available
 from engine.kernels.experts import grouped
+from engine.quant.experts4 import Experts4
 
 TOLERANCE = 2e-2  # relative: 16-bit operands in either order of the sums
 
@@ -78,19 +79,22 @@ class Summed(torch.nn.Module):
 
 def sparse(layer, family: Family) -> bool:
     """Every piece of the layer's MLP is the experts the step reads: a router of top-k and
-    SiLU-gated experts in transformers 5's fused layout (not a dense MLP between sparse ones,
-    as Qwen3-MoE's mlp_only_layers make)."""
+    SiLU-gated experts in transformers 5's fused layout, or those rounded to 4 bits at load
+    (quant/experts4.py); not a dense MLP between sparse ones, as Qwen3-MoE's mlp_only_layers
+    make."""
     spec = family.experts
     try:
         router, experts = layer.get_submodule(spec.router), layer.get_submodule(spec.experts)
     except AttributeError:
         return False
-    return (isinstance(getattr(router, "weight", None), torch.Tensor)
-            and getattr(router, "bias", None) is None
-            and all(isinstance(getattr(experts, n, None), torch.Tensor)
-                    for n in ("gate_up_proj", "down_proj"))
-            and getattr(experts, "gate_up_proj_bias", None) is None
-            and getattr(experts.act_fn, "__class__", type(None)).__name__ == "SiLUActivation")
+    if not (isinstance(getattr(router, "weight", None), torch.Tensor)
+            and getattr(router, "bias", None) is None):
+        return False
+    return isinstance(experts, Experts4) or (
+        all(isinstance(getattr(experts, n, None), torch.Tensor)
+            for n in ("gate_up_proj", "down_proj"))
+        and getattr(experts, "gate_up_proj_bias", None) is None
+        and getattr(experts.act_fn, "__class__", type(None)).__name__ == "SiLUActivation")
 
 
 def of(layer, family: Family, config) -> tuple[ExpertMLP, Summed]:

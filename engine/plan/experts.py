@@ -1,7 +1,7 @@
-"""A mixture of experts in the plan: the fit holds every expert's bytes, but a decode step reads
-only the experts its token routes to (top-k of the routed experts) besides attention, the
-router, the norms and the lm_head: the bytes its memory roofline is over. Pure arithmetic, no
-torch (the app imports the planner)."""
+"""A mixture of experts in the plan: the fit holds every expert's bytes (in 4 bits under awq and
+nf4, as the loader keeps them), but a decode step reads only the experts its token routes to
+(top-k of the routed experts) besides attention, the router, the norms and the lm_head: the
+bytes its memory roofline is over. Pure arithmetic, no torch (the app imports the planner)."""
 
 from __future__ import annotations
 
@@ -38,9 +38,22 @@ def note(shape: ModelShape, quant: str) -> str | None:
         return None
     total, k, n = weight_bytes(shape, quant), shape.experts_per_token, shape.num_experts
     return (f"mixture of experts: the fit holds all {n} experts a layer ({experts / GiB:.2f} "
-            f"GiB of {total / GiB:.2f} GiB of weights); a decode token reads {k} of them "
-            f"({experts / GiB:.2f} x {k}/{n} = {experts * k // n / GiB:.2f} GiB) and the rest "
-            f"({(total - experts) / GiB:.2f} GiB): {active_weight_bytes(shape, quant) / GiB:.2f}"
-            f" GiB a token, the decode roofline's weights" + (
-                "; experts load in 16 bits whatever the format (no 4-bit experts yet): only "
-                "the rest is quantized" if weights.get(quant).quantized else ""))
+            f"GiB{_form(shape, quant)} of {total / GiB:.2f} GiB of weights); a decode token "
+            f"reads {k} of them ({experts / GiB:.2f} x {k}/{n} = "
+            f"{experts * k // n / GiB:.2f} GiB) and the rest ({(total - experts) / GiB:.2f} "
+            f"GiB): {active_weight_bytes(shape, quant) / GiB:.2f} GiB a token, the decode "
+            "roofline's weights")
+
+
+def _form(shape: ModelShape, quant: str) -> str:
+    """How the experts are kept under `quant`, where it is not the format's own word."""
+    fmt = weights.get(quant)
+    if not fmt.quantized:
+        return ""
+    groups = {weights.expert_group(quant, i) for _, i, _ in shape.expert_linears}
+    if None in groups:
+        return f" in 16 bits: {quant} keeps experts so" if not fmt.expert_groups else (
+            f" in 16 bits: no {quant} group divides their widths")
+    kept = "scale and offset" if fmt.expert_group_numbers == 2 else "scale"
+    sizes = " or ".join(map(str, sorted(groups, reverse=True)))
+    return f" in 4 bits, a 16-bit {kept} per {sizes} inputs"

@@ -259,7 +259,8 @@ def recommend(shape: ModelShape, vram_bytes: int | None, compute_capability=None
                f"--tensor-parallel {cards}, 16-bit weights)" if cards else "")
             + f", or CPU offload (accelerate device_map='auto') at roughly "
               f"{PCIE_BYTES_PER_S / streamed:.1f} tokens/s")
-    elif p.quant == "nf4" and quant in ("auto", None):
+    elif p.quant == "nf4" and quant in ("auto", None) and not shape.num_experts:
+        # (`hearth quantize` takes no mixture of experts: --quant awq rounds one at load)
         notes.append("`hearth quantize --method awq` makes an AWQ copy, closer to bf16 than NF4")
     return _loads(shape, Recommendation(p.quant, p.kv_dtype, p.context, seqs, fits, "cuda",
                                         use_draft, "; ".join(notes) or None, need(p), cards, p))

@@ -34,6 +34,16 @@ def seed_kv_cache_size(num_layers: int, num_heads: int, head_dim: int, seq_len: 
     return 2 * num_layers * num_heads * head_dim * seq_len * batch_size * dtype_size
 
 
+def expert_linear_bytes(out: int, inp: int, quant: str) -> int:
+    """One expert's linear as the loader keeps it: 4-bit codes packed [out, inp / 8] int32 and
+    per group of inputs and output a bf16 scale (and offset), or 16 bits where the format keeps
+    experts so (int8) or no group of it divides `inp` (the load refuses those)."""
+    group = weights.expert_group(quant, inp)
+    if group is None:
+        return 2 * out * inp
+    return out * inp // 2 + 2 * weights.get(quant).expert_group_numbers * out * (inp // group)
+
+
 def weight_bytes(shape: ModelShape, quant: str, double_quant: bool | None = None) -> int:
     """Bytes of the weights in `quant`; embeddings, lm_head, norms and biases stay 16-bit."""
     if quant not in weights.names():
@@ -45,14 +55,14 @@ def weight_bytes(shape: ModelShape, quant: str, double_quant: bool | None = None
     dq = NF4_DOUBLE_QUANT if double_quant is None else double_quant
     group = shape.quant_group_size or AWQ_GROUP
     total = 2 * (shape.embed_params + shape.lm_head_params + shape.other_params)
-    # the loader keeps experts in 16 bits (no 4-bit experts): they leave `linears`, which counts
-    # them among the linears of their (out, in) shape
+    # experts leave `linears`, which counts them among the linears of their (out, in) shape: the
+    # loader keeps them in their own 4-bit layout (quant/experts4.py), or 16 bits under int8
     counts = {(o, i): 0 for o, i, _ in shape.linears}
     for out, inp, count in shape.linears:
         counts[out, inp] += count
     for out, inp, count in shape.expert_linears:
         counts[out, inp] -= count
-        total += 2 * out * inp * count
+        total += expert_linear_bytes(out, inp, quant) * count
     for (out, inp), count in counts.items():
         n = out * inp
         if quant == "int8":  # LLM.int8: int8 CB + one fp32 scale (SCB) per output row

@@ -4,7 +4,8 @@ each scaled by its routing weight and summed per token in top-k order (a fixed o
 a row's sum does not depend on the rest of the batch).
 
 The weights are transformers 5's: gate_up [E, 2 I, H] ([gate; up] of each expert), down
-[E, H, I]. Only the experts some token routes to are read: `plan` lists them, and both the
+[E, H, I], or the same in 4 bits (packed.py: indexing one expert dequantizes it alone). Only
+the experts some token routes to are read: `plan` lists them, and both the
 reference and the kernel (grouped_kernel.py) read expert e's weights only from a block of
 tokens routed to e. The plan is made with device ops of fixed shapes (no host sync), so a
 decode step with experts can still be captured as a CUDA graph.
@@ -94,10 +95,10 @@ def _weighted_sum(out: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return scaled.sum(dim=1).to(out.dtype)
 
 
-def product(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, ids: torch.Tensor,
-            weights: torch.Tensor, kernel: str = "reference") -> torch.Tensor:
+def product(x: torch.Tensor, gate_up, down, ids: torch.Tensor, weights: torch.Tensor,
+            kernel: str = "reference") -> torch.Tensor:
     """x [T, H] routed to ids [T, k] with weights [T, k] -> [T, H], by `kernel`: "triton" (the
-    grouped kernel) or "reference"."""
+    grouped kernel) or "reference"; gate_up and down 16-bit tensors or packed.Packed4."""
     p = plan(ids, gate_up.shape[0])
     if kernel == "triton":
         from engine.kernels.experts import grouped_kernel
