@@ -21,7 +21,6 @@ import torch
 from engine.cache import key_rotation, kv_arena
 from engine.cache.block_manager import BlockManager, Sequence
 from engine.cache.kv_arena import STORAGE, KVArena  # noqa: F401 (STORAGE re-exported)
-from engine.config import overrides
 from engine.config.backends import Backends
 from engine.formats import kv_dtypes
 from engine.kernels import attention_backend
@@ -66,7 +65,7 @@ class KVCache:
                  block_size: int = BLOCK_SIZE, num_blocks: int | None = None,
                  share_prefixes: bool = True, backends: Backends | None = None,
                  health: KernelHealth | None = None):
-        self.backends = overrides.backends() if backends is None else backends
+        self.backends = Backends() if backends is None else backends
         self.health = KernelHealth() if health is None else health
         if isinstance(dtype, str):
             self.kv_dtype = dtype

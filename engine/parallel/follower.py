@@ -28,6 +28,7 @@ from engine.config import overrides
 from engine.config.backends import Backends
 from engine.models import fused_ops
 from engine.parallel.sharded_step import DTYPES, TPSpec, layout, rank_step
+from engine.platform import nvrtc
 from engine.step.decode import Decoder
 
 OP_PREFILL, OP_STEP, OP_VERIFY, OP_SETUP, OP_STOP = 1, 2, 3, 4, 5
@@ -41,6 +42,7 @@ class Rank:
     def __init__(self, spec: TPSpec, rank: int, weights: dict[str, torch.Tensor], device):
         self.device = device
         self.backends = Backends.from_json(spec.backends) if spec.backends else Backends()
+        nvrtc.use_pdl(self.backends.pdl)  # rank 0's, as every other setting
         # no prefix sharing: followers only see positions, so every rank keeps the mapping of
         # positions to blocks that its own writes made (rank 0 still reuses its live prefix)
         cache = KVCache(spec.num_layers, spec.num_kv_heads // spec.world_size, spec.head_dim,

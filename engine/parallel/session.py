@@ -78,7 +78,7 @@ class TPSession(Session):
                  backends: Backends | None = None):
         self._weights_bytes = lm.weights_bytes  # before the host copy goes
         self._kv_choice = rank_kv_dtype(lm, req.kv_dtype)
-        self._backends = overrides.backends() if backends is None else backends  # every rank's
+        self._backends = Backends() if backends is None else backends  # every rank's
         self.leader = TPLeader(lm.model, req.tensor_parallel, lm.context, self._kv_choice[0],
                                device, req.memory_limit_gib, self._backends)
         try:
@@ -113,7 +113,6 @@ class TPSession(Session):
         tp_request.check(req, folder.path)
         device = device_for(req)
         backends = overrides.backends()  # the developer overrides: read once a load
-        overrides.pdl()  # a value not understood fails the load here, naming it
         lm = loader.load(folder, host_request(req, device), progress, cancel, backends=backends)
         n = req.tensor_parallel
         progress(LoadProgress("tensor parallel", 0, 1, f"cutting the model {n} ways and starting "

@@ -10,11 +10,11 @@ import os
 import sys
 import threading
 
+from engine.config.engine_config import MAX_SEQS
 from engine.events import BadRequest, Failed, Loaded, LoadProgress, LoadRequest
 from engine.generate.reproducible import WORDS, reproducible_of
 from engine.server.connections import IDLE_TIMEOUT_S, STALL_TIMEOUT_S, Timeouts
 
-DEFAULT_MAX_SEQS = 16
 KEY_ENV = "HEARTH_SERVER_API_KEY"  # the key without putting it in argv, which `ps` shows
 
 
@@ -28,7 +28,7 @@ def add_parser(sub) -> None:
     p.add_argument("--port", type=int, default=8000, help="0: any free port")
     p.add_argument("--api-key", metavar="KEY", help=f"clients must send it as a Bearer token "
                    f"(or set {KEY_ENV})")
-    p.add_argument("--max-seqs", type=int, default=DEFAULT_MAX_SEQS, metavar="N",
+    p.add_argument("--max-seqs", type=int, default=MAX_SEQS, metavar="N",
                    help="requests that run together in one batch (the rest wait their turn)")
     p.add_argument("--kv-tokens", type=int, metavar="N", help="tokens the KV cache holds for "
                    "every request together (default: one context's worth; on a GPU at most "
@@ -137,8 +137,7 @@ def run(args) -> int:
         print(f"up to {args.max_seqs} requests run together (--max-seqs)" if
               engine.session.can_batch() else "requests run one at a time on this model",
               file=sys.stderr, flush=True)
-        settings = Settings(args.host, sock.getsockname()[1], key, args.max_seqs,
-                            tuple(args.cors_origin),
+        settings = Settings(args.host, sock.getsockname()[1], key, tuple(args.cors_origin),
                             timeouts=Timeouts(args.stall_timeout, args.idle_timeout))
         app = create_app(engine, ModelView.of(engine.session, args.model), settings)
         make_server(app, engine).run(sockets=[sock])
