@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-import threading
 
 from engine.config.engine_config import MAX_SEQS
 from engine.events import BadRequest, Failed, Loaded, LoadProgress, LoadRequest
@@ -89,17 +88,9 @@ def _show(event) -> None:
 
 def load(engine, req: LoadRequest):
     """Load on the engine thread, showing progress; -> the terminal event."""
-    done, last = threading.Event(), []
+    from engine.service import start
 
-    def sink(event):
-        _show(event)
-        if isinstance(event, (Loaded, Failed)) or getattr(event, "reason", None):
-            last.append(event)
-            done.set()
-
-    engine.submit(req, sink)
-    done.wait()
-    return last[0]
+    return start.load(engine, req, _show)
 
 
 def run(args) -> int:
@@ -118,13 +109,11 @@ def run(args) -> int:
     from engine.server.app import Settings, create_app
     from engine.server.model_view import ModelView
     from engine.server.runner import bind, make_server
-    from engine.service.engine import Engine
+    from engine.service import start
 
     check(req.model)  # a bad folder fails before anything is bound or loaded
     sock = bind(args.host, args.port)
-    engine = Engine(max_seqs=args.max_seqs)
-    thread = threading.Thread(target=engine.run, name="hearth-engine", daemon=True)
-    thread.start()
+    engine, thread = start.start("hearth-engine", args.max_seqs)
     try:
         result = load(engine, req)
         if not isinstance(result, Loaded):

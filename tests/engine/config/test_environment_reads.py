@@ -36,6 +36,7 @@ OVERRIDES = {
     "tools/bench/decode.py": "the benchmark's own load",
     "tools/bench/speculative.py": "the benchmark's draft load",
     "tools/bench/random_chat_model.py": "the benchmark's random model",
+    "tools/bench/concurrent.py": "the benchmark's random-weights session",
     "platform/library_noise.py": "HEARTH_DEBUG: third-party notes",
     "files/gguf_import.py": "HEARTH_DEBUG: third-party notes",
     "serve/cli.py": "HEARTH_DEBUG: a failed command's traceback",
