@@ -153,7 +153,7 @@ def run(model: str | None, random_weights: bool, quant: str, kv_dtype: str, prom
         lm = loader.load(check(model), load_req, lambda e: None,
                          backends=overrides.backends())
     if tensor_parallel > 1:
-        session = tp_session.TPSession(lm, req, tp_device)
+        session = tp_session.TPSession(lm, req, tp_device, overrides.backends())
     else:
         session = Session(lm, kv_dtype, fast_path=not eager, compile_layers=compile_layers,
                           reproducible=reproducible)
