@@ -16,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_session import load_random  # noqa: E402  (beside this script)
 
+from engine.service.start import start  # noqa: E402
 from engine.tools.bench.concurrent import measure  # noqa: E402
 
 
@@ -31,7 +32,9 @@ def main() -> None:
     planned = session.prefill_chunk
     for budget in a.budgets:
         session.prefill_chunk = budget
-        r = measure(session, [a.concurrency], 512, 256, a.repeats, peer=False)
+        engine, thread = start("hearth-bench-engine", max_waiting=a.concurrency)
+        engine.session = session
+        r = measure(engine, thread, [a.concurrency], 512, 256, a.repeats, peer=False)
         one, many = r.batch_1, r.rows[0]
         print(json.dumps({"budget": budget, "planned_chunk": planned,
                           "batch_1": one.aggregate_decode_tokens_per_s,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ from engine.cache.kv_cache import LayerKV  # noqa: E402
 from engine.kernels import decode_attention_kernel as attn  # noqa: E402
 from engine.kernels import fused_ops_kernel as K  # noqa: E402
 from engine.kernels import int4_gemv_kernel  # noqa: E402
+from engine.platform import nvrtc  # noqa: E402
 from engine.platform.device_timing import event_times_ms  # noqa: E402
 from engine.quant.int4_linear import Int4Linear  # noqa: E402
 from engine.quant.nf4_linear import Nf4Linear  # noqa: E402
@@ -81,7 +81,7 @@ def main() -> int:
     pos = torch.tensor([900], device="cuda")
     first = None
     for mode in ("off", "products", "auto", "off", "auto"):
-        os.environ["HEARTH_PDL"] = mode
+        nvrtc.use_pdl(mode)  # as a load under HEARTH_PDL=mode sets it
         int4_gemv_kernel._plan.cache_clear()
         int4_gemv_kernel._product.cache_clear()
         out = step(layers, x, pos)

@@ -23,7 +23,6 @@ from engine.cache.block_manager import BlockManager, Sequence
 from engine.cache.device_table import DeviceTable
 from engine.cache.kv_arena import STORAGE, KVArena  # noqa: F401 (STORAGE re-exported)
 from engine.cache.sliding_pool import SlidingPool, recompute_start, ring_blocks
-from engine.config import overrides
 from engine.config.backends import Backends
 from engine.formats import kv_dtypes
 from engine.kernels import attention_backend
@@ -57,8 +56,8 @@ class KVCache:
     callers extend it after writing. Positions are written only below `reserve`'s bound.
     `share_prefixes`: look up a new prompt's blocks by hash (off for tensor-parallel ranks, whose
     followers never see the leader's cache decisions: they keep one position-to-block mapping).
-    `backends`: the session's backend settings (EngineConfig.backends; None: the developer
-    overrides, read once here), which decide how steps read and write it; `health`: the
+    `backends`: the session's backend settings (EngineConfig.backends; None: the
+    defaults), which decide how steps read and write it; `health`: the
     session's record of kernels that failed their load check (one per cache unless shared).
 
     `sliding_layers` (with `window`): layers that attend within the window (Gemma 2 and 3's
@@ -74,7 +73,7 @@ class KVCache:
                  health: KernelHealth | None = None, sliding_layers: tuple[int, ...] = (),
                  window: int | None = None, max_pass: int | None = None,
                  rings: int | None = None):
-        self.backends = overrides.backends() if backends is None else backends
+        self.backends = Backends() if backends is None else backends
         self.health = KernelHealth() if health is None else health
         if isinstance(dtype, str):
             self.kv_dtype = dtype

@@ -1,5 +1,6 @@
 """Backend settings: how a session's kernels run (decode attention, the kernel prefill bound, the
-fused pieces, the int4 kernel, the tensor-parallel all-reduce, kernel launch settings). What was
+fused pieces, the int4 kernel and its prefill products, the tensor-parallel all-reduce, kernel
+launch settings, prefill graphs). What was
 asked, validated; the choice each one leads to on a device is made by the code that runs it.
 Pure data (no torch): every layer that reads a setting may import it."""
 
@@ -12,6 +13,10 @@ DECODE_ATTENTION = ("auto", "triton", "sdpa", "reference")
 FUSED_OPS = ("auto", "off")
 INT4_KERNELS = ("mma", "tinygemm", "triton", "cpu", "reference")
 TP_ALL_REDUCE = ("auto", "nccl")
+INT4_PREFILL = ("fused", "unpack")
+INT4_ROWS = ("measure", "fixed")
+PREFILL_GRAPHS = ("on", "off")
+PDL = ("auto", "products", "off")
 ALL = "all"  # kernel_prefill: any chunk, wherever it ends
 
 
@@ -23,7 +28,14 @@ class Backends:
     still run the family step (tokens; "all"; None: the step's own bound). fused_ops: norms,
     SiLU * up and RoPE as Triton launches ("auto") or PyTorch pieces ("off"). int4_kernel: force
     one int4 kernel where it fits (None: the fastest that fits). tp_all_reduce: "auto" lets the
-    ranks pick the fastest sum that checks out, "nccl" keeps NCCL's."""
+    ranks pick the fastest sum that checks out, "nccl" keeps NCCL's. int4_prefill: products of
+    more than 64 rows over tinygemm's layout run the Triton GEMM ("fused", where it checks out)
+    or unpack the layer to 16 bits ("unpack"). int4_rows: from how many rows that GEMM takes
+    over, timed per layer shape at load on a GPU ("measure") or above 64 only ("fixed").
+    prefill_graphs: prefill chunks replay as CUDA graphs where the decode step is captured
+    ("on") or run eagerly ("off"). pdl: programmatic dependent launch on Hopper on: the int4
+    decode products and the Triton pieces of few-token steps ("auto"), the products only
+    ("products"), none ("off")."""
 
     decode_attention: str = "auto"
     decode_attention_launch: tuple[tuple[str, object], ...] = ()
@@ -31,11 +43,19 @@ class Backends:
     fused_ops: str = "auto"
     int4_kernel: str | None = None
     tp_all_reduce: str = "auto"
+    int4_prefill: str = "fused"
+    int4_rows: str = "measure"
+    prefill_graphs: str = "on"
+    pdl: str = "auto"
 
     def __post_init__(self):
         _one_of("decode_attention", self.decode_attention, DECODE_ATTENTION)
         _one_of("fused_ops", self.fused_ops, FUSED_OPS)
         _one_of("tp_all_reduce", self.tp_all_reduce, TP_ALL_REDUCE)
+        _one_of("int4_prefill", self.int4_prefill, INT4_PREFILL)
+        _one_of("int4_rows", self.int4_rows, INT4_ROWS)
+        _one_of("prefill_graphs", self.prefill_graphs, PREFILL_GRAPHS)
+        _one_of("pdl", self.pdl, PDL)
         if self.int4_kernel is not None:
             _one_of("int4_kernel", self.int4_kernel, INT4_KERNELS)
         kp = self.kernel_prefill
@@ -81,3 +101,6 @@ def launch_pairs(settings: dict) -> tuple[tuple[str, object], ...]:
 def _one_of(name: str, value, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+
+
+DEFAULTS = Backends()  # every setting unset

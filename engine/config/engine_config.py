@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 
 from engine.config.backends import Backends
 
+MAX_SEQS = 64  # generations that run together in one batch: the Engine's, hearth serve --max-seqs
+
 
 @dataclass(frozen=True)
 class SpeculationSettings:

@@ -1,6 +1,7 @@
 """Developer overrides: the only place the engine reads HEARTH_* settings from the environment.
-Read once per load (a session's EngineConfig holds what they said); docs/configuration.md is
-their table. Anything else is configuration that travels with a request, never the environment.
+Read once per load, into the Backends a session's EngineConfig holds (code below config/ takes
+them from there, never from the environment); docs/configuration.md is their table. Anything
+else is configuration that travels with a request, never the environment.
 """
 
 from __future__ import annotations
@@ -9,21 +10,8 @@ import json
 import os
 from collections.abc import Mapping
 
-from engine.config.backends import (
-    ALL,
-    INT4_KERNELS,
-    Backends,
-    launch_pairs,
-)
-from engine.config.backends import (
-    DECODE_ATTENTION as DECODE_ATTENTION_SETTINGS,
-)
-from engine.config.backends import (
-    FUSED_OPS as FUSED_OPS_SETTINGS,
-)
-from engine.config.backends import (
-    TP_ALL_REDUCE as TP_ALL_REDUCE_SETTINGS,
-)
+from engine.config import backends as settings
+from engine.config.backends import ALL, Backends, launch_pairs
 
 DECODE_ATTENTION = "HEARTH_DECODE_ATTENTION"  # auto | triton | sdpa | reference
 DECODE_ATTENTION_CONFIG = "HEARTH_DECODE_ATTENTION_CONFIG"  # JSON over the kernel's CONFIGS
@@ -46,40 +34,16 @@ def backends(environ: Mapping[str, str] | None = None) -> Backends:
     that is not understood raises ValueError naming its variable."""
     env = os.environ if environ is None else environ
     return Backends(
-        decode_attention=_choice(env, DECODE_ATTENTION, DECODE_ATTENTION_SETTINGS, "auto"),
+        decode_attention=_choice(env, DECODE_ATTENTION, settings.DECODE_ATTENTION, "auto"),
         decode_attention_launch=_launch(env.get(DECODE_ATTENTION_CONFIG, "")),
         kernel_prefill=_kernel_prefill(env.get(KERNEL_PREFILL, "")),
-        fused_ops=_choice(env, FUSED_OPS, FUSED_OPS_SETTINGS, "auto"),
-        int4_kernel=_choice(env, INT4_KERNEL, INT4_KERNELS, None),
-        tp_all_reduce=_choice(env, TP_ALL_REDUCE, TP_ALL_REDUCE_SETTINGS, "auto"))
-
-
-def int4_prefill(environ: Mapping[str, str] | None = None) -> str:
-    """"fused" (the Triton GEMM over tinygemm's layout, where it checks out) or "unpack" (the
-    layer unpacked to 16 bits, then a dense matmul), for products of more than 64 rows."""
-    env = os.environ if environ is None else environ
-    return _choice(env, INT4_PREFILL, ("fused", "unpack"), "fused")
-
-
-def int4_rows(environ: Mapping[str, str] | None = None) -> str:
-    """"measure" (the Triton GEMM takes int4 products from 16, 32 or 64 rows, per layer shape,
-    as timed at load: quant/int4_rows.py) or "fixed" (above 64 rows only, as before)."""
-    env = os.environ if environ is None else environ
-    return _choice(env, INT4_ROWS, ("fixed", "measure"), "measure")
-
-
-def prefill_graphs(environ: Mapping[str, str] | None = None) -> str:
-    """"on" (prefill chunks up to step/prefill_graphs.MAX_TOKENS replay as CUDA graphs, where
-    the decode step is captured) or "off" (they run eagerly)."""
-    env = os.environ if environ is None else environ
-    return _choice(env, PREFILL_GRAPHS, ("on", "off"), "on")
-
-
-def pdl(environ: Mapping[str, str] | None = None) -> str:
-    """"auto" (on Hopper on, the int4 decode products and the Triton pieces of few-token steps
-    launch as programmatic dependents), "products" (the products only) or "off"."""
-    env = os.environ if environ is None else environ
-    return _choice(env, PDL, ("auto", "products", "off"), "auto")
+        fused_ops=_choice(env, FUSED_OPS, settings.FUSED_OPS, "auto"),
+        int4_kernel=_choice(env, INT4_KERNEL, settings.INT4_KERNELS, None),
+        tp_all_reduce=_choice(env, TP_ALL_REDUCE, settings.TP_ALL_REDUCE, "auto"),
+        int4_prefill=_choice(env, INT4_PREFILL, settings.INT4_PREFILL, "fused"),
+        int4_rows=_choice(env, INT4_ROWS, settings.INT4_ROWS, "measure"),
+        prefill_graphs=_choice(env, PREFILL_GRAPHS, settings.PREFILL_GRAPHS, "on"),
+        pdl=_choice(env, PDL, settings.PDL, "auto"))
 
 
 def debug(environ: Mapping[str, str] | None = None) -> bool:

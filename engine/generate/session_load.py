@@ -195,8 +195,8 @@ def _load(cls, req: LoadRequest, progress: Callable[[LoadProgress], None],
         tok, draft_tok = (AutoTokenizer.from_pretrained(f.path, trust_remote_code=False)
                           for f in (folder, check(req.draft)))
         check_same_tokenizer(tok, draft_tok, req.draft)
-    backends = overrides.backends()  # the developer overrides: read once a load
-    overrides.pdl()  # a value not understood fails the load here, naming it (not a kernel check)
+    backends = overrides.backends()  # the developer overrides: read once a load (a value
+    # not understood fails it here, naming its variable)
     template_guard.prewarm()  # the chat template's renderer starts while the weights load
     lm = loader.load(folder, req, progress, cancel, tokenizer=tok, backends=backends)
     config = resolve_config(lm, req.kv_dtype, not req.eager, req.compile,

@@ -222,7 +222,7 @@ extern "C" __global__ void int4_mma_sum(const float* __restrict__ partials, u16*
 
 def compiled(name: str, source: str, kinds: str, device_index: int, pdl: bool = False
              ) -> nvrtc.Kernel:
-    """`pdl`: a programmatic dependent where nvrtc.pdl_wanted (HEARTH_PDL, read each call)."""
+    """`pdl`: a programmatic dependent where nvrtc.pdl_wanted (the load's pdl setting)."""
     return _compiled(name, source, kinds, device_index, pdl and nvrtc.pdl_wanted(device_index))
 
 

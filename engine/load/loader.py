@@ -16,19 +16,18 @@ from dataclasses import dataclass
 import torch
 
 from engine.attention import prefill as attention
-from engine.config import overrides
-from engine.config.backends import Backends
+from engine.config.backends import DEFAULTS, Backends
 from engine.events import BadRequest, LoadProgress, LoadRequest
 from engine.files.model_folder import ModelFolder
 from engine.formats import families, weights
 from engine.formats.sampling_defaults import model_defaults
-from engine.load import awq_loader, checkpoint_checks, experts_quant, language_model
+from engine.load import awq_loader, checkpoint_checks, experts_quant, int4_layers, language_model
 from engine.load.memory_limit import (  # noqa: F401 (callers and tests import them here)
     apply_memory_limit,
     clear_memory_limit,
     cuda_context_bytes,
 )
-from engine.platform import allocator, library_noise
+from engine.platform import allocator, library_noise, nvrtc
 
 DTYPES = {f.name: getattr(torch, f.torch_dtype) for f in weights.floats()}  # "bf16": bfloat16
 CONFIG_DTYPES = {f.torch_dtype: f.name for f in weights.floats()}  # config.json's "bfloat16"
@@ -126,9 +125,10 @@ def _placement(req: LoadRequest, folder: ModelFolder, random_weights: bool = Fal
 
 def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress], None],
          cancel: threading.Event | None = None, tokenizer=None,
-         backends: Backends | None = None) -> LoadedModel:
+         backends: Backends = DEFAULTS) -> LoadedModel:
     """`tokenizer`: the folder's, where the caller has read it already (a draft's check);
-    `backends`: the session's settings (the int4 kernel; None: the developer overrides)."""
+    `backends`: the session's settings (the int4 kernel, its prefill products, PDL)."""
+    nvrtc.use_pdl(backends.pdl)  # before any kernel of this load compiles
     library_noise.skip_torchao()  # before transformers' quantizer registry loads
     from transformers import BitsAndBytesConfig
     from transformers.utils import logging as hf_logging
@@ -159,7 +159,7 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
             bnb_4bit_compute_dtype=compute_dtype)
     elif quant == "int8":
         kwargs["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)
-    forced = (overrides.backends() if backends is None else backends).int4_kernel
+    forced = backends.int4_kernel
     if experts_quant.rounds(folder, quant):  # a mixture of experts, its experts in 4 bits too
         model = experts_quant.load_model(folder, device, compute_dtype, quant, forced)
     elif quant == "awq":  # the engine's own int4 layers, converted to the kernel's layout here
@@ -170,7 +170,7 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
                                                          **kwargs)
         checkpoint_checks.refuse_missing_weights(model, info, folder)
         model.eval()
-    _own_nf4(model, quant, device, backends)
+    int4_layers.own(model, quant, device, backends)
     head_notes = _quantize_lm_head(model, req, device, compute_dtype)
     stage("attention", 2, "installing the engine's attention")
     attention.register()
@@ -208,9 +208,10 @@ def _slow_on_cpu(quant: str, device: torch.device) -> str:
             "it is meant for GPUs")
 
 
-def random_model(folder: ModelFolder, req: LoadRequest, backends: Backends | None = None
+def random_model(folder: ModelFolder, req: LoadRequest, backends: Backends = DEFAULTS
                  ) -> LoadedModel:
     """A model with real shapes and random weights, from config.json alone (benchmarks)."""
+    nvrtc.use_pdl(backends.pdl)
     library_noise.skip_torchao()
     from transformers import AutoConfig
 
@@ -221,7 +222,7 @@ def random_model(folder: ModelFolder, req: LoadRequest, backends: Backends | Non
     torch.manual_seed(0)
     quantized = quant in ("nf4", "int8")
     if quant == "awq":  # random 4-bit codes made on the device: no 16-bit copy ever exists
-        forced = (overrides.backends() if backends is None else backends).int4_kernel
+        forced = backends.int4_kernel
         model = awq_loader.random_model(config, device, compute_dtype, forced=forced)
     elif quantized and (req.memory_limit_gib is not None or experts_quant.sparse(config, quant)):
         # an emulated small card cannot hold the 16-bit weights (nor a card a mixture's 16-bit
@@ -235,7 +236,7 @@ def random_model(folder: ModelFolder, req: LoadRequest, backends: Backends | Non
             from engine.quant.bnb import quantize_linears
 
             quantize_linears(model, quant, compute_dtype)
-    _own_nf4(model, quant, device, backends)
+    int4_layers.own(model, quant, device, backends)
     head_notes = _quantize_lm_head(model, req, device, compute_dtype)
     attention.register()
     model.set_attn_implementation(attention.ATTN_IMPLEMENTATION)
@@ -266,18 +267,6 @@ def _random_bnb_on_meta(config, quant: str, device: torch.device, dtype: torch.d
     experts_quant.random_experts(model, quant, dtype, device, g)
     tie_and_materialize(model, device, missing=random_fill(config, device, dtype, g))
     return model.eval()
-
-
-def _own_nf4(model, quant: str, device: torch.device, backends: Backends | None) -> None:
-    """bitsandbytes' NF4 layers on a GPU swapped for the engine's (quant/nf4_linear.py: the same
-    codes, run by the int4 kernels' codebook variant, faster than bitsandbytes' layers:
-    BENCHMARKS.md); a session's int4 kernel other than "mma" keeps bitsandbytes' layers."""
-    if quant != "nf4" or device.type != "cuda":
-        return
-    if (overrides.backends() if backends is None else backends).int4_kernel in (None, "", "mma"):
-        from engine.quant import nf4_linear
-
-        nf4_linear.convert(model)
 
 
 def _quantize_lm_head(model, req: LoadRequest, device, dtype) -> list[str]:

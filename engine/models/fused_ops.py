@@ -16,10 +16,8 @@ import torch
 
 from engine.cache import kv_arena
 from engine.cache.kv_cache import KVCache
-from engine.config import overrides
 from engine.kernels import attention_backend
 
-ENV = overrides.FUSED_OPS  # auto (default) | off
 NOTE = "norms, SiLU * up and RoPE with the K/V stores: one Triton launch each"
 PROBE_TOKENS = 64  # the probe cache the RoPE piece writes into at load
 TOLERANCE = 1e-2  # relative: the two round alike step for step (the interpreter tests see 0 to
@@ -29,9 +27,8 @@ READ_BACK_TOLERANCE = 0.1  # int8/fp8 K/V read back: where the 16-bit inputs dif
 # bf16 probe over fp8 failed and left the step unfused)
 
 
-def wanted(device: torch.device, setting: str | None = None) -> bool:
-    """`setting`: the session's Backends.fused_ops (None: the developer override)."""
-    setting = overrides.backends().fused_ops if setting is None else setting
+def wanted(device: torch.device, setting: str = "auto") -> bool:
+    """`setting`: the session's Backends.fused_ops."""
     if setting not in ("auto", "off"):
         raise ValueError(f"fused_ops must be auto or off, not {setting!r}")
     return setting == "auto" and device.type == "cuda" and attention_backend.triton_available()

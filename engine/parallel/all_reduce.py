@@ -19,9 +19,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from engine.config import overrides
-
-ENV = overrides.TP_ALL_REDUCE  # auto (default) | nccl: the developer override of `setting`
 MAX_BYTES = 512 * 1024  # larger messages (prefill chunks) keep NCCL: every rank would read
 # every peer's whole buffer, where a ring reads each byte once
 TRIALS = 50  # timed replays of each candidate, after a warm-up
@@ -51,12 +48,11 @@ class AllReduce:
         return _nccl(x, weight)
 
     def setup(self, hidden: int, dtype: torch.dtype, device: torch.device,
-              candidate: Callable | None = None, setting: str | None = None) -> str | None:
+              candidate: Callable | None = None, setting: str = "auto") -> str | None:
         """Choose the sum for a decode step's products ([1, 1, hidden]): on every rank at once.
         `candidate(dtype, device)` -> (join, name) prepares the alternative without a
         collective; join() sets it up with one and returns its linear (tests give one).
         -> a note for the load event, None where NCCL stays without anything to say."""
-        setting = overrides.backends().tp_all_reduce if setting is None else setting
         if setting not in ("auto", "nccl"):
             raise ValueError(f"tp_all_reduce must be auto or nccl, not {setting!r}")
         if setting == "nccl":

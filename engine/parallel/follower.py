@@ -31,6 +31,7 @@ from engine.config.backends import Backends
 from engine.models import fused_ops
 from engine.parallel import batch_ops
 from engine.parallel.sharded_step import DTYPES, TPSpec, layout, rank_step
+from engine.platform import nvrtc
 from engine.step.batched import BatchedDecoder
 from engine.step.decode import Decoder
 
@@ -47,6 +48,7 @@ class Rank:
     def __init__(self, spec: TPSpec, rank: int, weights: dict[str, torch.Tensor], device):
         self.device = device
         self.backends = Backends.from_json(spec.backends) if spec.backends else Backends()
+        nvrtc.use_pdl(self.backends.pdl)  # rank 0's, as every other setting
         # rank 0's blocks are every rank's: a follower binds the tables rank 0 sends (OP_TABLE,
         # a batch pass) and its own block manager stays unused
         cache = KVCache(spec.num_layers, spec.num_kv_heads // spec.world_size, spec.head_dim,

@@ -81,7 +81,7 @@ class TPSession(Session):
                  backends: Backends | None = None):
         self._weights_bytes = lm.weights_bytes  # before the host copy goes
         self._kv_choice = rank_kv_dtype(lm, req.kv_dtype)
-        self._backends = overrides.backends() if backends is None else backends  # every rank's
+        self._backends = Backends() if backends is None else backends  # every rank's
         # --kv-tokens: that many on every rank (each holds 1/N of the heads), not clamped to
         # one GPU's free memory: a rank whose arena does not fit fails the load
         blocks = -(-req.kv_tokens // BLOCK_SIZE) if req.kv_tokens is not None else None
@@ -130,7 +130,6 @@ class TPSession(Session):
         tp_request.check(req, folder.path)
         device = device_for(req)
         backends = overrides.backends()  # the developer overrides: read once a load
-        overrides.pdl()  # a value not understood fails the load here, naming it
         lm = loader.load(folder, host_request(req, device), progress, cancel, backends=backends)
         n = req.tensor_parallel
         progress(LoadProgress("tensor parallel", 0, 1, f"cutting the model {n} ways and starting "

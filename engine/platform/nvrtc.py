@@ -12,8 +12,8 @@ start while the kernel before it in the stream finishes (once all of that kernel
 executed `griddepcontrol.launch_dependents`, or exited), and must execute `griddepcontrol.wait`
 before reading what that kernel wrote or writing anything: about 4 us off each 7B decode layer
 (docs/benchmark-log.md).
-`HEARTH_PDL=off` launches every kernel plainly (kernels/fused_ops_kernel.py pdl_options: the
-Triton pieces' side).
+The load's `pdl` setting (config/backends.py, HEARTH_PDL) "off" launches every kernel
+plainly (kernels/fused_ops_kernel.py pdl_options: the Triton pieces' side).
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ import threading
 
 import torch
 
-from engine.config import overrides
+from engine.config.backends import PDL
+
+_pdl = "auto"  # the load's setting (use_pdl): one per process, as its kernels are
 
 
 @functools.cache
@@ -64,10 +66,18 @@ def _launch_ex():
     return f
 
 
+def use_pdl(mode: str) -> None:
+    """Set at load from the session's Backends.pdl, before its kernels compile or launch."""
+    global _pdl
+    if mode not in PDL:
+        raise ValueError(f"pdl must be one of {', '.join(PDL)}, not {mode!r}")
+    _pdl = mode
+
+
 def pdl_mode() -> str:
-    """HEARTH_PDL (config/overrides.py): "auto" (the int4 decode products and the Triton pieces
-    between them launch as programmatic dependents), "products" (the products only) or "off"."""
-    return overrides.pdl()
+    """The load's pdl setting: "auto" (the int4 decode products and the Triton pieces between
+    them launch as programmatic dependents), "products" (the products only) or "off"."""
+    return _pdl
 
 
 def pdl_wanted(device_index: int) -> bool:

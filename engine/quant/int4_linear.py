@@ -25,11 +25,9 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from engine.config import overrides
 from engine.config.backends import INT4_KERNELS as KERNELS
 from engine.quant import int4_cuda, int4_tile_layout
 
-KERNEL_ENV = overrides.INT4_KERNEL  # force one (benchmarks, tests); unset: choose_kernel's pick
 CUDA_DEFAULT = "mma"  # as fast as tinygemm at one row and about twice its aggregate at 16
 # concurrent; tinygemm where its shapes do not fit or NVRTC is
 # missing, then the Triton GEMV
@@ -131,9 +129,8 @@ def kernel_fits(kernel: str, device: torch.device, dtype: torch.dtype, N: int, K
 
 def choose_kernel(device: torch.device, dtype: torch.dtype, N: int, K: int,
                   group_size: int, forced: str | None = None) -> str:
-    """`forced` (a session's Backends.int4_kernel; None: the developer override) where it fits
-    these shapes; else the fastest that does."""
-    forced = forced or overrides.backends().int4_kernel
+    """`forced` (a session's Backends.int4_kernel) where it fits these shapes; else the fastest
+    that does."""
     if forced and forced not in KERNELS:
         raise ValueError(f"int4 kernel {forced!r}; choose one of {', '.join(KERNELS)}")
     order = ([forced] if forced else []) + (
@@ -170,7 +167,7 @@ class Int4Linear(torch.nn.Module):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.group_size, self.kernel = group_size, kernel
-        self.fused_prefill = overrides.int4_prefill() == "fused"  # read once, at load
+        self.fused_prefill = True  # Backends.int4_prefill "unpack": the loader sets it False
         self.gemm_rows = TINYGEMM_MAX_ROWS + 1  # rows from which the Triton GEMM takes the
         # product; quant/int4_rows.py measures it at load for the batched step's row counts
         # Parameters (frozen), not buffers: memory footprints and benchmarks count them as weights

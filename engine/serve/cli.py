@@ -6,10 +6,10 @@ The argument tree is serve/arguments.py.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
+from engine.config import overrides
 from engine.events import (
     BadRequest,
     Failed,
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(e, OutOfMemory):  # memory released; the hint names settings that fit
             print(f"hearth: {e} ({e.hint})", file=sys.stderr)
             return EXIT_ERROR
-        if os.environ.get("HEARTH_DEBUG", "").strip().lower() in ("1", "true", "yes"):
+        if overrides.debug():
             raise
         print(f"hearth: error: {type(e).__name__}: {_one_line(e)} (set HEARTH_DEBUG=1 for "
               "details)", file=sys.stderr)

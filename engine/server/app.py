@@ -31,7 +31,6 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
-    max_seqs: int = 1  # how many run together at most (the engine's batch)
     cors_origins: tuple[str, ...] = ()
     extra_host_names: tuple[str, ...] = ()  # more Host header names to accept (tests)
     timeouts: Timeouts = Timeouts()  # for clients that stop reading or never finish asking
@@ -60,7 +59,7 @@ def create_app(engine, model: ModelView, settings: Settings) -> FastAPI:
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "model": model.id, "max_seqs": settings.max_seqs,
+        return {"status": "ok", "model": model.id, "max_seqs": engine.max_seqs,
                 "running": engine.num_running, "waiting": engine.num_waiting,
                 "reproducible": reproducible}
 

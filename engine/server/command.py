@@ -8,13 +8,12 @@ from __future__ import annotations
 import math
 import os
 import sys
-import threading
 
+from engine.config.engine_config import MAX_SEQS
 from engine.events import BadRequest, Failed, Loaded, LoadProgress, LoadRequest
 from engine.generate.reproducible import WORDS, reproducible_of
 from engine.server.connections import IDLE_TIMEOUT_S, STALL_TIMEOUT_S, Timeouts
 
-DEFAULT_MAX_SEQS = 16
 KEY_ENV = "HEARTH_SERVER_API_KEY"  # the key without putting it in argv, which `ps` shows
 
 
@@ -28,7 +27,7 @@ def add_parser(sub) -> None:
     p.add_argument("--port", type=int, default=8000, help="0: any free port")
     p.add_argument("--api-key", metavar="KEY", help=f"clients must send it as a Bearer token "
                    f"(or set {KEY_ENV})")
-    p.add_argument("--max-seqs", type=int, default=DEFAULT_MAX_SEQS, metavar="N",
+    p.add_argument("--max-seqs", type=int, default=MAX_SEQS, metavar="N",
                    help="requests that run together in one batch (the rest wait their turn)")
     p.add_argument("--kv-tokens", type=int, metavar="N", help="tokens the KV cache holds for "
                    "every request together (default: one context's worth; on a GPU at most "
@@ -92,17 +91,9 @@ def _show(event) -> None:
 
 def load(engine, req: LoadRequest):
     """Load on the engine thread, showing progress; -> the terminal event."""
-    done, last = threading.Event(), []
+    from engine.service import start
 
-    def sink(event):
-        _show(event)
-        if isinstance(event, (Loaded, Failed)) or getattr(event, "reason", None):
-            last.append(event)
-            done.set()
-
-    engine.submit(req, sink)
-    done.wait()
-    return last[0]
+    return start.load(engine, req, _show)
 
 
 def run(args) -> int:
@@ -121,7 +112,7 @@ def run(args) -> int:
     from engine.server.app import Settings, create_app
     from engine.server.model_view import ModelView
     from engine.server.runner import bind, make_server
-    from engine.service.engine import Engine
+    from engine.service import start
 
     folder = check(req.model)  # a bad folder fails before anything is bound or loaded
     if req.tensor_parallel != 1:  # the cut and the GPUs, before torch (as for `run`)
@@ -129,9 +120,7 @@ def run(args) -> int:
 
         tp_request.check(req, folder.path)
     sock = bind(args.host, args.port)
-    engine = Engine(max_seqs=args.max_seqs)
-    thread = threading.Thread(target=engine.run, name="hearth-engine", daemon=True)
-    thread.start()
+    engine, thread = start.start("hearth-engine", args.max_seqs)
     try:
         result = load(engine, req)
         if not isinstance(result, Loaded):
@@ -144,8 +133,7 @@ def run(args) -> int:
         print(f"up to {args.max_seqs} requests run together (--max-seqs)" if
               engine.session.can_batch() else "requests run one at a time on this model",
               file=sys.stderr, flush=True)
-        settings = Settings(args.host, sock.getsockname()[1], key, args.max_seqs,
-                            tuple(args.cors_origin),
+        settings = Settings(args.host, sock.getsockname()[1], key, tuple(args.cors_origin),
                             timeouts=Timeouts(args.stall_timeout, args.idle_timeout))
         app = create_app(engine, ModelView.of(engine.session, args.model), settings)
         make_server(app, engine).run(sockets=[sock])

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from engine.config.engine_config import MAX_SEQS
 from engine.events import (
     BadRequest,
     Failed,
@@ -36,7 +37,6 @@ from engine.generate.resume import Paused
 if TYPE_CHECKING:
     from engine.generate.batch_run import BatchRun
 
-MAX_SEQS = 64  # generations in one batch at once (hearth serve --max-seqs)
 MAX_WAITING = 256  # generations queued and not yet running; past this, QueueFull
 
 

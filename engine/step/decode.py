@@ -20,7 +20,6 @@ import torch
 from engine.attention import decode_attention
 from engine.attention.prefill import StepContext
 from engine.cache.kv_cache import KVCache
-from engine.config import overrides
 from engine.config.backends import Backends
 from engine.formats import families
 from engine.models import fused_ops, invariant
@@ -35,7 +34,6 @@ SHORT_PREFILL = 64  # tokens: a prefill chunk this short runs the family step (f
 KERNEL_PREFILL = 4096  # and so does any chunk that ends within this many tokens of the start:
 # faster than transformers' modules over SDPA for short and middling prompts, but the decode
 # kernel's row tiles do not keep up with flash attention over long KV
-KERNEL_PREFILL_ENV = overrides.KERNEL_PREFILL  # tokens, or "all": replaces KERNEL_PREFILL
 
 
 def kv_buckets(context: int) -> list[int]:
@@ -52,11 +50,10 @@ def bucket(buckets: list[int], end: int) -> int:
     return next(b for b in buckets if b >= end)
 
 
-def kernel_prefill(backends: Backends | None = None) -> int | float:
+def kernel_prefill(backends: Backends) -> int | float:
     """The furthest position a prefill chunk may end at and still run the family step and the
     decode kernel (chunks of at most SHORT_PREFILL tokens run it wherever they end): the
-    session's setting (None: the developer override, config/overrides.py)."""
-    backends = overrides.backends() if backends is None else backends
+    session's setting."""
     return backends.kernel_prefill_bound(KERNEL_PREFILL)
 
 
@@ -131,7 +128,8 @@ class Decoder:
                 self.notes.append(n)
         if reproducible is not None:
             self._reproducible(reproducible)
-        elif self.device.type == "cuda" and overrides.int4_rows() == "measure":  # before capture
+        elif self.device.type == "cuda" and self.cache.backends.int4_rows == "measure":
+            # before capture
             layers = self.family.layers
             note = int4_rows.tune([getattr(p, f) for p in layers for f in
                                    ("qkv", "o", "gate_up", "down")] + [self.family.lm_head])
@@ -148,7 +146,7 @@ class Decoder:
             self.capture()
             self.notes.append(f"decode step captured as {len(self.graphs)} CUDA graphs in "
                               f"{time.perf_counter() - t0:.2f} s")
-            if overrides.prefill_graphs() == "on":
+            if self.cache.backends.prefill_graphs == "on":
                 self.prefill_graphs = PrefillGraphs.of(self)
         except Exception as e:  # capture is an optimization: eager still computes the same
             self.graphs.clear()

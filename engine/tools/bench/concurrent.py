@@ -1,6 +1,8 @@
 """`hearth bench --concurrency N[,N...]`: the seed's `benchmark(llm, prompts, max_tokens)`, N
 prompts submitted at once to one Engine (the queue every front end uses), with the latency
-spread, beside batch 1 and transformers' own continuous batching (peer_batching.py).
+spread, beside batch 1 and transformers' own continuous batching (peer_batching.py). The engine
+is started and its model loaded on its thread as `hearth serve` does (service/start.py), so the
+bench measures what the server runs.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
+from engine.config import overrides
 from engine.events import (
     BadRequest,
     Failed,
     Finished,
     GenerateRequest,
+    Loaded,
     LoadRequest,
     SamplingParams,
     Token,
@@ -24,6 +28,7 @@ from engine.generate import session_events
 from engine.generate.session import Session
 from engine.load import loader
 from engine.plan.memory import KV_BLOCK_SIZE
+from engine.service import start
 from engine.service.engine import Engine
 from engine.tools.bench import memory_peak, peer_batching
 from engine.tools.bench.decode import _device_name, _folder_for_random, _prompts
@@ -102,35 +107,54 @@ def submit_all(engine: Engine, prompts: list[list[int]], new_tokens: int
     return timings, t_start
 
 
-def _load(args) -> Session:
-    """The model as the batch-1 bench loads it (decode.run), on one device."""
+def load_request(args) -> LoadRequest:
+    """The model as the batch-1 bench loads it (decode.run), on one device, with an arena that
+    holds every sequence of the largest round whole (no preemption)."""
     context = max(args.prompt_len + args.new_tokens, MIN_CONTEXT)
-    per_seq = -(-context // KV_BLOCK_SIZE) * KV_BLOCK_SIZE  # whole blocks each: no preemption
+    per_seq = -(-context // KV_BLOCK_SIZE) * KV_BLOCK_SIZE
     req = LoadRequest(model=args.model, quant=args.quant, kv_dtype=args.kv_dtype,
                       context=context, kv_tokens=max(args.concurrency) * per_seq,
                       device=args.device, memory_limit_gib=args.memory_limit, eager=args.eager,
                       compile=args.compile, lm_head=args.lm_head)
     req.validate()
-    if args.random_weights:
-        lm = loader.random_model(_folder_for_random(args.model), req)
-    else:
-        from engine.files.model_folder import check
+    return req
 
-        lm = loader.load(check(args.model), req, lambda e: None)
+
+def _load(args) -> Session:
+    """A Session with random weights (--random-weights: no folder for the engine to load), for
+    the bench and the lab's scripts to hand to an Engine."""
+    req = load_request(args)
+    lm = loader.random_model(_folder_for_random(args.model), req, overrides.backends())
     return Session(lm, args.kv_dtype, fast_path=not args.eager, compile_layers=args.compile,
                    kv_tokens=req.kv_tokens)
 
 
-def measure(session: Session, concurrency: list[int], prompt_len: int, new_tokens: int,
-            repeats: int, peer: bool = True) -> ConcurrentResult:
+def started(args) -> tuple[Engine, threading.Thread]:
+    """The bench's engine: started as `hearth serve` starts its own, the model loaded on its
+    thread through the same load (a random-weights session is built here and handed over)."""
+    engine, thread = start.start("hearth-bench-engine", max_waiting=max(args.concurrency))
+    if args.random_weights:
+        engine.session = _load(args)
+        return engine, thread
+    loaded = start.load(engine, load_request(args))
+    if not isinstance(loaded, Loaded):
+        engine.stop()
+        thread.join()
+        if isinstance(loaded, Failed):
+            raise (BadRequest if loaded.bad_input else RuntimeError)(loaded.error)
+        raise RuntimeError("the load was cancelled")
+    return engine, thread
+
+
+def measure(engine: Engine, thread: threading.Thread, concurrency: list[int], prompt_len: int,
+            new_tokens: int, repeats: int, peer: bool = True) -> ConcurrentResult:
+    """The rounds on `engine` (running on `thread`, a session loaded), then the engine stopped
+    and transformers' peer on the same model."""
+    session = engine.session
     lm = session.lm
     vocab = lm.model.config.vocab_size
     seeds = itertools.count(1)  # fresh prompts each round: no prefix is cached from the last
     prompts = lambda n: _prompts(n, prompt_len, vocab, seed=next(seeds))  # noqa: E731
-    engine = Engine(max_waiting=max(concurrency))
-    engine.session = session
-    thread = threading.Thread(target=engine.run, name="hearth-bench-engine", daemon=True)
-    thread.start()
     try:
         with memory_peak.PeakSampler(lm.device) as sampler:
             run_round(engine, prompts(1), min(new_tokens, 4))  # warm-up: allocator, kernels
@@ -219,7 +243,7 @@ def check_args(args) -> None:
 def run_cli(args) -> int:
     check_args(args)
     repeats = DEFAULT_REPEATS if args.repeats is None else args.repeats
-    result = measure(_load(args), list(args.concurrency), args.prompt_len, args.new_tokens,
+    result = measure(*started(args), list(args.concurrency), args.prompt_len, args.new_tokens,
                      repeats, peer=not args.no_peer)
     as_dict = asdict(result)
     print(json.dumps(as_dict) if args.json else markdown(result), flush=True)

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from engine.config import overrides
 from engine.events import (
     BadRequest,
     Failed,
@@ -145,13 +146,14 @@ def run(model: str | None, random_weights: bool, quant: str, kv_dtype: str, prom
     if random_weights and tensor_parallel > 1:
         lm = tp_session.random_host_model(_folder_for_random(model), req, tp_device)
     elif random_weights:
-        lm = loader.random_model(_folder_for_random(model), load_req)
+        lm = loader.random_model(_folder_for_random(model), load_req, overrides.backends())
     else:
         from engine.files.model_folder import check
 
-        lm = loader.load(check(model), load_req, lambda e: None)
+        lm = loader.load(check(model), load_req, lambda e: None,
+                         backends=overrides.backends())
     if tensor_parallel > 1:
-        session = tp_session.TPSession(lm, req, tp_device)
+        session = tp_session.TPSession(lm, req, tp_device, overrides.backends())
     else:
         session = Session(lm, kv_dtype, fast_path=not eager, compile_layers=compile_layers,
                           reproducible=reproducible)

@@ -25,6 +25,7 @@ def random_chat_model(shape_dir: str | Path, tokenizer_dir: str | Path,
     (seeded: the same each load) and `tokenizer_dir`'s tokenizer and chat template."""
     from transformers import AutoTokenizer
 
+    from engine.config import overrides
     from engine.files.model_folder import config_only_folder
     from engine.load import loader
 
@@ -36,5 +37,5 @@ def random_chat_model(shape_dir: str | Path, tokenizer_dir: str | Path,
     for f in Path(tokenizer_dir).iterdir():
         if f.name.startswith(TOKENIZER_FILES):
             shutil.copy2(f, folder / f.name)
-    lm = loader.random_model(config_only_folder(str(folder)), req)
+    lm = loader.random_model(config_only_folder(str(folder)), req, overrides.backends())
     return dataclasses.replace(lm, tokenizer=tok)

@@ -72,6 +72,7 @@ def step_seconds(session: Session, position: int) -> float:
 
 
 def load_draft(target: Session, draft: str, random_weights: bool, req: LoadRequest) -> Session:
+    from engine.config import overrides
     from engine.files.model_folder import check
     from engine.files.model_folder import config_only_folder as _folder_for_random
     from engine.load import loader
@@ -79,7 +80,7 @@ def load_draft(target: Session, draft: str, random_weights: bool, req: LoadReque
     dreq = LoadRequest(model=draft, quant="auto", device=target.lm.device.type,
                        context=target.lm.context, eager=req.eager, compile=req.compile)
     if random_weights:
-        dlm = loader.random_model(_folder_for_random(draft), dreq)
+        dlm = loader.random_model(_folder_for_random(draft), dreq, overrides.backends())
     else:
         if target.lm.tokenizer is None:
             raise BadRequest("a real draft needs a real target; add --random-weights to both")
@@ -90,7 +91,8 @@ def load_draft(target: Session, draft: str, random_weights: bool, req: LoadReque
         folder = check(draft)
         tok = AutoTokenizer.from_pretrained(folder.path, trust_remote_code=False)
         check_same_tokenizer(target.lm.tokenizer, tok, draft)
-        dlm = loader.load(folder, dreq, lambda e: None, tokenizer=tok)
+        dlm = loader.load(folder, dreq, lambda e: None, tokenizer=tok,
+                          backends=overrides.backends())
     return Session(dlm, "auto", fast_path=not req.eager, compile_layers=req.compile)
 
 

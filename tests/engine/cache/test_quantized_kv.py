@@ -14,11 +14,11 @@ import torch
 
 from engine.attention import decode_attention
 from engine.cache.kv_cache import KVCache
+from engine.config import overrides
 from engine.events import GenerateRequest, LoadRequest, SamplingParams
 from engine.formats.model_shape import ModelShape
 from engine.generate.session import Session
 from engine.kernels import attention_backend, kv_quant
-from engine.models import fused_ops
 from engine.plan.kv_dtype import auto_kv_dtype, choose_kv_dtype
 from engine.plan.memory import kv_bytes_per_token
 from engine.tools.eval import run_eval
@@ -675,7 +675,7 @@ def test_graph_decode_over_a_quantized_cache_equals_eager(kv, tiny_model, monkey
         assert ((graphed - eager).norm() / eager.norm()).item() < 1e-5
     if kv == "bf16":
         return
-    monkeypatch.setenv(fused_ops.ENV, "off")  # fp32: a short prefill runs the engine's own
+    monkeypatch.setenv(overrides.FUSED_OPS, "off")  # fp32: a short prefill runs the engine's own
     # layer step, the generic path transformers' modules; in bf16 they round apart
     graph = Session.load(LoadRequest(str(tiny_model), device="cuda", context=512, kv_dtype=kv,
                                      quant="fp32"))

@@ -34,7 +34,8 @@ def test_a_bad_override_names_its_variable(name, value):
 
 
 def test_a_bad_launch_override_fails_the_load_in_one_line(tiny_model, monkeypatch):
-    assert overrides.pdl({}) == "auto" and overrides.pdl({overrides.PDL: "off"}) == "off"
+    assert overrides.backends({}).pdl == "auto"
+    assert overrides.backends({overrides.PDL: "off"}).pdl == "off"
     monkeypatch.setenv(overrides.PDL, "fast")
     with pytest.raises(ValueError, match="HEARTH_PDL must be one of auto, products, off, "
                                          "not 'fast'"):
@@ -43,8 +44,9 @@ def test_a_bad_launch_override_fails_the_load_in_one_line(tiny_model, monkeypatc
 
 def test_backends_travel_as_json_and_refuse_bad_values():
     b = Backends(decode_attention="sdpa", decode_attention_launch=(("waves", 3),),
-                 kernel_prefill="all")
-    assert Backends.from_json(b.to_json()) == b
+                 kernel_prefill="all", int4_prefill="unpack", int4_rows="fixed",
+                 prefill_graphs="off", pdl="products")
+    assert Backends.from_json(b.to_json()) == b  # a tensor-parallel follower's, whole
     with pytest.raises(ValueError, match="kernel_prefill"):
         Backends(kernel_prefill=-1)
 
@@ -84,3 +86,39 @@ def test_kernel_health_is_per_session(tiny_model, monkeypatch):
     assert sick.cache.decode_attention == "reference"
     assert sick.loaded_event().config["failed_kernels"]
     assert healthy.cache.decode_attention == "triton"
+
+
+def test_the_knobs_read_at_use_are_resolved_at_load(tiny_model, monkeypatch):
+    """HEARTH_INT4_PREFILL, HEARTH_INT4_ROWS, HEARTH_PREFILL_GRAPHS and HEARTH_PDL are read
+    once, at load, into the session's Backends; the PDL setting the kernels launch under is the
+    load's, whatever the environment says afterwards."""
+    from engine.platform import nvrtc
+
+    monkeypatch.setattr(nvrtc, "_pdl", "auto")  # this process's, restored after the test
+    knobs = {overrides.INT4_PREFILL: "unpack", overrides.INT4_ROWS: "fixed",
+             overrides.PREFILL_GRAPHS: "off", overrides.PDL: "products"}
+    for name, value in knobs.items():
+        monkeypatch.setenv(name, value)
+    s = Session.load(LoadRequest(str(tiny_model), device="cpu"))
+    for name in knobs:
+        monkeypatch.delenv(name)
+    b = s.config.backends
+    assert (b.int4_prefill, b.int4_rows, b.prefill_graphs, b.pdl) == (
+        "unpack", "fixed", "off", "products")
+    assert s.cache.backends == b  # what the decode step reads them from
+    assert nvrtc.pdl_mode() == "products"
+    assert s.loaded_event().config["backends"]["prefill_graphs"] == "off"
+
+
+def test_int4_layers_take_the_loads_prefill_setting(tiny_awq):
+    from engine.config.backends import Backends
+    from engine.files.model_folder import check
+    from engine.load import loader
+    from engine.quant.int4_linear import Int4Linear
+
+    folder = check(str(tiny_awq["qwen2"]["awq"]))
+    req = LoadRequest(str(folder.path), device="cpu")
+    for setting, fused in (("fused", True), ("unpack", False)):
+        lm = loader.load(folder, req, lambda e: None, backends=Backends(int4_prefill=setting))
+        layers = [m for m in lm.model.modules() if isinstance(m, Int4Linear)]
+        assert layers and all(m.fused_prefill is fused for m in layers)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.step.decode import KERNEL_PREFILL, KERNEL_PREFILL_ENV, kernel_prefill
+from engine.config import overrides
+from engine.step.decode import KERNEL_PREFILL, kernel_prefill
 from tests.engine.helpers import INTERPRETER, interpreted
 
 INTERPRETED = """
@@ -158,12 +159,9 @@ def test_a_long_prefill_chunk_through_the_kernel_equals_the_modules(tiny_model):
 def test_the_kernel_prefill_setting(monkeypatch):
     """HEARTH_KERNEL_PREFILL: unset is KERNEL_PREFILL, a number is that many tokens, all is any
     chunk; anything else is refused with the setting's name."""
-    monkeypatch.delenv(KERNEL_PREFILL_ENV, raising=False)
-    assert kernel_prefill() == KERNEL_PREFILL
-    monkeypatch.setenv(KERNEL_PREFILL_ENV, "512")
-    assert kernel_prefill() == 512
-    monkeypatch.setenv(KERNEL_PREFILL_ENV, "all")
-    assert kernel_prefill() > 10**9
-    monkeypatch.setenv(KERNEL_PREFILL_ENV, "lots")
-    with pytest.raises(ValueError, match=KERNEL_PREFILL_ENV):
-        kernel_prefill()
+    env = overrides.KERNEL_PREFILL
+    assert kernel_prefill(overrides.backends({})) == KERNEL_PREFILL
+    assert kernel_prefill(overrides.backends({env: "512"})) == 512
+    assert kernel_prefill(overrides.backends({env: "all"})) > 10**9
+    with pytest.raises(ValueError, match=env):
+        overrides.backends({env: "lots"})

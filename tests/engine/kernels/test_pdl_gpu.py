@@ -23,10 +23,12 @@ HIDDEN, INNER, HEADS, KV_HEADS, D = 3584, 18944, 28, 4, 128  # Qwen2.5-7B's laye
 
 
 def _fresh(monkeypatch, mode: str) -> None:
-    """HEARTH_PDL=mode, and the launches looked up again (the gemv keeps its kernels by shape)."""
+    """The pdl setting `mode`, and the launches looked up again (the gemv keeps its kernels by
+    shape)."""
     from engine.kernels import int4_gemv_kernel
+    from engine.platform import nvrtc
 
-    monkeypatch.setenv("HEARTH_PDL", mode)
+    monkeypatch.setattr(nvrtc, "_pdl", mode)
     int4_gemv_kernel._plan.cache_clear()
     int4_gemv_kernel._product.cache_clear()
 

@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 
+from engine.config import overrides
 from engine.events import LoadRequest
 from engine.generate.session import Session
 from engine.models import fused_ops
@@ -90,9 +91,8 @@ def test_without_triton_the_step_keeps_pytorchs_pieces(tiny_model, monkeypatch):
     monkeypatch.setitem(sys.modules, "engine.kernels.fused_ops_kernel", None)  # import fails
     note = fused_ops.enable(step)
     assert note and "failed here" in note and step.fns == before
-    monkeypatch.setenv(fused_ops.ENV, "fast")
     with pytest.raises(ValueError, match="auto or off"):
-        fused_ops.wanted(torch.device("cuda"))
+        fused_ops.wanted(torch.device("cuda"), "fast")
 
 
 GPU = pytest.mark.skipif(not (torch.cuda.is_available() and fused_ops.wanted(torch.device("cuda"))),
@@ -120,7 +120,7 @@ def test_a_gpu_session_uses_the_fused_pieces(tiny_model_bf16, monkeypatch):
     fused = Session.load(LoadRequest(str(tiny_model_bf16), device="cuda", context=512))
     assert fused_ops.NOTE in fused.loaded_event().notes
     got = _teacher_forced_logits(fused, ids, 100)
-    monkeypatch.setenv(fused_ops.ENV, "off")
+    monkeypatch.setenv(overrides.FUSED_OPS, "off")
     plain = Session.load(LoadRequest(str(tiny_model_bf16), device="cuda", context=512))
     assert fused_ops.NOTE not in plain.loaded_event().notes
     pieces = _teacher_forced_logits(plain, ids, 100)
@@ -144,7 +144,7 @@ def test_fused_quantizing_stores_match_pytorchs(kv, tiny_model, monkeypatch):
     ids = torch.randint(3, 2048, (300,), generator=torch.Generator().manual_seed(6)).cuda()
     runs = []
     for setting in ("auto", "off"):
-        monkeypatch.setenv(fused_ops.ENV, setting)
+        monkeypatch.setenv(overrides.FUSED_OPS, setting)
         s = Session.load(LoadRequest(str(tiny_model), device="cuda", context=512, kv_dtype=kv,
                                      quant="fp32"))  # (bf16 is the default on a GPU)
         assert (fused_ops.NOTE in s.loaded_event().notes) == (setting == "auto")

@@ -59,8 +59,7 @@ def _scenarios(rank: int, path: str, out: str) -> None:
     dist.destroy_process_group()
 
 
-def test_the_sum_is_chosen_alike_on_every_rank(tmp_path, monkeypatch):
-    monkeypatch.delenv(tp_all_reduce.ENV, raising=False)
+def test_the_sum_is_chosen_alike_on_every_rank(tmp_path):
     mp.spawn(_scenarios, args=(str(tmp_path / "store"), str(tmp_path / "out")), nprocs=2)
     ranks = [torch.load(tmp_path / f"out.{r}") for r in range(2)]
     for results in ranks:
@@ -78,9 +77,8 @@ def test_the_sum_is_chosen_alike_on_every_rank(tmp_path, monkeypatch):
 def test_nccl_by_setting_and_large_messages_by_nccl(monkeypatch):
     """HEARTH_TP_ALL_REDUCE=nccl skips the choice (no collective: no group needed here); a
     product over MAX_BYTES (a prefill chunk's) goes to NCCL whatever was chosen."""
-    monkeypatch.setenv(tp_all_reduce.ENV, "nccl")
     reduce = AllReduce()
-    assert reduce.setup(HIDDEN, torch.float32, torch.device("cpu")) is None
+    assert reduce.setup(HIDDEN, torch.float32, torch.device("cpu"), setting="nccl") is None
     assert reduce.name == "nccl"
     seen = []  # tokens of each product, negative where NCCL summed it
     reduce.small = lambda x, w: seen.append(x.shape[1])
@@ -90,6 +88,5 @@ def test_nccl_by_setting_and_large_messages_by_nccl(monkeypatch):
     for T in (1, most, most + 1):
         reduce.linear(torch.zeros(1, T, 8), w)
     assert seen == [1, most, -(most + 1)]
-    monkeypatch.setenv(tp_all_reduce.ENV, "fastest")
-    with pytest.raises(ValueError, match=tp_all_reduce.ENV):
-        reduce.setup(HIDDEN, torch.float32, torch.device("cpu"))
+    with pytest.raises(ValueError, match="tp_all_reduce"):
+        reduce.setup(HIDDEN, torch.float32, torch.device("cpu"), setting="fastest")

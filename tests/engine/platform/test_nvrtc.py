@@ -140,18 +140,20 @@ def test_a_dependent_launch_hands_the_driver_a_config_with_the_attribute(monkeyp
                     ((1, 3, 1), (32, 2, 1), 0, 55, 1, 6, 1, 0xABC0, -1, None)]
 
 
-def test_hearth_pdl_is_auto_products_or_off(monkeypatch):
-    monkeypatch.delenv("HEARTH_PDL", raising=False)
+def test_pdl_is_auto_products_or_off_as_the_load_set_it(monkeypatch):
+    """The load's Backends.pdl (HEARTH_PDL read once, config/overrides.py), not the
+    environment at each launch."""
+    monkeypatch.setattr(nvrtc, "_pdl", "auto")
+    monkeypatch.setenv("HEARTH_PDL", "off")  # read at a load, never here
     assert nvrtc.pdl_mode() == "auto"
-    for value, mode in (("products", "products"), ("off", "off"), ("auto", "auto")):
-        monkeypatch.setenv("HEARTH_PDL", value)
+    for mode in ("products", "off", "auto"):
+        nvrtc.use_pdl(mode)
         assert nvrtc.pdl_mode() == mode
-    monkeypatch.setenv("HEARTH_PDL", "off")
+    nvrtc.use_pdl("off")
     assert not nvrtc.pdl_wanted(0)  # without asking the device
-    monkeypatch.setenv("HEARTH_PDL", "on")
-    with pytest.raises(ValueError, match="HEARTH_PDL must be one of auto, products, off, not 'on'"):
-        nvrtc.pdl_mode()
-    monkeypatch.setenv("HEARTH_PDL", "auto")
+    with pytest.raises(ValueError, match="pdl must be one of auto, products, off, not 'on'"):
+        nvrtc.use_pdl("on")
+    nvrtc.use_pdl("auto")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: (8, 9))
     assert not nvrtc.pdl_wanted(0)  # an RTX 4090: no griddepcontrol
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: (12, 0))

@@ -127,18 +127,19 @@ def test_concat_shares_memory_and_equals_the_members():
     assert Int4Linear.concat(cpu) is None  # the CPU layout packs 64 rows together
 
 
-def test_kernel_choice_on_this_machine(monkeypatch):
+def test_kernel_choice_on_this_machine():
+    from engine.config import overrides
     from engine.quant.int4_linear import choose_kernel
 
     assert choose_kernel(CPU, torch.bfloat16, 96, 256, 128) == "cpu"
     assert choose_kernel(CPU, torch.bfloat16, 40, 256, 128) == "reference"  # N % 16 != 0
-    monkeypatch.setenv("HEARTH_INT4_KERNEL", "reference")
-    assert choose_kernel(CPU, torch.bfloat16, 96, 256, 128) == "reference"
-    monkeypatch.setenv("HEARTH_INT4_KERNEL", "tinygemm")  # does not fit a CPU: the next best
-    assert choose_kernel(CPU, torch.bfloat16, 96, 256, 128) == "cpu"
-    monkeypatch.setenv("HEARTH_INT4_KERNEL", "int3")
-    with pytest.raises(ValueError, match="HEARTH_INT4_KERNEL"):
-        choose_kernel(CPU, torch.bfloat16, 96, 256, 128)
+    assert choose_kernel(CPU, torch.bfloat16, 96, 256, 128, "reference") == "reference"
+    # tinygemm does not fit a CPU: the next best
+    assert choose_kernel(CPU, torch.bfloat16, 96, 256, 128, "tinygemm") == "cpu"
+    with pytest.raises(ValueError, match="int3"):
+        choose_kernel(CPU, torch.bfloat16, 96, 256, 128, "int3")
+    with pytest.raises(ValueError, match="HEARTH_INT4_KERNEL"):  # refused as the load reads it
+        overrides.backends({overrides.INT4_KERNEL: "int3"})
 
 
 INTERPRETED = """

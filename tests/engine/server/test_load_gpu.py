@@ -37,7 +37,7 @@ def gpu_server():
     engine.session = session
     thread = threading.Thread(target=engine.run, daemon=True)
     thread.start()
-    server = start_server(engine, max_seqs=CONCURRENCY)
+    server = start_server(engine)
     yield server, server.app.state.model.id, references
     server.stop()
     engine.stop()

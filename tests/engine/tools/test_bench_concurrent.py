@@ -4,6 +4,7 @@ on synthetic timestamps."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import threading
 
@@ -113,13 +114,39 @@ def test_the_sweep_prints_json_and_writes_the_same_file(tmp_path, capsys):
                 _check_row(row, row["concurrency"])
 
 
-def test_the_table_names_the_seed_fields(capsys):
+def test_the_table_names_the_seed_fields(capsys, monkeypatch):
+    """Also: the bench's engine is the server's (service/start.py): the same batch size, and
+    the session built on the engine's own thread, where torch keeps the CPU thread count that
+    the session's governor starts from."""
+    from engine.config.engine_config import MAX_SEQS
+    from engine.server import command
+    from engine.service import start
+
+    built, engines = [], []
+    init = Session.__init__
+
+    def recording_init(self, *args, **kwargs):
+        built.append(threading.current_thread().name)
+        init(self, *args, **kwargs)
+
+    def recording_start(*args, **kwargs):
+        engines.append(start_engine(*args, **kwargs))
+        return engines[-1]
+
+    start_engine = start.start
+    monkeypatch.setattr(Session, "__init__", recording_init)
+    monkeypatch.setattr(start, "start", recording_start)
     assert cli.main(["bench", "--concurrency", "2", "--prompt-len", "8", "--new-tokens", "4",
                      "--repeats", "1", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     for name in ("total_time", "total_tokens", "throughput", "avg_latency", "TTFT p50",
                  "ITL p50", "one request alone", "transformers generate_batch"):
         assert name in out
+    ((engine, thread),) = engines
+    assert built == [thread.name]  # one session, built on the engine's own thread
+    parser = argparse.ArgumentParser()
+    command.add_parser(parser.add_subparsers())
+    assert engine.max_seqs == MAX_SEQS == parser.parse_args(["serve"]).max_seqs
 
 
 @pytest.mark.parametrize("argv", [
