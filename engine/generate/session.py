@@ -157,8 +157,8 @@ class Session:
 
     def can_batch(self) -> bool:
         """Whether generations run together in continuous batches (generate/batch_run.py): the
-        engine's own step on one device (speculation, a draft's or prompt lookup's, runs for a
-        request alone: service/engine.py)."""
+        engine's own step on one device (a draft's speculation runs for a request alone:
+        service/engine.py)."""
         return (isinstance(self.decoder, Decoder) and self.decoder.family is not None
                 and self.decoder.mode in ("graph", "static"))
 
