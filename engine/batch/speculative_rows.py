@@ -143,9 +143,13 @@ class SpeculativeRows:
         tokens (accepted proposals, then the target's own), read on the host at once."""
         for c in chunks:  # a plain step of a speculating row: judged once the next begins
             row = self.rows.get(c.seq)
-            if row is not None and c.sample and not c.spec:
+            if row is not None and c.length == 1 and c.sample:
                 row.last = ("plain",)
         verify = [c for c in chunks if c.spec]
+        for seq, row in self.rows.items():  # proposals the plan left out (budget, preemption):
+            if row.grammar is not None and not any(c.seq is seq for c in verify):
+                row.grammar.grammar.rollback(row.grammar.taken)  # the grammar forgets them
+                row.grammar = None
         if not verify:
             return {}
         raws, judged = [], []
@@ -153,8 +157,10 @@ class SpeculativeRows:
             raws.append(raw)  # kept: no later pass of this step writes where it lives
             row = self.rows[c.seq]
             proposals = torch.tensor(c.spec, dtype=torch.long, device=raw.device)
-            allowed = None if row.grammar is None else row.grammar.masks(raw.device)
-            judged.append((proposals, *judge(row.sampler, raw, proposals, row.q, allowed)))
+            K = len(c.spec)  # the plan may have cut the proposals short
+            allowed = None if row.grammar is None else row.grammar.masks(raw.device)[:K + 1]
+            q = None if row.q is None else row.q[:K]
+            judged.append((proposals, *judge(row.sampler, raw, proposals, q, allowed)))
         host = torch.cat([torch.cat([n.view(1), nxt]) for _, n, nxt in judged]).tolist()  # the
         # verify rows' one host sync
         out = {}
