@@ -86,7 +86,7 @@ def run_batch(session: Session, n: int, lookup: bool, new_tokens: int):
     t0 = time.perf_counter()
     for i in range(n):
         req = GenerateRequest(prompt=PROMPTS[i % len(PROMPTS)], max_new_tokens=new_tokens,
-                              ignore_eos=True, prompt_lookup=lookup,
+                              prompt_lookup=lookup,
                               sampling=SamplingParams(temperature=0.0))
         engine.submit(req, sink_of(i))
     for _ in range(n):

@@ -178,8 +178,9 @@ class BatchRun:
             logits = prefill_batch.run(
                 self.decoder.family, [prefill_batch.Chunk(c.token_ids, c.start,
                                                           c.seq.table.block_ids)
-                                      for c in prefills], lambda end: bucket(self.decoder.buckets, end),
-                self.batched.tables.max_blocks, self.cache.scratch, device)
+                                      for c in prefills],
+                lambda end: bucket(self.decoder.buckets, end), self.batched.tables.max_blocks,
+                self.cache.scratch, device)
             self.prefill_passes[len(prefills)] += 1
         for j, c in enumerate(prefills):
             seq = c.seq
