@@ -11,6 +11,8 @@ wrong, so rounds accept runs of proposals, reject some and add the target's own 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -183,3 +185,43 @@ def test_a_sampled_speculative_request_keeps_its_seed(llama, oracle):
         assert run.end("second").stats.proposed_draft_tokens > 0
     finally:
         run.close()
+
+
+def test_constrained_lookup_rows_with_logprobs_equal_plain_constrained_greedy(tiny_models,
+                                                                               one_thread):
+    """Real prompt lookup over compact JSON, under each request's grammar and with logprobs:
+    three such requests at once beside a plain sampled row each give plain constrained greedy's
+    tokens alone, and each token's logprobs those of its plain step (fp32 rounding of a block
+    against single steps); proposals were accepted and rejected."""
+    from tests.engine.spec.test_constrained_speculation import (
+        ROUNDING,
+        SCHEMAS,
+        logprobs_of,
+    )
+    from tests.engine.spec.test_constrained_speculation import request as constrained
+
+    s = Session.load(LoadRequest(str(tiny_models["qwen2"]), device="cpu", context=512))
+    s.adaptive, s.switch_off = False, False
+    reqs = [constrained(SCHEMAS[i], max_new_tokens=40,
+                        sampling=SamplingParams(temperature=0.0, logprobs=3)) for i in (1, 2, 3)]
+    expected = [list(s.generate(r)) for r in reqs]
+    run = Run(s)
+    try:
+        run.submit("plain", request(1, max_new_tokens=30))
+        for i, r in enumerate(reqs):
+            run.submit(f"c{i}", replace(r, prompt_lookup=True))
+        ends = [run.end(f"c{i}") for i in range(3)]
+        for i, ref in enumerate(expected):
+            assert run.tokens(f"c{i}") == [t for e in ref if hasattr(e, "token_ids")
+                                          for t in e.token_ids]
+            mine, theirs = logprobs_of(run.events[f"c{i}"]), logprobs_of(ref)
+            assert len(mine) == len(theirs)
+            for (lp, top), (ref_lp, ref_top) in zip(mine, theirs, strict=True):
+                assert [t for t, _ in top] == [t for t, _ in ref_top]
+                torch.testing.assert_close(torch.tensor([lp, *(v for _, v in top)]),
+                                           torch.tensor([ref_lp, *(v for _, v in ref_top)]),
+                                           rtol=0, atol=ROUNDING)
+    finally:
+        run.close()
+    accepted = sum(e.stats.accepted_draft_tokens for e in ends)
+    assert 0 < accepted < sum(e.stats.proposed_draft_tokens for e in ends)
