@@ -258,7 +258,9 @@ class BatchRun:
             gen.sink(gen.sampler.token("", (tid,), last=True))
             return self._end(gen, "eos")
         piece, stopped = gen.stop.feed(gen.detok.add(tid))
-        reason = loop_guard.end_reason(gen.req, gen.seq.output_ids, stopped, gen.n_new,
+        ids = gen.seq.output_ids  # a verify row's later tokens are not given out yet
+        reason = loop_guard.end_reason(gen.req, ids if len(ids) == gen.n_new else
+                                       ids[:gen.n_new], stopped, gen.n_new,
                                        gen.seq.max_new_tokens, gen.sampler)
         if reason:
             gen.sink(gen.sampler.token(piece + ("" if stopped else gen.stop.flush()), (tid,),
