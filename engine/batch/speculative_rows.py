@@ -54,8 +54,8 @@ class SpecRow:
     control: Controller
     sampler: Sampler
     started: bool = False
-    last: tuple | None = None  # ("round", proposed, accepted, propose_s) or ("plain",): judged
-    # by the time of its step, known once the next step starts
+    last: tuple | None = None  # ("round", proposed, accepted, propose_s, timed) or ("plain",):
+    # judged by the time of its step, known once the next step starts
     propose_s: float = 0.0
     grammar: DraftedGrammar | None = None  # this step's, for a constrained request
     q: torch.Tensor | None = field(default=None, repr=False)
@@ -92,7 +92,11 @@ class SpeculativeRows:
         self.rows.pop(seq, None)
 
     def stats_of(self, seq: Seq) -> SpecRow | None:
-        return self.rows.get(seq)
+        """The row whose stats a Stats event reports, its last round counted (not timed)."""
+        row = self.rows.get(seq)
+        if row is not None and row.last is not None and row.last[0] == "round":
+            self._judge(row, None)
+        return row
 
     def waits_on(self, inflight: InFlight) -> bool:
         """Whether a speculating sequence's last token is still on the device (it proposes
@@ -108,14 +112,8 @@ class SpeculativeRows:
         step_s = None if self._t is None else now - self._t
         self._t = now
         for seq, row in self.rows.items():
-            last, row.last, row.grammar, row.q = row.last, None, None, None
-            if last is not None and step_s is not None:
-                if last[0] == "round":
-                    _, proposed, accepted, propose_s = last
-                    row.control.round_done(proposed, accepted, propose_s, step_s - propose_s,
-                                           step_s)
-                else:
-                    row.control.plain_done(step_s)
+            self._judge(row, step_s)
+            row.grammar, row.q = None, None
             if seq.state is not State.RUNNING or seq.num_pending != 1:
                 continue
             k = row.control.next_k(seq.max_new_tokens - len(seq.output_ids) - 1)
@@ -136,14 +134,30 @@ class SpeculativeRows:
                 row.grammar, row.q = grammar, q
             row.propose_s = time.perf_counter() - t0
 
+    @staticmethod
+    def _judge(row: SpecRow, step_s: float | None) -> None:
+        """Its controller takes the row's last step: a round (timed where it says so) or a plain
+        step (timed only)."""
+        last, row.last = row.last, None
+        if last is not None and last[0] == "round":
+            _, proposed, accepted, propose_s, timed = last
+            seconds = step_s if timed else None
+            row.control.round_done(proposed, accepted, propose_s, (seconds or 0.0) - propose_s,
+                                   seconds)
+        elif last is not None and step_s is not None:
+            row.control.plain_done(step_s)
+
     # ------------------------------------------------------------------ in the step
 
     def verify(self, chunks: tuple[Chunk, ...], max_blocks: int) -> dict[Seq, list[int]]:
         """Run the step's verify rows (chunks with proposals) and judge each -> its committed
         tokens (accepted proposals, then the target's own), read on the host at once."""
-        for c in chunks:  # a plain step of a speculating row: judged once the next begins
+        # a plain step of a speculating row: judged by its time once the next step begins,
+        # unless a prefill chunk ran in it (its time is the prompt's, not the rows')
+        timed = not any(c.length > 1 and not c.spec for c in chunks)
+        for c in chunks:
             row = self.rows.get(c.seq)
-            if row is not None and c.length == 1 and c.sample:
+            if row is not None and c.length == 1 and c.sample and timed:
                 row.last = ("plain",)
         verify = [c for c in chunks if c.spec]
         for seq, row in self.rows.items():  # proposals the plan left out (budget, preemption):
@@ -173,7 +187,7 @@ class SpeculativeRows:
                 row.grammar.settle(accepted, tokens[-1])  # rolled back to the accepted length
             row.proposer.commit(tokens[:accepted], len(c.spec))
             row.sampler.mark(tokens)
-            row.last = ("round", len(c.spec), accepted, row.propose_s)
+            row.last = ("round", len(c.spec), accepted, row.propose_s, timed)
             out[c.seq] = tokens
         return out
 
