@@ -1,2 +1,3 @@
-"""Continuous batching: sequences in one shared paged arena, the scheduler that fills a step, and
-a step's tokens while they are still on the device."""
+"""Continuous batching: sequences in one shared paged arena, the scheduler that fills a step,
+a step's tokens while they are still on the device, and the speculative requests' verify rows
+beside the plain ones."""

@@ -1,5 +1,6 @@
 """Which tokens of which sequences one step computes, under a token budget (vLLM V1's policy):
-running sequences first (a decode is one token; a prefill continues in chunks), then waiting ones
+running sequences first (a decode is one token, and its proposals where it speculates, as far as
+the budget holds them; a prefill continues in chunks), then waiting ones
 in arrival order while the budget, `max_seqs` and free blocks allow. Admission shares the cached
 blocks of a prompt's prefix (block_manager's hashes, across concurrent sequences). When a running
 sequence needs a block and none is left, the newest running sequence is preempted (its blocks go
@@ -80,10 +81,12 @@ class Scheduler:
         for seq in list(self.running):  # oldest first
             if seq.state is not State.RUNNING or not budget:
                 continue
-            n = min(seq.num_pending, budget, self.max_chunk)
+            spec, seq.spec_ids = seq.spec_ids, []
+            n = min(seq.num_pending + len(spec), budget, self.max_chunk)
+            spec = tuple(spec[:max(0, n - seq.num_pending)])
             if not self._grow(seq, seq.num_computed + n, preempted):
                 continue  # seq itself was preempted: nothing older was left to take from
-            chunks.append(Chunk(seq, seq.num_computed, n))
+            chunks.append(Chunk(seq, seq.num_computed, n, spec))
             budget -= n
         while budget and self.waiting and len(self.running) < self.max_seqs and not preempted:
             seq = self.waiting[0]
@@ -92,6 +95,7 @@ class Scheduler:
             except OutOfBlocks:
                 break  # first come, first served: later arrivals do not jump the queue
             self.waiting.popleft()
+            seq.spec_ids = []
             self._arrivals += 1
             seq.arrival, seq.num_computed, seq.state = self._arrivals, start, State.RUNNING
             self.running.append(seq)
@@ -125,16 +129,24 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.appendleft(seq)
 
-    def finish_step(self, step: Step, sampled: dict[Seq, int]) -> None:
+    def finish_step(self, step: Step, sampled: dict[Seq, int],
+                    verified: dict[Seq, list[int]] | None = None) -> None:
         """The step ran: every chunk's K/V is written; `sampled` holds the next token of each
-        chunk that ended at its sequence's last token. A sequence that reached max_new_tokens is
-        finished ("length"); the caller finishes the others (eos, stop strings) with `finish`."""
+        chunk that ended at its sequence's last token; `verified` each verify row's committed
+        tokens (its accepted proposals, whose K/V stay, then the target's own). A sequence that
+        reached max_new_tokens is finished ("length"); the caller finishes the others (eos, stop
+        strings) with `finish`."""
+        verified = verified or {}
         for chunk in step.chunks:
             seq = chunk.seq
             if seq.state is not State.RUNNING:
                 continue  # finished (cancelled) while the step ran
-            seq.num_computed = chunk.start + chunk.length
-            if chunk.sample and seq in sampled:
+            seq.num_computed = chunk.start + chunk.length - len(chunk.spec)
+            if seq in verified:
+                tokens = verified[seq][:seq.max_new_tokens - len(seq.output_ids)]
+                seq.num_computed += len(tokens) - 1  # the accepted proposals' K/V are right
+                seq.output_ids.extend(tokens)
+            elif chunk.sample and seq in sampled:
                 seq.output_ids.append(sampled[seq])
             if seq.num_computed // self.blocks.block_size > len(seq.table.hashes):
                 self.blocks.commit(seq.table, seq.token_ids[:seq.num_computed])  # a block filled

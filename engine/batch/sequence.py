@@ -27,6 +27,8 @@ class Seq:
     state: State = State.WAITING
     preemptions: int = 0
     finish_reason: str | None = None
+    spec_ids: list[int] = field(default_factory=list)  # proposals for the next step to verify
+    # after its pending token (batch/speculative_rows.py); the scheduler takes what fits
 
     @property
     def token_ids(self) -> list[int]:
@@ -60,13 +62,21 @@ class Seq:
 
 @dataclass(frozen=True)
 class Chunk:
-    """Feed seq.token_ids[start:start + length] at positions start..; `sample`: the chunk ends
-    at the sequence's last token, so its logits give the next token."""
+    """Feed seq.token_ids[start:] then `spec` (proposals), `length` tokens in all, at positions
+    start..; `sample`: the chunk ends at the sequence's last token (before its proposals), so
+    its logits give the next token. A chunk with proposals is a verify row: the logits of its
+    every position are needed, and its rejected positions are simply overwritten later."""
 
     seq: Seq
     start: int
     length: int
+    spec: tuple[int, ...] = ()
 
     @property
     def sample(self) -> bool:
-        return self.start + self.length == self.seq.num_tokens
+        return self.start + self.length - len(self.spec) == self.seq.num_tokens
+
+    @property
+    def token_ids(self) -> list[int]:
+        end = self.start + self.length - len(self.spec)
+        return self.seq.token_ids[self.start:end] + list(self.spec)

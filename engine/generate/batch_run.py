@@ -9,9 +9,10 @@ where that decoder is `solo` (its graphs: a single chat pays nothing for batchin
 keeps its own sampler (sampling parameters, seed), detokenizer, stop strings, eos, loop guard
 and token limit, and its events go to its own sink, ending in one Finished or Failed. A step's
 tokens reach the host while the next step runs (batch/inflight.py), and its events go out then.
-Speculative decoding is not here: a speculative request decodes plainly in the batch, and
-hand_off gives it back to the service (service/engine.py) to speculate alone once it is the last
-one left.
+A prompt-lookup request speculates here, its verify rows beside the plain ones
+(batch/speculative_rows.py; on one device); a draft model's request (and a split model's
+speculating one) decodes plainly, and hand_off gives it back to the service (service/engine.py)
+to speculate alone once it is the last one left.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 from engine.batch.inflight import UNKNOWN, InFlight
 from engine.batch.scheduler import Scheduler, TooLong
 from engine.batch.sequence import Seq, State
+from engine.batch.speculative_rows import SpeculativeRows, speculates_alone
 from engine.events import (
     BadRequest,
     Failed,
@@ -40,7 +42,6 @@ from engine.generate.resume import Resume
 from engine.generate.template_guard import RenderCancelled
 from engine.models import prefill_batch
 from engine.plan.oom import memory_kind
-from engine.step.batch_sampling import sample_rows
 
 STATS_INTERVAL_S = 0.25
 
@@ -66,6 +67,7 @@ class BatchRun:
         self.prefill_passes: Counter[int] = Counter()  # chunks a prefill pass -> how many passes
         self._pending: dict[Generation, int] = {}  # tokens on the host, not yet given out
         self.inflight = InFlight()  # the last step's tokens, on the device while the next runs
+        self.spec = SpeculativeRows(session)
 
     # ------------------------------------------------------------------ requests
 
@@ -95,6 +97,7 @@ class BatchRun:
             return sink(Failed(str(e), bad_input=True))
         except RenderCancelled:
             return sink(Finished("cancelled"))
+        self.spec.add(gen.seq, req, gen.sampler, capture=not self._bound)
         if not self._bound:
             self.cache.release()  # its full blocks stay cached by hash for the batch to share
             self._bound = True
@@ -103,21 +106,20 @@ class BatchRun:
             self.scheduler.add(gen.seq)
         except TooLong as e:
             del self.gens[gen.seq]
+            self.spec.drop(gen.seq)
             self._idle()
             sink(Failed(str(e), bad_input=True))
 
     def hand_off(self) -> tuple[GenerateRequest, Callable[[object], None], threading.Event,
                                 Resume] | None:
-        """The one generation left, where it would speculate alone (a draft attached, prompt
-        lookup) and is past its prefill: taken out of the batch, with what carries it on in a
-        session of one. None otherwise (asked after every step: the checks come first)."""
+        """The one generation left, where it would speculate alone with a draft model and is
+        past its prefill: taken out of the batch, with what carries it on in a session of one.
+        None otherwise (asked after every step: the checks come first)."""
         if len(self.gens) != 1 or self.scheduler.waiting:
             return None
         (gen,) = self.gens.values()
         req, seq = gen.req, gen.seq
-        speculates = (req.prompt_lookup or req.num_speculative_tokens
-                      or self.session.draft is not None) and req.num_speculative_tokens != 0
-        if not speculates or gen.cancel.is_set() or not seq.output_ids \
+        if not speculates_alone(req, self.session) or gen.cancel.is_set() or not seq.output_ids \
                 or seq.state is not State.RUNNING or seq.num_pending != 1:
             return None
         self._resolve()
@@ -156,53 +158,33 @@ class BatchRun:
         self._idle()
 
     def _step(self) -> None:
+        if self.spec.rows:  # proposals from the host's tokens, before the plan takes them
+            if self.spec.waits_on(self.inflight):
+                self._resolve()
+            self.spec.propose()
         plan = self.scheduler.schedule()
         device = self.session.lm.device
         for chunk in plan.chunks:
             gen = self.gens[chunk.seq]
             if not gen.admitted:
                 gen.admitted, gen.cached = True, chunk.start
-        sampled: dict[Seq, torch.Tensor] = {}  # [1] on the device
-        batch_seqs: list[Seq] = []  # rows of the batched step sampled, in batch_tokens' order
-        batch_tokens = None
+        sampled: dict[Seq, torch.Tensor] = {}  # a prefill chunk's next token, [1] on the device
         # a token below seq.keep is a prefill's: only its own pass skips shared blocks there
         rows = [c for c in plan.chunks if c.length == 1 and c.start >= c.seq.table.keep]
         self.rows_seen[len(rows)] += 1
-        prefills = [c for c in plan.chunks if c not in rows]
+        prefills = [c for c in plan.chunks if c not in rows and not c.spec]
         if prefills:
             logits, together = self.batched.prefill(
-                [prefill_batch.Chunk(c.seq.token_ids[c.start:c.start + c.length], c.start,
-                                     c.seq.table.block_ids) for c in prefills],
-                [c.seq.table for c in prefills])
+                [prefill_batch.Chunk(c.token_ids, c.start, c.seq.table.block_ids)
+                 for c in prefills], [c.seq.table for c in prefills])
             self.prefill_passes.update([len(prefills)] if together else [1] * len(prefills))
         for j, c in enumerate(prefills):
             if c.sample:
                 sampled[c.seq] = self.gens[c.seq].sampler(logits[j])
             self._progress(self.gens[c.seq], c)
-        if len(rows) == 1 and self.batched.solo:
-            c = rows[0]
-            gen = self.gens[c.seq]
-            self.cache.bind(c.seq.table)
-            i = self.inflight.index(c.seq, c.start)
-            token = self.inflight.tokens[i:i + 1] if i is not None else \
-                torch.tensor([c.seq.token_at(c.start)], dtype=torch.long, device=device)
-            logits = self.decoder.step(token, c.start)
-            if c.sample:
-                sampled[c.seq] = gen.sampler(logits)
-        elif rows:
-            on_device = None
-            if self.inflight:  # rows whose token is the last step's read it on the device
-                where = (self.inflight.index(c.seq, c.start) for c in rows)
-                on_device = (self.inflight.tokens, [-1 if i is None else i for i in where])
-            logits = self.batched.step([c.seq.token_at(c.start) for c in rows],
-                                       [c.start for c in rows],
-                                       [((c.seq, c.seq.arrival), c.seq.table) for c in rows],
-                                       on_device)
-            chosen = [i for i, c in enumerate(rows) if c.sample]
-            if chosen:
-                batch_tokens = sample_rows([self.gens[rows[i].seq].sampler for i in chosen],
-                                           logits[chosen] if len(chosen) < len(rows) else logits)
-                batch_seqs = [rows[i].seq for i in chosen]
+        row_seqs, row_tokens = self.batched.decode(
+            rows, [self.gens[c.seq].sampler for c in rows], self.inflight) if rows else ([], None)
+        verified = self.spec.verify(plan.chunks, self.batched.tables.max_blocks)
         # the GPU runs this step while the host takes the last one's tokens (one copy, which
         # waits for that step only) and gives them out (text, stop strings, events): a sequence
         # that ended there ran one row more, and its token is dropped
@@ -211,14 +193,21 @@ class BatchRun:
         self.on_given_out()
         # this step's tokens stay on the device (each chunk's, then the batched rows'): the
         # next step is planned and launched before they reach the host
-        order = list(sampled) + batch_seqs
-        parts = list(sampled.values()) + ([batch_tokens] if batch_seqs else [])
+        order = list(sampled) + row_seqs
+        parts = list(sampled.values()) + ([row_tokens] if row_seqs else [])
         at = [len(seq.output_ids) for seq in order]
-        self.scheduler.finish_step(plan, dict.fromkeys(order, UNKNOWN))
+        self.scheduler.finish_step(plan, dict.fromkeys(order, UNKNOWN), verified)
         held = [(seq, i, n) for i, (seq, n) in enumerate(zip(order, at, strict=True))
                 if len(seq.output_ids) > n]  # not those that ended while it ran
         if held:
             self.inflight.hold(torch.cat(parts), held)
+        for seq, tokens in verified.items():  # on the host already: given out now
+            gen = self.gens.get(seq)
+            for i, tid in enumerate(tokens if gen is not None else ()):
+                if seq not in self.gens:  # it ended before these: they are not its answer
+                    self.history = self.history[:i - len(tokens)]
+                    break
+                self._emit(gen, tid)
 
     def _resolve(self) -> None:
         for seq, tid in self.inflight.resolve().items():
@@ -249,7 +238,9 @@ class BatchRun:
             gen.sink(gen.sampler.token("", (tid,), last=True))
             return self._end(gen, "eos")
         piece, stopped = gen.stop.feed(gen.detok.add(tid))
-        reason = loop_guard.end_reason(gen.req, gen.seq.output_ids, stopped, gen.n_new,
+        ids = gen.seq.output_ids  # a verify row's later tokens are not given out yet
+        reason = loop_guard.end_reason(gen.req, ids if len(ids) == gen.n_new else
+                                       ids[:gen.n_new], stopped, gen.n_new,
                                        gen.seq.max_new_tokens, gen.sampler)
         if reason:
             gen.sink(gen.sampler.token(piece + ("" if stopped else gen.stop.flush()), (tid,),
@@ -271,12 +262,14 @@ class BatchRun:
             self.scheduler.finish(seq, reason)
         self.history = seq.token_ids
         del self.gens[seq]
-        gen.sink(Finished(reason, self._stats(gen)))
+        stats = self._stats(gen)
+        self.spec.drop(seq)
+        gen.sink(Finished(reason, stats))
 
     def _stats(self, gen: Generation):
         ids = gen.seq.prompt_ids
         return session_events.stats(self.session, ids, gen.n_new, gen.t_start, gen.t_first,
-                                    gen.cached, gen.dropped)
+                                    gen.cached, gen.dropped, self.spec.stats_of(gen.seq))
 
     def _fail_all(self, e: Exception) -> None:
         try:  # the tokens that were sampled are given out before the failure
@@ -299,6 +292,7 @@ class BatchRun:
         self.scheduler = Scheduler(self.cache.blocks, self.max_seqs,
                                    self.scheduler.token_budget)
         self.batched = self.session.batched_decoder(self.max_seqs)
+        self.spec = SpeculativeRows(self.session)
         for gen in gens:
             gen.sink(failed)
 
@@ -308,3 +302,4 @@ class BatchRun:
         if not self.gens and self._bound:
             self.cache.unbind()
             self._bound = False
+

@@ -41,7 +41,8 @@ def new_generation(session, seq_id: str, req: GenerateRequest, sink, cancel: thr
     req.validate()
     if req.num_speculative_tokens and not req.prompt_lookup and session.draft is None:
         raise BadRequest("speculative tokens need a draft model (--draft) or prompt lookup")
-    # speculation is a batch of one's: in a batch the request decodes plainly
+    # prompt lookup speculates in the batch (batch/speculative_rows.py); a draft's request
+    # decodes plainly there, and speculates once alone
     t_start = time.perf_counter()
     ids, _, dropped, max_new, sampler = session.checked_prompt(req, history, cancel)
     return Generation(Seq(seq_id, list(ids), max_new), req, sink, cancel, sampler,

@@ -69,6 +69,8 @@ class Session:
     resolved here from `lm` and the other arguments (benchmarks and tests that build a model
     themselves)."""
 
+    verifies_in_batch = True  # a prompt-lookup request's verify rows run beside plain rows
+
     def __init__(self, lm: loader.LoadedModel, kv_dtype: str = "auto", fast_path: bool = True,
                  compile_layers: bool = False, *, config: EngineConfig | None = None,
                  reproducible: bool | None = None, kv_tokens: int | None = None):
@@ -148,7 +150,7 @@ class Session:
 
     def can_batch(self) -> bool:
         """Whether generations run together in continuous batches (generate/batch_run.py): the
-        engine's own step (speculation runs for a request alone: service/engine.py)."""
+        engine's own step (a draft's speculation runs for a request alone: service/engine.py)."""
         return (isinstance(self.decoder, Decoder) and self.decoder.family is not None
                 and self.decoder.mode in ("graph", "static"))
 

@@ -4,7 +4,8 @@
 written through its own sequence's block table, and attention taken a sequence at a time over
 that sequence's blocks, exactly as its own prefill chunk takes it (FamilyStep.block's attention:
 the decode kernel reading the blocks in place, causal by position). Only the last token of each
-chunk goes through the lm_head.
+chunk goes through the lm_head, but every token of a verify row (speculative decoding in a batch:
+the pending token and its proposals, whose logits are all needed).
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ class Chunk:
     token_ids: list[int]  # the chunk's tokens
     start: int  # the position of its first
     block_ids: list[int]  # its sequence's blocks, reserved past start + len(token_ids)
+    every: bool = False  # a verify row: the logits of every token, not the last only
 
 
 def run(step: FamilyStep, chunks: list[Chunk], kv_len_of, max_blocks: int, scratch: int,
         device: torch.device) -> torch.Tensor:
-    """-> logits [len(chunks), V]: row c the next-token logits after chunk c's last token.
+    """-> logits [len(chunks), V]: row c the next-token logits after chunk c's last token (a
+    chunk with `every`: a row after each of its tokens, in order, in its place among the rows).
     kv_len_of(end): the KV bucket a chunk ending at `end` attends over (the decoder's)."""
     tokens, positions, segment, rows, keep = [], [], [], [], []
     for c, chunk in enumerate(chunks):
@@ -38,7 +41,7 @@ def run(step: FamilyStep, chunks: list[Chunk], kv_len_of, max_blocks: int, scrat
         positions += range(chunk.start, chunk.start + T)
         segment += [c] * T
         rows.append(list(chunk.block_ids) + [scratch] * (max_blocks - len(chunk.block_ids)))
-        keep.append(len(tokens) - 1)
+        keep.extend(range(len(tokens) - T if chunk.every else len(tokens) - 1, len(tokens)))
     host = torch.tensor([tokens, positions, segment], dtype=torch.long)
     ids, pos, seg = host.to(device).unbind(0)  # one copy to the device
     tables = torch.tensor(rows, dtype=torch.int32).to(device)  # [S, max_blocks]

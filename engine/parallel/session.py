@@ -77,6 +77,8 @@ class TPSession(Session):
     cache is rank 0's: its KV heads, and the tokens they hold), and `leader`, which close()
     ends."""
 
+    verifies_in_batch = False  # the ranks take plain passes only: speculation runs alone
+
     def __init__(self, lm: loader.LoadedModel, req: LoadRequest, device: torch.device,
                  backends: Backends | None = None):
         self._weights_bytes = lm.weights_bytes  # before the host copy goes

@@ -6,11 +6,12 @@ Work starts in arrival order. Generations on a session that batches (the fast pa
 device or split across ranks: Session.can_batch) run together in continuous batches
 (generate/batch_run.py): each joins at the next step and leaves at its end, up to `max_seqs` at
 once, the rest waiting in the batch's queue. Every generation on a session that cannot batch
-(transformers' own modules) runs alone, to its terminal event. Speculation (a draft attached,
-prompt lookup) is a batch of one's: a speculative generation runs alone while nothing else
-runs; when another generation arrives it pauses at its next round and joins the batch, decoding
-plainly; when it is the last one left in a batch it is taken out and speculates alone again
-(generate/resume.py carries it across). A load or unload waits for the generations queued
+(transformers' own modules) runs alone, to its terminal event. Prompt lookup speculates inside
+the batch, beside the plain rows (batch/speculative_rows.py). A draft model's speculation is a
+batch of one's: such a generation runs alone while nothing else runs; when another generation
+arrives it pauses at its next round and joins the batch, decoding plainly; when it is the last
+one left in a batch it is taken out and speculates alone again (generate/resume.py carries it
+across). A load or unload waits for the generations queued
 before it, and generations queued after it run on what it leaves loaded.
 """
 
@@ -211,11 +212,12 @@ class Engine:
             return False
         if not session.can_batch():
             return False
-        speculates = (req.prompt_lookup or req.num_speculative_tokens
-                      or getattr(session, "draft", None) is not None)
-        if speculates and not (self.batch is not None and self.batch.has_work):
-            return False  # alone: it runs with speculation, to its end
-        return True  # with others running it joins them, decoding plainly
+        from engine.batch.speculative_rows import speculates_alone
+
+        if speculates_alone(req, session) and not (self.batch is not None
+                                                   and self.batch.has_work):
+            return False  # alone: it runs with its draft, to its end
+        return True  # with others running it joins them (a draft's, decoding plainly)
 
     def _admit(self) -> None:
         """Every job at the head of the queue that can join the running batch joins it."""

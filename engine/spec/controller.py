@@ -137,7 +137,7 @@ class Controller:
     @property
     def speedup(self) -> float:
         t = self.totals
-        if not self.plain_step_s or not t.rounds:
+        if not self.plain_step_s or not t.rounds or self.round.value is None:
             return 0.0
         return self.plain_step_s / self.time_per_token(t.rounds, t.spec_tokens)
 
@@ -177,8 +177,10 @@ class Controller:
                 self.switched_off = False
 
     def round_done(self, proposed: int, accepted: int, draft_s: float, verify_s: float,
-                   seconds: float) -> None:
-        """One round: `accepted` of `proposed` tokens kept; the round yielded accepted + 1."""
+                   seconds: float | None) -> None:
+        """One round: `accepted` of `proposed` tokens kept; the round yielded accepted + 1.
+        seconds None: a round whose time says nothing of its own cost (a batch's step that also
+        ran a prompt's prefill): counted, not timed."""
         t = self.totals
         t.rounds += 1
         t.proposed += proposed
@@ -189,16 +191,18 @@ class Controller:
         for decay, c in self.counts.items():
             c[0] = decay * c[0] + accepted
             c[1] = decay * c[1] + accepted + (accepted < proposed)
-        self.draft.add(draft_s / proposed)
-        if proposed + 1 in self.verify:
-            self.verify[proposed + 1].add(verify_s)
-        else:  # the first pass of a size pays one-time costs (kernels, allocations): skip it
-            self.verify[proposed + 1] = Median()
-        self.round.add(seconds)
+        if seconds is not None:
+            self.draft.add(draft_s / proposed)
+            if proposed + 1 in self.verify:
+                self.verify[proposed + 1].add(verify_s)
+            else:  # the first pass of a size pays one-time costs (kernels, allocations): skip
+                self.verify[proposed + 1] = Median()
+            self.round.add(seconds)
         self.window_rounds += 1
         self.window_tokens += accepted + 1
         self.since_probe += accepted + 1
-        if self.switch_off and self.window_rounds >= EARLY_ROUNDS and self.plain_step_s:
+        if self.switch_off and self.window_rounds >= EARLY_ROUNDS and self.plain_step_s \
+                and self.round.value is not None:
             self._judge()
         if self.switch_off and self.plain_left == 0 and self.since_probe >= REPROBE_TOKENS:
             self.plain_left = PROBE_STEPS

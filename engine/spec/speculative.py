@@ -63,19 +63,44 @@ def verify(target: Decoder, sampler: Sampler, pending: torch.Tensor, position: i
     of each committed token from its position's raw logits, as a plain step records them.
     """
     raw = target.verify(torch.cat([pending, proposals]), position)  # [K + 1, V]
-    logits = sampler.target_logits(raw, proposals, allowed)
-    if sampler.s.is_greedy:
-        n, nxt = accept_greedy(logits, proposals)
-    else:
-        p = logits.softmax(-1)
-        if q is None:  # a point mass on each proposal (scatter: one_hot syncs to validate)
-            q = torch.zeros_like(p[:-1]).scatter_(1, proposals[:, None], 1.0)
-        n, nxt = accept_sampled(p, q, proposals, sampler.generator)
+    n, nxt = judge(sampler, raw, proposals, q, allowed)
     host = torch.cat([n.view(1), nxt, proposals]).tolist()  # the round's one host sync
     accepted = host[0]
+    record_logprobs(sampler, raw, proposals, accepted, nxt)
+    return host[2:2 + accepted] + [host[1]], accepted, nxt
+
+
+def judge(sampler: Sampler, raw: torch.Tensor, proposals: torch.Tensor,
+          q: torch.Tensor | None, allowed: torch.Tensor | None = None):
+    """A verify pass's raw logits [K + 1, V] over [pending, *proposals] -> (n accepted, next
+    token [1]) by the request's own rule (greedy or sampled), on the device, no host sync."""
+    logits = sampler.target_logits(raw, proposals, allowed)
+    if sampler.s.is_greedy:
+        return accept_greedy(logits, proposals)
+    p = logits.softmax(-1)
+    if q is None:  # a point mass on each proposal (scatter: one_hot syncs to validate)
+        q = torch.zeros_like(p[:-1]).scatter_(1, proposals[:, None], 1.0)
+    return accept_sampled(p, q, proposals, sampler.generator)
+
+
+def record_logprobs(sampler: Sampler, raw: torch.Tensor, proposals: torch.Tensor,
+                    accepted: int, nxt: torch.Tensor) -> None:
+    """A request with logprobs gets those of each committed token from its position's raw
+    logits, as a plain step records them."""
     if sampler.logprobs is not None:
         sampler.logprobs.record(raw[:accepted + 1], torch.cat([proposals[:accepted], nxt]))
-    return host[2:2 + accepted] + [host[1]], accepted, nxt
+
+
+def speculation_stats(control: Controller, name: str) -> dict:
+    """A speculating generation's Stats fields: what its proposer proposed and kept."""
+    t = control.totals
+    return dict(accepted_draft_tokens=t.accepted, proposed_draft_tokens=t.proposed,
+                speculation=name, num_speculative_tokens=0 if control.plain_left else control.k,
+                mean_accepted_length=round((t.accepted + t.rounds) / t.rounds, 3)
+                if t.rounds else 0.0,
+                acceptance_rate=round(t.accepted / t.tested, 4) if t.tested else 0.0,
+                speculative_speedup=round(control.speedup, 3),
+                speculation_switched_off=control.switched_off)
 
 
 class SpeculativeDecoding:
@@ -145,13 +170,4 @@ class SpeculativeDecoding:
         return [tid]
 
     def stats(self) -> dict:
-        c = self.control
-        t = c.totals
-        return dict(accepted_draft_tokens=t.accepted, proposed_draft_tokens=t.proposed,
-                    speculation=self.proposer.name,
-                    num_speculative_tokens=0 if c.plain_left else c.k,
-                    mean_accepted_length=round((t.accepted + t.rounds) / t.rounds, 3)
-                    if t.rounds else 0.0,
-                    acceptance_rate=round(t.accepted / t.tested, 4) if t.tested else 0.0,
-                    speculative_speedup=round(c.speedup, 3),
-                    speculation_switched_off=c.switched_off)
+        return speculation_stats(self.control, self.proposer.name)

@@ -21,6 +21,7 @@ from engine.attention import decode_attention
 from engine.attention.decode_attention import BatchRows
 from engine.cache.block_manager import Sequence as BlockTable
 from engine.models import prefill_batch
+from engine.step.batch_sampling import sample_rows
 from engine.step.decode import MIN_BUCKET, Decoder, bucket, capture_graphs
 
 GRAPH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # rows a captured step holds
@@ -139,6 +140,33 @@ class BatchedDecoder:
             row = d.forward(ids, chunk.start)
             out.append(row.clone() if len(chunks) > 1 else row)  # a graph's buffer is reused
         return out, False
+
+    def decode(self, rows: list, samplers: list, inflight) -> tuple[list, torch.Tensor | None]:
+        """A step's one-token rows (batch/sequence.py Chunks, each by its request's Sampler) ->
+        (the sequences sampled, their next tokens [n] on the device): one row through the
+        Decoder's own step (its graphs: a single chat pays nothing for batching), two or more
+        together; a row whose token the step before sampled reads it on the device
+        (`inflight`: batch/inflight.py)."""
+        if len(rows) == 1 and self.solo:
+            c = rows[0]
+            self.cache.bind(c.seq.table)
+            i = inflight.index(c.seq, c.start)
+            token = inflight.tokens[i:i + 1] if i is not None else torch.tensor(
+                [c.seq.token_at(c.start)], dtype=torch.long, device=self.decoder.device)
+            logits = self.decoder.step(token, c.start)
+            return ([c.seq], samplers[0](logits)) if c.sample else ([], None)
+        on_device = None
+        if inflight:  # rows whose token is the last step's read it on the device
+            where = (inflight.index(c.seq, c.start) for c in rows)
+            on_device = (inflight.tokens, [-1 if i is None else i for i in where])
+        logits = self.step([c.seq.token_at(c.start) for c in rows], [c.start for c in rows],
+                           [((c.seq, c.seq.arrival), c.seq.table) for c in rows],
+                           on_device)
+        chosen = [i for i, c in enumerate(rows) if c.sample]
+        if not chosen:
+            return [], None
+        return [rows[i].seq for i in chosen], sample_rows(
+            [samplers[i] for i in chosen], logits[chosen] if len(chosen) < len(rows) else logits)
 
     @torch.inference_mode()
     def step(self, tokens: list[int], positions: list[int],

@@ -1,8 +1,9 @@
 """The scheduler against a fake model whose KV cache holds token ids: random arrivals, lengths,
 cancellations and arena sizes. After every step no block is leaked or double-owned, a chunk writes
 only blocks its sequence owns alone, every sampled position sees exactly its sequence's tokens
-(shared prefixes and recomputed preemptions included), every request ends exactly once, and each
-sequence generates what it generates alone."""
+(shared prefixes, recomputed preemptions and speculative tokens, whose rejected positions are
+overwritten later, included), every request ends exactly once, and each sequence generates what
+it generates alone."""
 
 from __future__ import annotations
 
@@ -28,23 +29,46 @@ class FakeModel:
         self.blocks = blocks
         self.kv = {b.id: [None] * blocks.block_size for b in blocks.blocks}
 
-    def run(self, step) -> dict[Seq, int]:
+    def run(self, step) -> tuple[dict[Seq, int], dict[Seq, list[int]]]:
+        """-> (each sampled chunk's next token, each verify row's committed tokens)."""
         B = self.blocks.block_size
-        sampled = {}
+        sampled, verified = {}, {}
         for c in step.chunks:
             seq = c.seq
             assert c.length >= 1, "a chunk computes at least one token (the last one's logits)"
+            fed = seq.token_ids[:c.start] + c.token_ids  # a verify row's proposals last
             for p in range(c.start, c.start + c.length):
                 block = seq.table.block_ids[p // B]
                 assert self.blocks.blocks[block].ref_count == 1, "wrote a shared block"
-                self.kv[block][p % B] = hash(tuple(seq.token_ids[:p + 1]))
+                self.kv[block][p % B] = hash(tuple(fed[:p + 1]))
             if c.sample:
                 seen = [self.kv[seq.table.block_ids[p // B]][p % B] for p in range(seq.num_tokens)]
                 ids = seq.token_ids
                 want = [hash(tuple(ids[:p + 1])) for p in range(len(ids))]
                 assert seen == want, f"{seq.id} reads other K/V than its own"
-                sampled[seq] = next_token(ids)
-        return sampled
+                if c.spec:  # greedy acceptance: proposals while they are the model's own
+                    out = []
+                    for proposal in c.spec:
+                        if proposal != next_token(ids + out):
+                            break
+                        out.append(proposal)
+                    verified[seq] = out + [next_token(ids + out)]
+                else:
+                    sampled[seq] = next_token(ids)
+        return sampled, verified
+
+
+def propose(sched: Scheduler, k: int, wrong: int) -> None:
+    """Up to k proposals for every decoding sequence: its own continuation, every `wrong`-th
+    position off (0: never)."""
+    for seq in sched.running:
+        n = min(k, seq.max_new_tokens - len(seq.output_ids) - 1)
+        if seq.num_pending == 1 and n > 0:
+            out = seq.output_ids[:]
+            for _ in range(n):
+                t = next_token(seq.prompt_ids + out)
+                out.append((t + 1) % VOCAB if wrong and len(out) % wrong == 0 else t)
+            seq.spec_ids = out[len(seq.output_ids):]
 
 
 def next_token(tokens: list[int]) -> int:
@@ -81,8 +105,8 @@ requests = st.lists(st.tuples(st.integers(0, 12),  # arrival step
 
 @settings(max_examples=150, deadline=None)
 @given(requests, st.integers(4, 40), st.sampled_from([2, 4, 8]), st.integers(1, 6),
-       st.integers(1, 48))
-def test_random_traffic(reqs, num_blocks, block_size, max_seqs, budget):
+       st.integers(1, 48), st.integers(0, 5), st.sampled_from([0, 2, 3]))
+def test_random_traffic(reqs, num_blocks, block_size, max_seqs, budget, k, wrong):
     bm = BlockManager(num_blocks, block_size)
     sched, model = Scheduler(bm, max_seqs, budget), FakeModel(bm)
     seqs, ended, cancel_at = [], Counter(), {}
@@ -106,9 +130,10 @@ def test_random_traffic(reqs, num_blocks, block_size, max_seqs, budget):
                 sched.finish(seqs[i], "cancelled")
         if t > max(r[0] for r in reqs) and not sched.has_work:
             break
+        propose(sched, k, wrong)
         step = sched.schedule()
         assert step.num_tokens <= budget and len(sched.running) <= max_seqs
-        sched.finish_step(step, model.run(step))
+        sched.finish_step(step, *model.run(step))
         check_blocks(sched)
     else:
         pytest.fail("requests never finished")
@@ -133,7 +158,7 @@ def test_preemption_recomputes_the_same_tokens():
     sched.add(b)
     while sched.has_work:
         step = sched.schedule()
-        sched.finish_step(step, model.run(step))
+        sched.finish_step(step, *model.run(step))
         check_blocks(sched)
     assert sched.num_preemptions >= 1 and b.preemptions >= 1 and a.preemptions == 0
     assert a.output_ids == alone(a.prompt_ids, 8) and b.output_ids == alone(b.prompt_ids, 8)
@@ -147,7 +172,7 @@ def test_a_shared_prompt_start_is_not_computed_twice():
     sched.add(first)
     while sched.has_work:
         step = sched.schedule()
-        sched.finish_step(step, model.run(step))
+        sched.finish_step(step, *model.run(step))
     second = Seq("second", system + [41, 42], 2)
     sched.add(second)
     step = sched.schedule()
@@ -171,7 +196,7 @@ def test_a_prompt_cached_whole_still_computes_its_last_token():
         assert [(c.seq.id, c.start, c.length) for c in step.chunks] == [
             (name, 0 if name == "first" else 4, 8 if name == "first" else 4)]
         while sched.has_work:
-            sched.finish_step(step, model.run(step))
+            sched.finish_step(step, *model.run(step))
             step = sched.schedule()
         assert seq.output_ids == alone(prompt, 2)
 

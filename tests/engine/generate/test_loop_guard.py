@@ -142,3 +142,23 @@ def test_a_wandering_answer_runs_to_its_limit(tiny_model, one_thread):
     assert end.reason == "max_tokens" and len(guarded) == 400
     free, _ = answer(s, dataclasses.replace(req, stop_on_repetition=False))
     assert guarded == free
+
+
+def test_a_batch_cuts_a_speculating_looping_request_at_the_same_token(loop_session,
+                                                                     looping_model):
+    """Prompt lookup inside a batch proposes the loop: its rounds commit several tokens at once,
+    and the guard still cuts the answer at the token it cuts it alone (the rest of the round
+    is not given out), beside a request that runs on."""
+    cycle = looping_model[1]
+    alone, _ = answer(loop_session, greedy(cycle, guard=True))
+    run = Run(loop_session)
+    try:
+        run.submit("free", greedy(cycle, guard=False))
+        run.submit("lookup", greedy(cycle, guard=True, prompt_lookup=True,
+                                    num_speculative_tokens=7))
+        end = run.end("lookup")
+        assert end.reason == "repetition" and end.stats.accepted_draft_tokens > 0
+        assert run.tokens("lookup") == alone and end.stats.new_tokens == len(alone)
+        assert run.end("free").reason == "max_tokens" and len(run.tokens("free")) == 300
+    finally:
+        run.close()

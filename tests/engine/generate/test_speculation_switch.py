@@ -1,6 +1,7 @@
-"""Speculation is a batch of one's: a speculative generation that is left alone in a
+"""A draft model's speculation is a batch of one's: such a generation that is left alone in a
 batch is taken out and speculates again; one that speculates alone pauses when another request
-comes and joins the batch with it. Either way its greedy tokens are plain greedy's, token for
+comes and joins the batch with it (prompt lookup speculates inside the batch instead:
+test_speculation_in_batch.py). Either way its greedy tokens are plain greedy's, token for
 token (fp32 on CPU), its stats count every token, and the other request is undisturbed."""
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from tests.engine.generate.test_batch_run import Run, alone, request
 
 @pytest.fixture(scope="module")
 def llama(tiny_models, one_thread):
-    return Session.load(LoadRequest(str(tiny_models["llama"]), device="cpu"))
+    """The tiny llama drafting for itself: every generation on it speculates."""
+    path = str(tiny_models["llama"])
+    return Session.load(LoadRequest(path, device="cpu", draft=path))
 
 
 def _order(run: Run) -> list[str]:
@@ -25,7 +28,7 @@ def _order(run: Run) -> list[str]:
 
 
 def test_the_last_one_left_in_a_batch_speculates_again(llama):
-    lookup = request(0, prompt_lookup=True, max_new_tokens=120)
+    lookup = request(0, max_new_tokens=120)
     other = request(2, max_new_tokens=12)
     plain, other_alone = alone(llama, [request(0, max_new_tokens=120), other])
     run = Run(llama)
@@ -36,7 +39,7 @@ def test_the_last_one_left_in_a_batch_speculates_again(llama):
         assert run.tokens("other") == other_alone
         end = run.end("lookup")
         assert run.tokens("lookup") == plain
-        assert end.stats.speculation == "prompt_lookup"  # it left the batch and speculated
+        assert end.stats.speculation == "draft"  # it left the batch and speculated
         assert end.stats.new_tokens == 120
         assert max(run.engine.batch.rows_seen) >= 2  # the two did run in one batch first
         assert not run.engine.batch.has_work
@@ -45,7 +48,7 @@ def test_the_last_one_left_in_a_batch_speculates_again(llama):
 
 
 def test_a_speculating_generation_joins_the_batch_when_another_comes(llama, monkeypatch):
-    lookup = request(0, prompt_lookup=True, max_new_tokens=200)
+    lookup = request(0, max_new_tokens=200)
     other = request(1, max_new_tokens=16)  # sampled with its seed: the same tokens in a batch
     plain, other_alone = alone(llama, [request(0, max_new_tokens=200), other])
     joined = []
@@ -68,7 +71,7 @@ def test_a_speculating_generation_joins_the_batch_when_another_comes(llama, monk
         end = run.end("lookup")
         assert run.tokens("lookup") == plain
         assert end.stats.new_tokens == 200
-        assert end.stats.speculation == "prompt_lookup"  # alone again after the other ended
+        assert end.stats.speculation == "draft"  # alone again after the other ended
         carried = [n for n in joined if n]
         assert len(carried) == 1 and 0 < carried[0] < 200  # it paused mid-answer and joined
         assert max(run.engine.batch.rows_seen) >= 2
