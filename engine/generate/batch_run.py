@@ -163,7 +163,6 @@ class BatchRun:
                 self._resolve()
             self.spec.propose()
         plan = self.scheduler.schedule()
-        device = self.session.lm.device
         for chunk in plan.chunks:
             gen = self.gens[chunk.seq]
             if not gen.admitted:
