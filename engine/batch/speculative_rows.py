@@ -78,6 +78,7 @@ class SpeculativeRows:
         self.session, self.decoder = session, session.decoder
         self.rows: dict[Seq, SpecRow] = {}
         self._t: float | None = None  # when the step before began proposing
+        self._crowded = False  # whether the step before shared the batch with other sequences
         self.passes: Counter[int] = Counter()  # verify rows a pass -> how many passes
 
     def add(self, seq: Seq, req: GenerateRequest, sampler: Sampler, capture: bool) -> None:
@@ -112,16 +113,21 @@ class SpeculativeRows:
 
     # ------------------------------------------------------------------ before the plan
 
-    def propose(self) -> None:
+    def propose(self, crowded: bool = False) -> None:
         """Each decoding row's proposals into seq.spec_ids (the scheduler takes what fits);
-        the step before is judged first, by its time."""
+        the step before is judged first, by its time. `crowded`: other sequences share the
+        batch; a request whose switch-off is on (the default) then proposes nothing and decodes
+        plainly: on the CPU, verify rows beside plain ones cost more than they return
+        (bench/spec_under_load.py: 0.71x at 8 requests, 1.01x at 4), and no step of a crowded
+        batch times a plain step of its own."""
         now = time.perf_counter()
-        step_s = None if self._t is None else now - self._t
-        self._t = now
+        step_s = None if self._t is None or self._crowded else now - self._t
+        self._t, self._crowded = now, crowded
         for seq, row in self.rows.items():
             self._judge(row, step_s)
             row.grammar, row.q = None, None
-            if seq.state is not State.RUNNING or seq.num_pending != 1:
+            if seq.state is not State.RUNNING or seq.num_pending != 1 or (
+                    crowded and row.control.switch_off):
                 continue
             k = row.control.next_k(seq.max_new_tokens - len(seq.output_ids) - 1)
             if not k:

@@ -161,7 +161,7 @@ class BatchRun:
         if self.spec.rows:  # proposals from the host's tokens, before the plan takes them
             if self.spec.waits_on(self.inflight):
                 self._resolve()
-            self.spec.propose()
+            self.spec.propose(crowded=len(self.gens) > 1)
         plan = self.scheduler.schedule()
         for chunk in plan.chunks:
             gen = self.gens[chunk.seq]

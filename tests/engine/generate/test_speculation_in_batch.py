@@ -225,3 +225,36 @@ def test_constrained_lookup_rows_with_logprobs_equal_plain_constrained_greedy(ti
         run.close()
     accepted = sum(e.stats.accepted_draft_tokens for e in ends)
     assert 0 < accepted < sum(e.stats.proposed_draft_tokens for e in ends)
+
+
+def test_with_its_switch_off_on_a_request_steps_aside_while_others_share_the_batch(
+        llama, oracle, monkeypatch):
+    """The default (switch-off on): verify rows only where the request is the batch's one
+    sequence (beside plain rows they cost more than they return on the CPU); its answer is
+    still its plain greedy one, and alone it speculates. Its controller is one that would
+    propose every step, so only the crowd holds it back."""
+
+    class Eager(speculative_rows.Controller):
+        def next_k(self, limit: int) -> int:
+            return min(4, limit)
+
+    monkeypatch.setattr(speculative_rows, "Controller", Eager)
+    spec = lookup(0, prompt=COPY, max_new_tokens=16)
+    plain = [request(i, max_new_tokens=48) for i in (1, 2)]
+    expected = oracle(llama, [(COPY, 16)]) + alone(llama, plain)
+    llama.switch_off = True
+    run = Run(llama)
+    try:
+        for i, r in enumerate(plain):
+            run.submit(f"p{i}", r)
+        run.wait("p0", first_token=True)
+        run.submit("spec", spec)
+        assert run.tokens("spec") == expected[0]
+        assert run.end("spec").stats.proposed_draft_tokens == 0  # it ended beside them
+        assert [run.tokens(f"p{i}") for i in range(2)] == expected[1:]
+        run.submit("alone", lookup(3, prompt=COPY, max_new_tokens=16))
+        assert run.tokens("alone") == expected[0]
+        assert run.end("alone").stats.proposed_draft_tokens > 0
+    finally:
+        llama.switch_off = False
+        run.close()
