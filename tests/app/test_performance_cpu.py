@@ -78,7 +78,7 @@ def test_an_idle_cpu_chart_never_goes_below_zero(qtbot):
     for i, cpu_percent in enumerate([0.3] * 5 + [0.0] * 5 + [40.0] * 5):  # idle, then busy
         panel.add_process_sample(ProcessSample(t + 0.5 * i, 100 << 20, cpu_percent))
     view = panel.cpu_plot.getViewBox()
-    qtbot.waitUntil(lambda: view.viewRange()[1][1] >= 40.0)  # autorange has seen the samples
+    qtbot.waitUntil(lambda: view.viewRange()[1][1] >= 40.0, timeout=60_000)  # autorange saw them
     low, _high = view.viewRange()[1]
     assert low >= 0
     ticks = [v for _spacing, values in panel.cpu_plot.getAxis("left").tickValues(

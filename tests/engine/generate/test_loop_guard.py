@@ -151,6 +151,7 @@ def test_a_batch_cuts_a_speculating_looping_request_at_the_same_token(loop_sessi
     is not given out), beside a request that runs on."""
     cycle = looping_model[1]
     alone, _ = answer(loop_session, greedy(cycle, guard=True))
+    loop_session.switch_off = False  # rounds beside the other request, not only alone
     run = Run(loop_session)
     try:
         run.submit("free", greedy(cycle, guard=False))
@@ -161,4 +162,5 @@ def test_a_batch_cuts_a_speculating_looping_request_at_the_same_token(loop_sessi
         assert run.tokens("lookup") == alone and end.stats.new_tokens == len(alone)
         assert run.end("free").reason == "max_tokens" and len(run.tokens("free")) == 300
     finally:
+        loop_session.switch_off = True
         run.close()

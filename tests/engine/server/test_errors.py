@@ -138,6 +138,7 @@ class FakeEngine:
     def __init__(self, events=(), full: bool = False):
         self.events, self.full, self.session = list(events), full, None
         self.num_running = self.num_waiting = self.tokens_generated = 0
+        self.max_seqs = 64  # /health reports the engine's
         self.cancelled = []
 
     def submit(self, req, sink, request_id=None):
