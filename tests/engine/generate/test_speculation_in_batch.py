@@ -81,6 +81,14 @@ def lookup(i: int, **kw) -> object:
                    sampling=SamplingParams(temperature=0.0), **kw)
 
 
+def submit_beside(run: Run, spec, plain: list) -> None:
+    """The plain requests first ("p0", "p1", ...), then "spec" once the first of them decodes."""
+    for i, r in enumerate(plain):
+        run.submit(f"p{i}", r)
+    run.wait("p0", first_token=True)
+    run.submit("spec", spec)
+
+
 def verified_rounds(run: Run) -> int:
     """Requests that accepted proposals and saw some rejected."""
     return sum(0 < e.stats.accepted_draft_tokens < e.stats.proposed_draft_tokens
@@ -94,10 +102,7 @@ def test_a_speculative_row_beside_plain_rows_gives_its_tokens_alone(llama, oracl
     expected = oracle(llama, [(COPY, 40)]) + alone(llama, plain)
     run = Run(llama)
     try:
-        for i, r in enumerate(plain):
-            run.submit(f"p{i}", r)
-        run.wait("p0", first_token=True)
-        run.submit("spec", spec)
+        submit_beside(run, spec, plain)
         assert run.tokens("spec") == expected[0]
         assert [run.tokens(f"p{i}") for i in range(3)] == expected[1:]
         end = run.end("spec")
@@ -245,10 +250,7 @@ def test_with_its_switch_off_on_a_request_steps_aside_while_others_share_the_bat
     llama.switch_off = True
     run = Run(llama)
     try:
-        for i, r in enumerate(plain):
-            run.submit(f"p{i}", r)
-        run.wait("p0", first_token=True)
-        run.submit("spec", spec)
+        submit_beside(run, spec, plain)
         assert run.tokens("spec") == expected[0]
         assert run.end("spec").stats.proposed_draft_tokens == 0  # it ended beside them
         assert [run.tokens(f"p{i}") for i in range(2)] == expected[1:]

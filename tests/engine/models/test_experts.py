@@ -53,7 +53,12 @@ def test_greedy_equals_transformers(kind, folders, sessions):
 
 @pytest.mark.parametrize("kind", ["qwen3_moe", "mixtral"])
 def test_batched_rows_routed_to_different_experts_equal_each_alone(kind, sessions, monkeypatch):
-    s = sessions[kind]
+    assert_batched_rows_routed_apart_equal_each_alone(sessions[kind], monkeypatch, steps=4)
+
+
+def assert_batched_rows_routed_apart_equal_each_alone(s, monkeypatch, steps: int) -> None:
+    """Five rows teacher-forced through batched steps equal each alone, and each batched step's
+    first layer sent its rows to different experts."""
     routed = []  # each batched step's first layer: the experts of each of its rows
     call = experts.ExpertMLP.__call__
 
@@ -64,7 +69,7 @@ def test_batched_rows_routed_to_different_experts_equal_each_alone(kind, session
         return call(self, h)
 
     monkeypatch.setattr(experts.ExpertMLP, "__call__", recording)
-    single, batched = teacher_forced_rows(s, n_seqs=5, steps=4)
+    single, batched = teacher_forced_rows(s, n_seqs=5, steps=steps)
     assert ((batched - single).norm(dim=-1) / single.norm(dim=-1)).max() < 1e-5
     assert routed and all(len(set(rows)) > 1 for rows in routed)  # rows took different experts
 

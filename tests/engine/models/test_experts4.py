@@ -21,7 +21,7 @@ from engine.models.moe_step import MoeStep
 from engine.quant.experts4 import Experts4
 from engine.quant.int4_linear import Int4Linear
 from engine.serve import cli
-from tests.engine.generate.test_batch_run import teacher_forced_rows
+from tests.engine.models.test_experts import assert_batched_rows_routed_apart_equal_each_alone
 from tests.engine.models.test_gemma import _teacher_forced
 from tests.fixtures import experts as fixture
 
@@ -123,20 +123,7 @@ def test_logits_within_the_4_bit_yardstick(kind, quant, sessions, folders, one_t
 @pytest.mark.parametrize("kind, quant", CASES)
 def test_batched_rows_routed_to_different_experts_equal_each_alone(kind, quant, sessions,
                                                                    monkeypatch):
-    s = sessions[kind, quant]
-    routed = []
-    call = experts.ExpertMLP.__call__
-
-    def recording(self, h):
-        if self is s.decoder.family.layers[0].gate_up and h.shape[1] == 5:
-            ids, _ = self.route(h.reshape(-1, h.shape[-1]))
-            routed.append([frozenset(row) for row in ids.tolist()])
-        return call(self, h)
-
-    monkeypatch.setattr(experts.ExpertMLP, "__call__", recording)
-    single, batched = teacher_forced_rows(s, n_seqs=5, steps=3)
-    assert ((batched - single).norm(dim=-1) / single.norm(dim=-1)).max() < 1e-5
-    assert routed and all(len(set(rows)) > 1 for rows in routed)
+    assert_batched_rows_routed_apart_equal_each_alone(sessions[kind, quant], monkeypatch, steps=3)
 
 
 def test_random_4_bit_experts_from_config_alone(folders, tmp_path, one_thread):
