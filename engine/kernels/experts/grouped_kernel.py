@@ -35,19 +35,24 @@ def _dot(a, b, F32_DOT: tl.constexpr):
 def _tile(W, SCALE, OFFSET, TABLE, e, n, kk, mask, stride_we, stride_wn, stride_se,
           stride_sg, G, FOUR_BIT: tl.constexpr, CODEBOOK: tl.constexpr):
     """Expert e's weights [BK, BN] at input features kk of rows n (0 outside `mask`): read as
-    they are, or 4-bit codes dequantized here (packed.py's formula, in fp32)."""
-    if not FOUR_BIT:
-        return tl.load(W + e * stride_we + n[None, :] * stride_wn + kk[:, None], mask=mask,
-                       other=0.0)
-    words = tl.load(W + e * stride_we + n[None, :] * stride_wn + (kk // 8)[:, None], mask=mask,
-                    other=0)  # eight codes a word: each word read for its 8 features
-    q = (words >> ((kk % 8) * 4)[:, None]) & 0xF
-    at = e * stride_se + (kk // G)[:, None] * stride_sg + n[None, :]
-    s = tl.load(SCALE + at, mask=mask, other=0.0).to(tl.float32)
-    if CODEBOOK:
-        return tl.load(TABLE + q) * s
-    offset = tl.load(OFFSET + at, mask=mask, other=0.0).to(tl.float32)
-    return (q - 8).to(tl.float32) * s + offset
+    they are, or 4-bit codes dequantized here (packed.py's formula, in fp32). One return at the
+    end: the compiler visits the statements after a return inside a constexpr branch, and the
+    4-bit code's shifts do not compile over a 16-bit pointer."""
+    if FOUR_BIT:
+        words = tl.load(W + e * stride_we + n[None, :] * stride_wn + (kk // 8)[:, None],
+                        mask=mask, other=0)  # eight codes a word: each word read for its 8
+        q = (words >> ((kk % 8) * 4)[:, None]) & 0xF
+        at = e * stride_se + (kk // G)[:, None] * stride_sg + n[None, :]
+        s = tl.load(SCALE + at, mask=mask, other=0.0).to(tl.float32)
+        if CODEBOOK:
+            w = tl.load(TABLE + q) * s
+        else:
+            offset = tl.load(OFFSET + at, mask=mask, other=0.0).to(tl.float32)
+            w = (q - 8).to(tl.float32) * s + offset
+    else:
+        w = tl.load(W + e * stride_we + n[None, :] * stride_wn + kk[:, None], mask=mask,
+                    other=0.0)
+    return w
 
 
 @triton.jit
