@@ -9,6 +9,8 @@
 # are copied in from hearth_resources/ where a tree lacks them.
 # Usage (repo root, carry [".whl", <trees>]): ROWS="7b-bf16 7b-awq 8b-int8kv-32k" \
 #   bash bench/compare_trees.sh TREE...
+# ROUNDS=N repeats the whole alternation N times; PIN=0-1 runs each bench on those CPUs only (the
+# CPU rows: SmolLM2-135M's shape on two cores, as on the development machine).
 set -u
 source bench/device_env.sh
 B=$PWD/bench  # absolute: each tree runs from its own folder
@@ -20,6 +22,8 @@ args_of() {
     8b-int8kv-32k) echo "--model $B/llama-3.1-8b --random-weights --quant bf16 --kv-dtype int8 --prompt-len 32768 --new-tokens 64 --num-prompts 1" ;;
     8b-fp8kv-32k) echo "--model $B/llama-3.1-8b --random-weights --quant bf16 --kv-dtype fp8 --prompt-len 32768 --new-tokens 64 --num-prompts 1" ;;
     8b-int8kv-1k) echo "--model $B/llama-3.1-8b --random-weights --quant bf16 --kv-dtype int8 --prompt-len 1024 --new-tokens 128 --num-prompts 2" ;;
+    smollm2-cpu-b1) echo "--model $B/smollm2-135m --random-weights --device cpu --quant bf16 --prompt-len 32 --new-tokens 64 --num-prompts 3 --no-peer" ;;
+    smollm2-cpu-c8) echo "--model $B/smollm2-135m --random-weights --device cpu --quant bf16 --prompt-len 32 --new-tokens 32 --concurrency 8 --repeats 1 --no-peer" ;;
     8b-fp8kv-1k) echo "--model $B/llama-3.1-8b --random-weights --quant bf16 --kv-dtype fp8 --prompt-len 1024 --new-tokens 128 --num-prompts 2" ;;
     esac
 }
@@ -29,16 +33,18 @@ for tree in "$@"; do
         mkdir -p "$dir/resources" "$dir/hearth_resources"
         cp -r hearth_resources/. "$dir/resources/"; cp -r hearth_resources/. "$dir/hearth_resources/"; }
 done
+for round in $(seq "${ROUNDS:-1}"); do
 for row in ${ROWS:-7b-bf16 7b-awq 8b-int8kv-32k}; do
     for tree in "$@"; do
         IFS== read -r label dir module <<<"$tree"
         echo "== $label $row: hearth bench $(args_of $row)" | tee -a "$LOG"
         # shellcheck disable=SC2046
-        (cd "$dir" && PYTHONPATH=/tmp/site:$(cd "$dir" && pwd) timeout 170 python3 -m "$module" bench \
+        (cd "$dir" && PYTHONPATH=/tmp/site:$(cd "$dir" && pwd) timeout 170 ${PIN:+taskset -c $PIN} python3 -m "$module" bench \
             --out /tmp/r.json $(args_of $row)) >>"$LOG" 2>&1 \
           && python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; r['tree']=sys.argv[2]; print(json.dumps(r))" "$row" "$label" >>"$OUT/bench.jsonl" \
           || { echo "FAILED $label $row" | tee -a "$LOG"; tail -3 "$LOG"; }
     done
+done
 done
 cd "$ROOT"
 python3 - "$OUT/bench.jsonl" <<'PY' | tee "$OUT/compare.md"
@@ -47,6 +53,11 @@ rows = [json.loads(line) for line in open(sys.argv[1])]
 print("| row | tree | decode tok/s | prefill tok/s | ttft ms |")
 print("|---|---|---|---|---|")
 for r in rows:
+    if "rows" in r:  # --concurrency: the last N's aggregate decode and TTFT p50
+        last = r["rows"][-1]
+        print(f"| {r['label']} (N={last['concurrency']}) | {r['tree']} | "
+              f"{last['aggregate_decode_tokens_per_s']} | | {last['ttft_ms_p50']} |")
+        continue
     print(f"| {r['label']} | {r['tree']} | {r.get('decode_tokens_per_s')} | "
           f"{r.get('prefill_tokens_per_s')} | {r.get('ttft_ms')} |")
 PY
