@@ -148,14 +148,9 @@ class Session:
         self.synthetic = proposer
         self.decoder.capture_blocks(range(2, (self.num_speculative_tokens or MAX_ADAPTIVE_K) + 2))
 
-    def can_batch(self) -> bool:
-        """Whether generations run together in continuous batches (generate/batch_run.py): the
-        engine's own step (a draft's speculation runs for a request alone: service/engine.py)."""
-        return (isinstance(self.decoder, Decoder) and self.decoder.family is not None
-                and self.decoder.mode in ("graph", "static"))
-
     def batched_decoder(self, max_rows: int) -> BatchedDecoder:
-        """The passes of a batch of up to max_rows sequences (generate/batch_run.py)."""
+        """The passes of a batch of up to max_rows sequences (generate/batch_run.py), whatever
+        the decode path: transformers' modules too (step/batched.py runs their rows)."""
         return BatchedDecoder(self.decoder, max_rows)
 
     def loaded_event(self) -> Loaded:
@@ -245,6 +240,10 @@ class Session:
 
     def _generate(self, req: GenerateRequest, cancel: threading.Event,
                   resume: Resume | None = None, pause: Callable[[], bool] | None = None):
+        """One generation by itself. The service (service/engine.py) runs every generation in
+        the batch loop (generate/batch_run.py) and comes here only for a draft model's
+        speculation; `hearth run`, `hearth chat` and the decode benchmark call `generate`
+        directly."""
         if resume is None:
             req.validate()
             t_start = time.perf_counter()
