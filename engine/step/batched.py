@@ -3,10 +3,7 @@
 bucket) on first use, a step padded to the next of GRAPH_SIZES rows) and a step's prefill chunks
 (in one pass, models/prefill_batch.py, or a pass each through the decoder). One sequence alone
 keeps the Decoder's own step (its graphs, its speed): `step` runs for two rows or more where
-`solo`. A decoder through transformers' own modules (a family off the fast path, or a load with
-the fast path off) holds no family step: its rows run one at a time inside each step, each
-through that decoder's own single-sequence calls over its sequence's blocks, and everything
-else (the scheduler, sampling, stops, events) is the batch loop's as for any row. A
+`solo`; so does every row over transformers' own modules (no family step), one at a time. A
 tensor-parallel rank 0 runs the same passes on every rank (parallel/batch_ops.py).
 
 Each row reads its own bucket and split count, so its attention is what its step alone computes;
@@ -83,8 +80,7 @@ class BatchTables:
 class BatchedDecoder:
     """The batched step and prefill over a Decoder's family step and cache, for up to
     `max_rows` rows. `solo`: a step of one row runs the decoder's own step instead (its graphs:
-    a single chat pays nothing for batching). Over a decoder without a family step (transformers'
-    modules) every row runs that way, one at a time."""
+    a single chat pays nothing for batching), as every row does without a family step."""
 
     solo = True
 
@@ -165,10 +161,9 @@ class BatchedDecoder:
 
     def _each_alone(self, rows: list, samplers: list,
                     inflight) -> tuple[list, torch.Tensor | None]:
-        """Each row through the decoder's own single-sequence step, its sequence's blocks bound
-        to the cache, sampled by its own Sampler: the one row of a batch of one (the Decoder's
-        graphs: a single chat pays nothing for batching), and every row over transformers'
-        modules, which take one sequence a call: those rows run one at a time, here only."""
+        """Each row through the decoder's own single-sequence step over its sequence's blocks,
+        sampled by its own Sampler: a batch of one's row (the Decoder's graphs), and every row
+        over transformers' modules, which take one sequence a call: one at a time, here only."""
         seqs, tokens = [], []
         for c, sampler in zip(rows, samplers, strict=True):
             self.cache.bind(c.seq.table)
