@@ -59,7 +59,8 @@ class Scheduler:
         self.waiting.append(seq)
 
     def finish(self, seq: Seq, reason: str) -> None:
-        """End `seq` (stop, eos, length, cancelled, failed), wherever it is; its blocks go back."""
+        """End `seq` wherever it is, for `reason` (a Finished event's: events/stream.py); its
+        blocks go back."""
         if seq.state is State.FINISHED:
             return
         if seq.state is State.RUNNING:
@@ -134,7 +135,7 @@ class Scheduler:
         """The step ran: every chunk's K/V is written; `sampled` holds the next token of each
         chunk that ended at its sequence's last token; `verified` each verify row's committed
         tokens (its accepted proposals, whose K/V stay, then the target's own). A sequence that
-        reached max_new_tokens is finished ("length"); the caller finishes the others (eos, stop
+        reached max_new_tokens is finished ("max_tokens"); the caller finishes the others (eos, stop
         strings) with `finish`."""
         verified = verified or {}
         for chunk in step.chunks:
@@ -151,4 +152,4 @@ class Scheduler:
             if seq.num_computed // self.blocks.block_size > len(seq.table.hashes):
                 self.blocks.commit(seq.table, seq.token_ids[:seq.num_computed])  # a block filled
             if seq.done:
-                self.finish(seq, "length")
+                self.finish(seq, "max_tokens")

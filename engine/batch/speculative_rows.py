@@ -206,11 +206,11 @@ class SpeculativeRows:
 
     def _passes(self, verify: list[Chunk], max_blocks: int):
         """(chunk, its raw logits [K + 1, V]) per verify row: one pass over every row, or one
-        row alone through the Decoder's verify block (a batch of one's, its graphs; and the
-        reproducible mode's, whose blocks run row by row)."""
+        row alone through the Decoder's verify block (a batch of one's, its graphs; the
+        reproducible mode's, whose blocks run row by row; and transformers' modules')."""
         d, cache = self.decoder, self.decoder.cache
         device = self.session.lm.device
-        if len(verify) == 1 or d.reproducible:
+        if len(verify) == 1 or d.reproducible or d.family is None:
             self.passes[1] += len(verify)
             for c in verify:
                 cache.bind(c.seq.table)

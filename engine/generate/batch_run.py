@@ -47,8 +47,8 @@ STATS_INTERVAL_S = 0.25
 
 
 class BatchRun:
-    """The batched generations of `session` (a Session on the fast path: one device, or a model
-    split across ranks)."""
+    """The batched generations of `session` (a Session on one device, whatever its decode path,
+    or a model split across ranks)."""
 
     def __init__(self, session, max_seqs: int, on_given_out: Callable[[], None] = lambda: None):
         self.session, self.on_given_out = session, on_given_out  # called once a step's events

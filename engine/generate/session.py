@@ -1,4 +1,4 @@
-"""`Session.generate(request, cancel) -> Iterator[Event]`: the only door into generation.
+"""`Session.generate(request, cancel) -> Iterator[Event]`: one generation by itself, unbatched.
 
 Every stream ends in exactly one `Finished` or `Failed`; cancel is checked between two steps.
 The cache keeps the tokens it holds, so a next turn that repeats the conversation so far
@@ -148,12 +148,6 @@ class Session:
         self.synthetic = proposer
         self.decoder.capture_blocks(range(2, (self.num_speculative_tokens or MAX_ADAPTIVE_K) + 2))
 
-    def can_batch(self) -> bool:
-        """Whether generations run together in continuous batches (generate/batch_run.py): the
-        engine's own step (a draft's speculation runs for a request alone: service/engine.py)."""
-        return (isinstance(self.decoder, Decoder) and self.decoder.family is not None
-                and self.decoder.mode in ("graph", "static"))
-
     def batched_decoder(self, max_rows: int) -> BatchedDecoder:
         """The passes of a batch of up to max_rows sequences (generate/batch_run.py)."""
         return BatchedDecoder(self.decoder, max_rows)
@@ -245,6 +239,9 @@ class Session:
 
     def _generate(self, req: GenerateRequest, cancel: threading.Event,
                   resume: Resume | None = None, pause: Callable[[], bool] | None = None):
+        """One generation by itself: the service (service/engine.py) batches every other and
+        comes here only for a draft model's speculation; `hearth run`, `hearth chat` and the
+        decode benchmark still call `generate` directly."""
         if resume is None:
             req.validate()
             t_start = time.perf_counter()

@@ -112,11 +112,8 @@ class TPSession(Session):
                                 reserved_bytes=NCCL_BUFFERS_BYTES)
         return replace(config, kv_reason=why)
 
-    def can_batch(self) -> bool:
-        """Generations run together: every rank runs the batch's passes over its shard."""
-        return True
-
     def batched_decoder(self, max_rows: int) -> RankBatch:
+        """Every rank runs the batch's passes over its shard."""
         return RankBatch(self.leader, self._rank_decoder, max_rows)
 
     def _open_decoder(self) -> tuple[TPLeader, None]:

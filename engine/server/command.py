@@ -130,9 +130,8 @@ def run(args) -> int:
                 print(f"hearth: {result.error}{hint}", file=sys.stderr)
                 return 2 if result.bad_input else 1
             return 130  # cancelled
-        print(f"up to {args.max_seqs} requests run together (--max-seqs)" if
-              engine.session.can_batch() else "requests run one at a time on this model",
-              file=sys.stderr, flush=True)
+        print(f"up to {args.max_seqs} requests run together (--max-seqs)", file=sys.stderr,
+              flush=True)
         settings = Settings(args.host, sock.getsockname()[1], key, tuple(args.cors_origin),
                             timeouts=Timeouts(args.stall_timeout, args.idle_timeout))
         app = create_app(engine, ModelView.of(engine.session, args.model), settings)

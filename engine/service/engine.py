@@ -2,12 +2,11 @@
 worker (JSON lines on stdin), `hearth serve`'s HTTP clients, a benchmark's concurrent prompts.
 
 Each request comes with the sink its events go to and, optionally, an id that a cancel can name.
-Work starts in arrival order. Generations on a session that batches (the fast path, on one
-device or split across ranks: Session.can_batch) run together in continuous batches
-(generate/batch_run.py): each joins at the next step and leaves at its end, up to `max_seqs` at
-once, the rest waiting in the batch's queue. Every generation on a session that cannot batch
-(transformers' own modules) runs alone, to its terminal event. Prompt lookup speculates inside
-the batch, beside the plain rows (batch/speculative_rows.py). A draft model's speculation is a
+Work starts in arrival order. Generations run together in continuous batches
+(generate/batch_run.py), whatever the model's decode path: each joins at the next step and
+leaves at its end, up to `max_seqs` at once, the rest waiting in the batch's queue. Prompt
+lookup speculates inside the batch, beside the plain rows (batch/speculative_rows.py). A draft
+model's speculation is a
 batch of one's: such a generation runs alone while nothing else runs; when another generation
 arrives it pauses at its next round and joins the batch, decoding plainly; when it is the last
 one left in a batch it is taken out and speculates alone again (generate/resume.py carries it
@@ -188,14 +187,14 @@ class Engine:
                 self._live.remove(job)
 
     def _alone(self, req: GenerateRequest, sink, cancel: threading.Event, resume=None) -> None:
-        """One generation by itself (with speculation where it asks for it), to its terminal
-        event; where another generation comes while it speculates on a session that batches,
-        it pauses at its next round and joins a batch with them."""
+        """One generation by itself, speculating with a draft model, to its terminal event;
+        where another generation comes while it speculates, it pauses at its next round and
+        joins a batch with them."""
         if self.session is None:
             return sink(Failed("no model is loaded", hint="send a load command first",
                                bad_input=True))
-        pause = self._another_waits if self.session.can_batch() else None
-        for event in self.session.generate(req, cancel, resume=resume, pause=pause):
+        for event in self.session.generate(req, cancel, resume=resume,
+                                           pause=self._another_waits):
             if isinstance(event, Paused):
                 return self._batch().add(req, sink, cancel, event.resume)
             sink(event)
@@ -209,8 +208,6 @@ class Engine:
     def _batchable(self, job: Job) -> bool:
         req, session = job.req, self.session
         if not isinstance(req, GenerateRequest) or session is None:
-            return False
-        if not session.can_batch():
             return False
         from engine.batch.speculative_rows import speculates_alone
 
@@ -258,14 +255,13 @@ class Engine:
             return self._queue.pop(0)
 
     def run_job(self, job: Job) -> None:
+        """A load or an unload, here and now (generations go through `submit`)."""
         req = job.req
         if isinstance(req, LoadRequest):
             self._load(req, job)
         elif isinstance(req, UnloadRequest):
             self.unload()
             job.sink(Finished("unloaded"))
-        elif isinstance(req, GenerateRequest):
-            self._alone(req, self._sink(job), job.cancel)
 
     def _load(self, req: LoadRequest, job: Job) -> None:
         from engine.generate.session import Session

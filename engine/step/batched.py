@@ -2,9 +2,9 @@
 (FamilyStep.batch over rows of block tables, eager or as CUDA graphs captured per (rows, KV
 bucket) on first use, a step padded to the next of GRAPH_SIZES rows) and a step's prefill chunks
 (in one pass, models/prefill_batch.py, or a pass each through the decoder). One sequence alone
-keeps the Decoder's own step (its graphs, its speed): generate/batch_run.py calls `step` for two
-rows or more where `solo`. A tensor-parallel rank 0 runs the same passes on every rank
-(parallel/batch_ops.py).
+keeps the Decoder's own step (its graphs, its speed): `step` runs for two rows or more where
+`solo`; so does every row over transformers' own modules (no family step), one at a time. A
+tensor-parallel rank 0 runs the same passes on every rank (parallel/batch_ops.py).
 
 Each row reads its own bucket and split count, so its attention is what its step alone computes;
 the linear layers take the rows together (their bits can change with the row count, except in the
@@ -80,13 +80,11 @@ class BatchTables:
 class BatchedDecoder:
     """The batched step and prefill over a Decoder's family step and cache, for up to
     `max_rows` rows. `solo`: a step of one row runs the decoder's own step instead (its graphs:
-    a single chat pays nothing for batching)."""
+    a single chat pays nothing for batching), as every row does without a family step."""
 
     solo = True
 
     def __init__(self, decoder: Decoder, max_rows: int):
-        if decoder.family is None:
-            raise ValueError("a batched step needs the engine's own step (the fast path)")
         self.decoder, self.family, self.cache = decoder, decoder.family, decoder.cache
         self.max_rows = padded_rows(max_rows, max_rows)
         device = decoder.device
@@ -143,18 +141,11 @@ class BatchedDecoder:
 
     def decode(self, rows: list, samplers: list, inflight) -> tuple[list, torch.Tensor | None]:
         """A step's one-token rows (batch/sequence.py Chunks, each by its request's Sampler) ->
-        (the sequences sampled, their next tokens [n] on the device): one row through the
-        Decoder's own step (its graphs: a single chat pays nothing for batching), two or more
-        together; a row whose token the step before sampled reads it on the device
-        (`inflight`: batch/inflight.py)."""
-        if len(rows) == 1 and self.solo:
-            c = rows[0]
-            self.cache.bind(c.seq.table)
-            i = inflight.index(c.seq, c.start)
-            token = inflight.tokens[i:i + 1] if i is not None else torch.tensor(
-                [c.seq.token_at(c.start)], dtype=torch.long, device=self.decoder.device)
-            logits = self.decoder.step(token, c.start)
-            return ([c.seq], samplers[0](logits)) if c.sample else ([], None)
+        (the sequences sampled, their next tokens [n] on the device): two or more together, one
+        alone (or each, without a family step) through the decoder's own step; a row whose
+        token the step before sampled reads it on the device (`inflight`: batch/inflight.py)."""
+        if self.family is None or (len(rows) == 1 and self.solo):
+            return self._each_alone(rows, samplers, inflight)
         on_device = None
         if inflight:  # rows whose token is the last step's read it on the device
             where = (inflight.index(c.seq, c.start) for c in rows)
@@ -167,6 +158,24 @@ class BatchedDecoder:
             return [], None
         return [rows[i].seq for i in chosen], sample_rows(
             [samplers[i] for i in chosen], logits[chosen] if len(chosen) < len(rows) else logits)
+
+    def _each_alone(self, rows: list, samplers: list,
+                    inflight) -> tuple[list, torch.Tensor | None]:
+        """Each row through the decoder's own single-sequence step over its sequence's blocks,
+        sampled by its own Sampler: a batch of one's row (the Decoder's graphs), and every row
+        over transformers' modules, which take one sequence a call: one at a time, here only."""
+        seqs, tokens = [], []
+        for c, sampler in zip(rows, samplers, strict=True):
+            self.cache.bind(c.seq.table)
+            i = inflight.index(c.seq, c.start)
+            token = inflight.tokens[i:i + 1] if i is not None else torch.tensor(
+                [c.seq.token_at(c.start)], dtype=torch.long, device=self.decoder.device)
+            logits = self.decoder.step(token, c.start)
+            if c.sample:
+                seqs.append(c.seq)
+                tokens.append(sampler(logits))
+        return seqs, (None if not tokens else tokens[0] if len(tokens) == 1 else
+                      torch.cat(tokens))
 
     @torch.inference_mode()
     def step(self, tokens: list[int], positions: list[int],

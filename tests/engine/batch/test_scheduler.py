@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from engine.batch.scheduler import Scheduler, TooLong
 from engine.batch.sequence import Seq, State
 from engine.cache.block_manager import BlockManager
+from engine.events.stream import FINISH_REASONS
 
 VOCAB = 50
 
@@ -142,7 +143,7 @@ def test_random_traffic(reqs, num_blocks, block_size, max_seqs, budget, k, wrong
             continue
         assert seq.state is State.FINISHED, seq
         ended[seq.id] += 1
-        if seq.finish_reason == "length":
+        if seq.finish_reason == "max_tokens":
             assert seq.output_ids == alone(seq.prompt_ids, seq.max_new_tokens)
         else:
             assert seq.finish_reason == "cancelled"
@@ -162,6 +163,18 @@ def test_preemption_recomputes_the_same_tokens():
         check_blocks(sched)
     assert sched.num_preemptions >= 1 and b.preemptions >= 1 and a.preemptions == 0
     assert a.output_ids == alone(a.prompt_ids, 8) and b.output_ids == alone(b.prompt_ids, 8)
+
+
+def test_a_sequence_at_its_limit_ends_with_the_finished_events_reason():
+    bm = BlockManager(8, 4)
+    sched, model = Scheduler(bm, max_seqs=2, token_budget=64), FakeModel(bm)
+    seq = Seq("a", list(range(5)), 3)
+    sched.add(seq)
+    while sched.has_work:
+        step = sched.schedule()
+        sched.finish_step(step, *model.run(step))
+    # one vocabulary: the scheduler's reason is the one the loop's Finished event carries
+    assert seq.finish_reason == "max_tokens" and seq.finish_reason in FINISH_REASONS
 
 
 def test_a_shared_prompt_start_is_not_computed_twice():

@@ -117,14 +117,12 @@ def sessions(tiny_models, one_thread):
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_concurrent_requests_give_what_each_gives_alone(arch, sessions):
+    """Every family batches, Gemma through transformers' modules too."""
     s = sessions[arch]
     run = concurrent_equals_alone(s)
-    if s.can_batch():
-        assert max(run.engine.batch.rows_seen) >= 5  # steps of many rows really ran
-        assert s.cache.seq.block_ids == [] and s.cache.token_ids == []  # back to its own
-    else:  # transformers' modules: one at a time, and the load event says so
-        assert run.engine.batch is None
-        assert any("one at a time" in n for n in s.loaded_event().notes)
+    assert max(run.engine.batch.rows_seen) >= 5  # steps of many rows really ran
+    assert s.cache.seq.block_ids == [] and s.cache.token_ids == []  # back to its own
+    assert not any("one at a time" in n for n in s.loaded_event().notes)
 
 
 def test_a_step_of_one_row_is_the_sessions_own_step(sessions, monkeypatch):

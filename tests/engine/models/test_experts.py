@@ -76,7 +76,7 @@ def assert_batched_rows_routed_apart_equal_each_alone(s, monkeypatch, steps: int
 
 def test_concurrent_requests_give_what_each_gives_alone(sessions):
     s = sessions["qwen3_moe"]
-    assert s.can_batch()
+    assert s.decoder.family is not None  # the experts' rows in the family step
     run = concurrent_equals_alone(s)
     assert max(run.engine.batch.rows_seen) >= 5
 

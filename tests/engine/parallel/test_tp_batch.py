@@ -34,7 +34,6 @@ def pair(tiny_model, one_thread):
 
 def test_a_split_batch_equals_the_unsplit_model_alone(pair):
     one, two = pair
-    assert two.can_batch()
     assert two.cache.num_blocks * two.cache.block_size == 1024  # every rank's arena: --kv-tokens
     assert not any("one at a time" in note for note in two.loaded_event().notes)
     reqs = [request(i, sampling=GREEDY) for i in range(8)]

@@ -96,7 +96,7 @@ def test_batched_awq_steps_through_the_gemm_in_graphs(kernel, tiny_awq, monkeypa
     reference, _ = teacher_forced_rows(Session.load(LoadRequest(
         folder, device="cpu", context=2048, kv_tokens=16384)), 20, 4)
     s = Session.load(LoadRequest(folder, device="cuda", context=2048, kv_tokens=16384))
-    assert s.decoder.mode == "graph" and s.can_batch()
+    assert s.decoder.mode == "graph"
     layers = [getattr(p, f) for p in s.decoder.family.layers for f in ("qkv", "gate_up", "down")]
     if not all(isinstance(m, Int4Linear) and m.kernel == kernel
                and (kernel != "tinygemm" or m.fused_prefill) for m in layers):
