@@ -165,7 +165,7 @@ def test_on_the_gpu_captured_steps_and_batched_rows_read_the_rings(folders, one_
     Rows of a batch each read their own ring: batched equals alone."""
     from tests.engine.generate.test_batch_run import concurrent_equals_alone
 
-    s = _load(folders["w16"], device="cuda", kv_tokens=4 * 512)  # four rings
+    s = _load(folders["w16"], device="cuda", kv_tokens=4 * 512, quant="fp32")  # four rings
     assert s.decoder.mode == "graph" and len(s.cache.blocks.sliding.free_ids) == 4 * 3
     ring_tokens = s.cache.blocks.sliding.ring * s.cache.block_size
     ids = torch.tensor(s.prompt_ids(greedy_request(LONG)), device="cuda")
