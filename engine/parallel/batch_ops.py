@@ -2,9 +2,9 @@
 generates (a single generation is a batch of one). Rank 0's batched decoder (RankBatch) sends
 each pass of generate/batch_run.py to the followers before it runs the pass itself, and each
 follower runs the same pass (step/batched.py's BatchedDecoder: its batched step, its prefill of a
-step's chunks, speculative verify rows among them) over its shard. The block tables are rank 0's scheduler's: every
-rank's arena has the same layout, so a block id names the same slot on every rank, and a
-follower binds the blocks it is sent (`foreign`) instead of choosing its own.
+step's chunks, speculative verify rows among them) over its shard. The block tables are rank
+0's scheduler's: every rank's arena has the same layout, so a block id names the same slot on
+every rank, and a follower binds the blocks it is sent (`foreign`) instead of choosing its own.
 
 A pass is the lockstep's header (parallel/follower.py: [op, a, n, 0, max_rows, epoch]), then
 its tensors: a step's staged inputs (its tokens already resolved on rank 0's device, positions,

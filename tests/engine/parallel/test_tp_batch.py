@@ -16,18 +16,15 @@ import pytest
 
 from engine.events import LoadRequest, SamplingParams
 from engine.generate.session import Session
+from tests.engine.generate import test_speculation_in_batch as lookups
 from tests.engine.generate.test_batch_run import Run, alone, request
-from tests.engine.generate.test_speculation_in_batch import (  # noqa: F401 - oracle: a fixture
-    COPY,
-    lookup,
-    oracle,
-    verified_rounds,
-)
+from tests.engine.generate.test_speculation_in_batch import COPY, lookup, verified_rounds
 from tests.engine.helpers import finished, token_ids
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(),
                                 reason="follower processes are found through /proc (Linux)")
 GREEDY = SamplingParams(temperature=0.0)
+oracle = lookups.oracle  # the fixture: prompt lookup proposes the plain answer, some of it wrong
 
 
 @pytest.fixture(scope="module")
