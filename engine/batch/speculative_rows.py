@@ -2,8 +2,9 @@
 before a step is planned each proposes tokens (prompt lookup) after its pending one; the
 scheduler fits them into the step's token budget and reserves their blocks (a verify row: the
 pending token and K proposals, K + 1 positions whose logits are all needed); the step verifies
-every such row in one pass (models/prefill_batch.py; one row alone through the Decoder's own
-verify block, as a session of one runs it); each row keeps what spec/speculative.py's accept
+every such row in one pass (the batched decoder's prefill, models/prefill_batch.py, on every
+rank of a split model; one row alone through the Decoder's own verify block where the batch is
+`solo`, as a session of one runs it); each row keeps what spec/speculative.py's accept
 rule keeps (greedy or sampled, under its grammar's masks, with its logprobs), and its rejected
 positions are simply overwritten later. K and the switch-off stay per request
 (spec/controller.py), timed by the steps the request ran in. A draft model's requests are not
@@ -25,11 +26,11 @@ from engine.spec.constrained_verify import DraftedGrammar
 from engine.spec.controller import MAX_ADAPTIVE_K, Controller
 from engine.spec.proposers import PromptLookup
 from engine.spec.speculative import judge, record_logprobs, speculation_stats
-from engine.step.decode import bucket
 
 if TYPE_CHECKING:
     from engine.batch.inflight import InFlight
     from engine.events import GenerateRequest
+    from engine.step.batched import BatchedDecoder
     from engine.step.sampling import Sampler
 
 
@@ -40,17 +41,14 @@ def _looks_up(req: GenerateRequest, session) -> bool:
 
 
 def speculates_in_batch(req: GenerateRequest, session) -> bool:
-    """Whether the request speculates inside a batch: prompt lookup (K not 0), on a session
-    whose batch takes verify rows (one device: Session.verifies_in_batch)."""
-    return _looks_up(req, session) and getattr(session, "verifies_in_batch", True)
+    """Whether the request speculates inside a batch: prompt lookup (K not 0)."""
+    return _looks_up(req, session)
 
 
 def speculates_alone(req: GenerateRequest, session) -> bool:
-    """Whether the request speculates alone, out of any batch: with a draft model, or by
-    prompt lookup on a session whose batch takes no verify rows (a split model)."""
+    """Whether the request speculates alone, out of any batch: with a draft model."""
     return (getattr(session, "draft", None) is not None and not req.prompt_lookup
-            and req.num_speculative_tokens != 0) or (
-        _looks_up(req, session) and not getattr(session, "verifies_in_batch", True))
+            and req.num_speculative_tokens != 0)
 
 
 @dataclass(eq=False)
@@ -162,9 +160,10 @@ class SpeculativeRows:
 
     # ------------------------------------------------------------------ in the step
 
-    def verify(self, chunks: tuple[Chunk, ...], max_blocks: int) -> dict[Seq, list[int]]:
-        """Run the step's verify rows (chunks with proposals) and judge each -> its committed
-        tokens (accepted proposals, then the target's own), read on the host at once."""
+    def verify(self, chunks: tuple[Chunk, ...], batched: BatchedDecoder) -> dict[Seq, list[int]]:
+        """Run the step's verify rows (chunks with proposals) through `batched`, the batch's
+        decoder, and judge each -> its committed tokens (accepted proposals, then the target's
+        own), read on the host at once."""
         # a plain step of a speculating row: judged by its time once the next step begins,
         # unless a prefill chunk ran in it (its time is the prompt's, not the rows')
         timed = not any(c.length > 1 and not c.spec for c in chunks)
@@ -180,7 +179,7 @@ class SpeculativeRows:
         if not verify:
             return {}
         raws, judged = [], []
-        for c, raw in self._passes(verify, max_blocks):
+        for c, raw in self._passes(verify, batched):
             raws.append(raw)  # kept: no later pass of this step writes where it lives
             row = self.rows[c.seq]
             proposals = torch.tensor(c.spec, dtype=torch.long, device=raw.device)
@@ -204,25 +203,24 @@ class SpeculativeRows:
             out[c.seq] = tokens
         return out
 
-    def _passes(self, verify: list[Chunk], max_blocks: int):
-        """(chunk, its raw logits [K + 1, V]) per verify row: one pass over every row, or one
-        row alone through the Decoder's verify block (a batch of one's, its graphs; the
-        reproducible mode's, whose blocks run row by row; and transformers' modules')."""
-        d, cache = self.decoder, self.decoder.cache
-        device = self.session.lm.device
-        if len(verify) == 1 or d.reproducible or d.family is None:
+    def _passes(self, verify: list[Chunk], batched: BatchedDecoder):
+        """(chunk, its raw logits [K + 1, V]) per verify row: one pass over every row (the
+        batched decoder's prefill: on every rank of a split model), or one row alone through
+        the Decoder's verify block where the batch is `solo` (a batch of one's, its graphs; and
+        the reproducible mode's, whose blocks run row by row)."""
+        d = batched.decoder
+        if (len(verify) == 1 and batched.solo) or d.reproducible or d.family is None:
             self.passes[1] += len(verify)
             for c in verify:
-                cache.bind(c.seq.table)
-                ids = torch.tensor(c.token_ids, dtype=torch.long, device=device)
+                d.cache.bind(c.seq.table)
+                ids = torch.tensor(c.token_ids, dtype=torch.long, device=d.device)
                 yield c, d.verify(ids, c.start)  # judged before the next pass overwrites it
             return
         self.passes[len(verify)] += 1
-        logits = prefill_batch.run(
-            d.family, [prefill_batch.Chunk(c.token_ids, c.start, c.seq.table.block_ids,
-                                           every=True) for c in verify],
-            lambda end: bucket(d.buckets, end), max_blocks, cache.scratch, device)
+        rows, _ = batched.prefill(
+            [prefill_batch.Chunk(c.token_ids, c.start, c.seq.table.block_ids, every=True)
+             for c in verify], [c.seq.table for c in verify], together=True)
         lo = 0
         for c in verify:
-            yield c, logits[lo:lo + c.length]
+            yield c, torch.stack(rows[lo:lo + c.length])
             lo += c.length

@@ -10,8 +10,8 @@ keeps its own sampler (sampling parameters, seed), detokenizer, stop strings, eo
 and token limit, and its events go to its own sink, ending in one Finished or Failed. A step's
 tokens reach the host while the next step runs (batch/inflight.py), and its events go out then.
 A prompt-lookup request speculates here, its verify rows beside the plain ones
-(batch/speculative_rows.py; on one device); a draft model's request (and a split model's
-speculating one) decodes plainly, and hand_off gives it back to the service (service/engine.py)
+(batch/speculative_rows.py; on one device or every rank); a draft model's request decodes
+plainly, and hand_off gives it back to the service (service/engine.py)
 to speculate alone once it is the last one left.
 """
 
@@ -183,7 +183,7 @@ class BatchRun:
             self._progress(self.gens[c.seq], c)
         row_seqs, row_tokens = self.batched.decode(
             rows, [self.gens[c.seq].sampler for c in rows], self.inflight) if rows else ([], None)
-        verified = self.spec.verify(plan.chunks, self.batched.tables.max_blocks)
+        verified = self.spec.verify(plan.chunks, self.batched)
         # the GPU runs this step while the host takes the last one's tokens (one copy, which
         # waits for that step only) and gives them out (text, stop strings, events): a sequence
         # that ended there ran one row more, and its token is dropped

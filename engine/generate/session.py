@@ -69,8 +69,6 @@ class Session:
     resolved here from `lm` and the other arguments (benchmarks and tests that build a model
     themselves)."""
 
-    verifies_in_batch = True  # a prompt-lookup request's verify rows run beside plain rows
-
     def __init__(self, lm: loader.LoadedModel, kv_dtype: str = "auto", fast_path: bool = True,
                  compile_layers: bool = False, *, config: EngineConfig | None = None,
                  reproducible: bool | None = None, kv_tokens: int | None = None):

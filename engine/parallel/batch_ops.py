@@ -1,15 +1,17 @@
-"""A continuous batch over every rank of tensor parallelism. Rank 0's batched decoder
-(RankBatch) sends each pass of generate/batch_run.py to the followers before it runs the pass
-itself, and each follower runs the same pass (step/batched.py's BatchedDecoder: its batched step,
-its prefill of a step's chunks) over its shard. The block tables are rank 0's scheduler's: every
-rank's arena has the same layout, so a block id names the same slot on every rank, and a
-follower binds the blocks it is sent (`foreign`) instead of choosing its own.
+"""A continuous batch over every rank of tensor parallelism, the only way a split model
+generates (a single generation is a batch of one). Rank 0's batched decoder (RankBatch) sends
+each pass of generate/batch_run.py to the followers before it runs the pass itself, and each
+follower runs the same pass (step/batched.py's BatchedDecoder: its batched step, its prefill of a
+step's chunks, speculative verify rows among them) over its shard. The block tables are rank
+0's scheduler's: every rank's arena has the same layout, so a block id names the same slot on
+every rank, and a follower binds the blocks it is sent (`foreign`) instead of choosing its own.
 
 A pass is the lockstep's header (parallel/follower.py: [op, a, n, 0, max_rows, epoch]), then
 its tensors: a step's staged inputs (its tokens already resolved on rank 0's device, positions,
-buckets, split counts) and its rows' block tables; a prefill's chunks, flattened. `epoch` names
-rank 0's batched decoder: a follower makes a new one of its own with it (its captured graphs
-start again where rank 0's do).
+buckets, split counts) and its rows' block tables; a prefill's chunks, flattened (a verify row is
+a chunk whose every position's logits are kept). `epoch` names rank 0's batched decoder: a
+follower makes a new one of its own with it (its captured graphs start again where rank 0's
+do), and a batched decoder that runs again after another's sends its tables whole.
 """
 
 from __future__ import annotations
@@ -29,20 +31,21 @@ _epochs = itertools.count(1)
 
 
 def flatten(chunks: list[Chunk]) -> list[int]:
-    """Chunks as one list of ints: per chunk its start, length and block count, its tokens,
-    its blocks."""
+    """Chunks as one list of ints: per chunk its start, length, block count and whether it is
+    a verify row, its tokens, its blocks."""
     out: list[int] = []
     for c in chunks:
-        out += [c.start, len(c.token_ids), len(c.block_ids), *c.token_ids, *c.block_ids]
+        out += [c.start, len(c.token_ids), len(c.block_ids), int(c.every), *c.token_ids,
+                *c.block_ids]
     return out
 
 
 def unflatten(flat: list[int]) -> list[Chunk]:
     chunks, i = [], 0
     while i < len(flat):
-        start, T, B = flat[i:i + 3]
-        i += 3
-        chunks.append(Chunk(flat[i:i + T], start, flat[i + T:i + T + B]))
+        start, T, B, every = flat[i:i + 4]
+        i += 4
+        chunks.append(Chunk(flat[i:i + T], start, flat[i + T:i + T + B], bool(every)))
         i += T + B
     return chunks
 
@@ -57,7 +60,7 @@ class RankBatch(BatchedDecoder):
     """Rank 0's batched decoder: every pass goes to the followers first, then runs here over
     rank 0's shard; a rank that fails surfaces as the leader's TPFailed."""
 
-    solo = False  # a step of one row goes to every rank as a batched step too
+    solo = False  # a step or a verify row of one goes to every rank as a batched pass too
 
     def __init__(self, leader, decoder: Decoder, max_rows: int):
         super().__init__(decoder, max_rows)  # rank 0's
@@ -70,6 +73,7 @@ class RankBatch(BatchedDecoder):
         def run():
             one_pass = self.together(chunks) if together is None else together
             flat = torch.tensor(flatten(chunks), dtype=torch.long, device=self.decoder.device)
+            self._current()
             self.leader.send(OP_BATCH_PREFILL, int(one_pass), flat.numel(), 0, self.max_rows,
                              self.epoch)
             dist.broadcast(flat, src=0)
@@ -82,6 +86,7 @@ class RankBatch(BatchedDecoder):
         def run():
             n, lens = self.stage(tokens, positions, tables, on_device)
             rows = self.tables.table[:n]
+            self._current()
             changed = self.tables.writes != self._sent or n > self._rows_sent
             self.leader.send(OP_BATCH_STEP, n, max(lens), int(changed), self.max_rows,
                              self.epoch)
@@ -91,6 +96,12 @@ class RankBatch(BatchedDecoder):
                 self._sent, self._rows_sent = self.tables.writes, n
             return self.launch(n, max(lens), lens)[:len(tokens)]
         return self.leader.run(run)
+
+    def _current(self) -> None:
+        """Where another batched decoder ran since this one last did, the followers make a new
+        one for this epoch: its block tables go whole with the next step."""
+        if self.leader.epoch != self.epoch:
+            self._sent, self._rows_sent = -1, 0
 
 
 def follow(rank, op: int, a: int, n: int, flag: int, max_rows: int, epoch: int) -> None:

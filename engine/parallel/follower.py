@@ -4,9 +4,8 @@ rank 0 (parallel/leader.py). Not the math: that is the family step's (parallel/s
 
 A follower joins the process group (gloo on CPU, NCCL on CUDA), receives its tensors from rank 0,
 then executes rank 0's ops in lockstep: each is a header of HEADER ints broadcast by rank 0, then
-the op's tensors: a batch's passes (parallel/batch_ops.py), or one sequence's prefill, step and
-verify over rank 0's blocks (OP_TABLE), for a request that speculates alone. It raises -> it
-leaves its error in the store and exits; rank 0 ends the rest.
+the op's tensors: a batch's passes (parallel/batch_ops.py), the only passes a split model runs.
+It raises -> it leaves its error in the store and exits; rank 0 ends the rest.
 """
 
 from __future__ import annotations
@@ -35,22 +34,21 @@ from engine.platform import nvrtc
 from engine.step.batched import BatchedDecoder
 from engine.step.decode import Decoder
 
-# one sequence's passes (a request that speculates runs alone); the batch's are batch_ops.py's
-OP_PREFILL, OP_STEP, OP_VERIFY, OP_SETUP, OP_STOP, OP_TABLE, OP_COPY = 1, 2, 3, 4, 5, 8, 9
-HEADER = 6  # ints: op, a, n, a token (OP_STEP) or a batch pass's flag, its max_rows and epoch
+OP_SETUP, OP_STOP = 4, 5  # the batch's passes are batch_ops.py's
+HEADER = 6  # ints: op, a, n, and a batch pass's flag, its max_rows and epoch
 TIMEOUT = timedelta(minutes=10)  # longest a collective may wait (first compile and capture)
 
 
 class Rank:
     """One rank's side of the lockstep: a Decoder over its step and its cache (its KV heads
-    only), which prefills, steps and verifies as on one device."""
+    only), under the batched decoder that runs rank 0's passes."""
 
     def __init__(self, spec: TPSpec, rank: int, weights: dict[str, torch.Tensor], device):
         self.device = device
         self.backends = Backends.from_json(spec.backends) if spec.backends else Backends()
         nvrtc.use_pdl(self.backends.pdl)  # rank 0's, as every other setting
-        # rank 0's blocks are every rank's: a follower binds the tables rank 0 sends (OP_TABLE,
-        # a batch pass) and its own block manager stays unused
+        # rank 0's blocks are every rank's: a follower binds the tables a batch pass sends and
+        # its own block manager stays unused
         cache = KVCache(spec.num_layers, spec.num_kv_heads // spec.world_size, spec.head_dim,
                         spec.context, DTYPES[spec.kv_dtype], device, backends=self.backends,
                         num_blocks=spec.num_blocks)
@@ -58,7 +56,7 @@ class Rank:
         if tuple(self.decoder.buckets) != spec.buckets:  # every rank must pick the same graph
             raise RuntimeError(f"KV buckets {self.decoder.buckets} differ from rank 0's "
                                f"{list(spec.buckets)}")
-        self.num_steps = 0  # decode steps, batched or not
+        self.num_steps = 0  # batched decode steps
         self.notes: list[str] = []  # what setup chose, for rank 0's load event
         self._batch: tuple[int, BatchedDecoder] | None = None  # (rank 0's epoch, ours)
 
@@ -67,23 +65,8 @@ class Rank:
         return self.decoder.cache
 
     @property
-    def buckets(self) -> list[int]:
-        return self.decoder.buckets
-
-    @property
     def graphs(self) -> dict:
         return self.decoder.graphs
-
-    def prefill(self, ids: torch.Tensor, start: int) -> torch.Tensor:
-        return self.decoder.forward(ids, start)
-
-    def step(self, token: torch.Tensor, position: int) -> torch.Tensor:
-        self.num_steps += 1
-        return self.decoder.step(token, position)
-
-    def verify(self, ids: torch.Tensor, start: int) -> torch.Tensor:
-        """ids: [T] at start.. -> every position's logits [T, V] (speculative verification)."""
-        return self.decoder.verify(ids, start)
 
     def batched(self, max_rows: int, epoch: int) -> BatchedDecoder:
         """The batched decoder mirroring rank 0's of this epoch (parallel/batch_ops.py)."""
@@ -155,22 +138,7 @@ def follow(rank: int, world: int, store_addr: str, backend: str, leader_pid: int
             op, a, n, flag, max_rows, epoch = header.tolist()
             if op == OP_STOP:  # leave without destroy_process_group: it would finalize with
                 break  # peers, and hangs while captured graphs hold the communicator
-            if op in (OP_PREFILL, OP_VERIFY):
-                ids = torch.empty(n, dtype=torch.long, device=device)
-                dist.broadcast(ids, src=0)
-                (me.prefill if op == OP_PREFILL else me.verify)(ids, a)
-            elif op == OP_STEP:
-                me.step(header[3:4], a)
-            elif op == OP_TABLE:  # rank 0's live sequence, for the passes of one sequence
-                ids = torch.empty(n, dtype=torch.long, device=device)
-                dist.broadcast(ids, src=0)
-                me.cache.bind(batch_ops.foreign(ids.tolist(), me.cache.block_size))
-            elif op == OP_COPY:  # blocks rank 0's cache copied (a crop that keeps one cached)
-                pairs = torch.empty(n, dtype=torch.long, device=device)
-                dist.broadcast(pairs, src=0)
-                for src, dst in pairs.view(-1, 2).tolist():
-                    me.cache.arena.copy_block(src, dst)
-            elif op in (batch_ops.OP_BATCH_PREFILL, batch_ops.OP_BATCH_STEP):
+            if op in (batch_ops.OP_BATCH_PREFILL, batch_ops.OP_BATCH_STEP):
                 batch_ops.follow(me, op, a, n, flag, max_rows, epoch)
             elif op == OP_SETUP:
                 me.setup(bool(a), bool(n))

@@ -1,9 +1,8 @@
-"""Rank 0 of tensor parallelism, in the engine's own process: the session's DecodeEngine
-(step/decode.py) over N ranks. It cuts the loaded model, starts one follower process per other
-rank (parallel/follower.py), sends each its tensors, drives in lockstep the passes of a request
-that speculates alone (prefill chunk, decode step, verify block, over rank 0's blocks) and those
-of a batch (parallel/batch_ops.py: through `send` and `run`), and supervises: a failing rank
-ends the others and surfaces as one TPFailed.
+"""Rank 0 of tensor parallelism, in the engine's own process: the session's decoder over N
+ranks (its cache, mode and notes; no pass of its own). It cuts the loaded model, starts one
+follower process per other rank (parallel/follower.py), sends each its tensors, drives in
+lockstep the passes of a batch (parallel/batch_ops.py: through `send` and `run`), and
+supervises: a failing rank ends the others and surfaces as one TPFailed.
 """
 
 from __future__ import annotations
@@ -23,18 +22,7 @@ import torch.distributed as dist
 
 from engine.config.backends import Backends
 from engine.events import BadRequest
-from engine.parallel.follower import (
-    OP_COPY,
-    OP_PREFILL,
-    OP_SETUP,
-    OP_STEP,
-    OP_STOP,
-    OP_TABLE,
-    OP_VERIFY,
-    TIMEOUT,
-    Rank,
-    device_id,
-)
+from engine.parallel.follower import OP_SETUP, OP_STOP, TIMEOUT, Rank, device_id
 from engine.parallel.sharded_step import shard, spec_of
 from engine.platform.child_env import NO_MULTICAST, child_env
 from engine.step.decode import kv_buckets
@@ -55,8 +43,8 @@ def rank0_nccl_env(environ) -> dict[str, str]:
 
 
 class TPLeader:
-    """Rank 0: a DecodeEngine over N GPUs for the session (its own Decoder is `rank.decoder`);
-    it starts, drives and supervises the followers."""
+    """Rank 0: the session's decoder over N GPUs (its own Decoder is `rank.decoder`, which
+    parallel/batch_ops.py's RankBatch runs); it starts, drives and supervises the followers."""
 
     def __init__(self, model, world_size: int, context: int, kv_dtype: str, device,
                  memory_limit_gib: float | None = None, backends: Backends | None = None,
@@ -76,14 +64,13 @@ class TPLeader:
             apply_memory_limit(self.device, memory_limit_gib)  # per GPU: followers do the same
         self.backend = "nccl" if self.device.type == "cuda" else "gloo"
         self.mode = "static"
-        self.block_graphs: dict = {}  # verify blocks run eagerly on the ranks (none captured)
         self.fixed_threads = False
+        self.epoch = 0  # the batched decoder whose pass the followers ran last (batch_ops.py)
         self.notes = [f"tensor parallel over {world_size} "
                       f"{'GPUs' if self.backend == 'nccl' else 'CPU processes'} ({self.backend})"]
         self._procs: dict[int, subprocess.Popen] = {}
         self._logs: dict[int, Path] = {}  # each follower's stderr; kept when it says something
         self.rank: Rank | None = None
-        self._shared: list[int] | None = None  # the live sequence's blocks the followers bind
         self._failure: TPFailed | None = None
         self._dead: int | None = None  # a follower the watchdog saw exit
         self._closing = False
@@ -97,14 +84,6 @@ class TPLeader:
         except Exception as e:
             raise self._fail(e) from e
         self.cache = self.rank.cache
-        self.buckets = self.rank.buckets
-        self._copies: list[int] = []  # src, dst of the blocks rank 0's cache copied, not yet sent
-        copy = self.cache.arena.copy_block  # a crop that keeps a cached block copies it: every
-
-        def copied(src: int, dst: int) -> None:  # rank copies it before its next pass
-            copy(src, dst)
-            self._copies += [src, dst]
-        self.cache.arena.copy_block = copied
 
     def _start(self, model) -> None:
         n = self.spec.world_size
@@ -214,64 +193,17 @@ class TPLeader:
         except Exception as e:
             raise self._fail(e) from e
 
-    def _header(self, op: int, a: int, n: int, token: torch.Tensor | None = None,
-                extra: tuple[int, int, int] = (0, 0, 0)) -> None:
-        header = torch.tensor([op, a, n, *extra], dtype=torch.long, device=self.device)
-        if token is not None:
-            header[3:4].copy_(token)  # stays on the device: no host sync
-        dist.broadcast(header, src=0)
+    def _header(self, op: int, a: int, n: int, extra: tuple[int, int, int] = (0, 0, 0)) -> None:
+        dist.broadcast(torch.tensor([op, a, n, *extra], dtype=torch.long, device=self.device),
+                       src=0)
 
     def send(self, op: int, a: int, n: int, flag: int, max_rows: int, epoch: int) -> None:
-        """The header of a batch pass (parallel/batch_ops.py), inside `run`: its tables bind
-        the followers' caches, so the live sequence's goes again before its next pass."""
-        self._shared = None
-        self._send_copies()
+        """The header of a batch pass (parallel/batch_ops.py), inside `run`."""
         self._header(op, a, n, extra=(flag, max_rows, epoch))
-
-    def _send_copies(self) -> None:
-        if self._copies:
-            pairs, self._copies = self._copies, []
-            self._header(OP_COPY, 0, len(pairs))
-            dist.broadcast(torch.tensor(pairs, dtype=torch.long, device=self.device), src=0)
-
-    def _share_table(self, end: int) -> None:
-        """Reserve rank 0's live sequence up to `end` and, where its blocks changed, send them:
-        a follower binds rank 0's blocks instead of choosing its own, so a pass of one sequence
-        never writes a block that rank 0 keeps cached for the batch."""
-        cache = self.rank.cache
-        cache.reserve(end)
-        self._send_copies()
-        ids = cache.seq.block_ids
-        if ids != self._shared:
-            self._shared = list(ids)
-            self._header(OP_TABLE, 0, len(ids))
-            dist.broadcast(torch.tensor(ids, dtype=torch.long, device=self.device), src=0)
-
-    def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
-        """ids: [T] int64 at positions start.. -> logits of the last one [V] (a prefill chunk)."""
-        return self.run(lambda: self.rank.prefill(self._send_ids(OP_PREFILL, ids, start), start))
-
-    def verify(self, ids: torch.Tensor, start: int) -> torch.Tensor:
-        """ids: [T] at start.. -> logits of every position [T, V] (speculative verification)."""
-        return self.run(lambda: self.rank.verify(self._send_ids(OP_VERIFY, ids, start), start))
+        self.epoch = epoch
 
     def capture_blocks(self, sizes) -> None:
-        """Verify blocks run eagerly under tensor parallelism (no block graphs yet)."""
-
-    def _send_ids(self, op: int, ids: torch.Tensor, start: int) -> torch.Tensor:
-        self._share_table(start + ids.numel())
-        self._header(op, start, ids.numel())
-        ids = ids.to(self.device).contiguous()
-        dist.broadcast(ids, src=0)
-        return ids
-
-    def step(self, token: torch.Tensor, position: int) -> torch.Tensor:
-        """token: [1] int64, fed at `position` -> logits [V] (possibly a graph's static buffer)."""
-        def run():
-            self._share_table(position + 1)
-            self._header(OP_STEP, position, 1, token)
-            return self.rank.step(token, position)
-        return self.run(run)
+        """Verify rows run as batched prefill passes on the ranks: no verify block to capture."""
 
     def setup_fast_path(self, allow_graph: bool, compile_layers: bool,
                         reproducible: tuple[int, ...] | None = None) -> None:

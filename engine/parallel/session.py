@@ -1,17 +1,17 @@
 """A Session over N ranks (`--tensor-parallel N`): the model is loaded whole into host memory,
 cut by a TPLeader (rank 0 in this process, one follower process per other GPU), and generated
-from through the leader: continuous batches through its batched decoder (parallel/batch_ops.py),
-and a request that speculates alone through the leader as Session's DecodeEngine (forward,
-step, verify, mode, notes).
+from only in continuous batches through the leader's batched decoder (parallel/batch_ops.py):
+prompt lookup's verify rows among them, and a single generation as a batch of one.
 
 Not the lockstep (parallel/leader.py) nor the math (parallel/sharded_step.py). Generation,
-sampling, stop strings and prompt lookup are Session's own, unchanged: only rank 0 samples.
+sampling, stop strings and prompt lookup are the batch's own (generate/batch_run.py),
+unchanged: only rank 0 samples. A draft model is refused at load (LoadRequest.validate).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import torch
@@ -19,8 +19,9 @@ import torch
 from engine.cache.kv_cache import BLOCK_SIZE
 from engine.config import overrides
 from engine.config.backends import Backends
-from engine.events import BadRequest, Loaded, LoadProgress, LoadRequest
+from engine.events import BadRequest, GenerateRequest, Loaded, LoadProgress, LoadRequest
 from engine.files.model_folder import check
+from engine.generate.batch_run import BatchRun
 from engine.generate.session import Session
 from engine.generate.session_load import resolve_config
 from engine.load import loader
@@ -75,9 +76,7 @@ def rank_kv_dtype(lm: loader.LoadedModel, requested: str) -> tuple[str, str]:
 class TPSession(Session):
     """Session over a TPLeader: Session.__init__ itself, with the leader as its decoder (whose
     cache is rank 0's: its KV heads, and the tokens they hold), and `leader`, which close()
-    ends."""
-
-    verifies_in_batch = False  # the ranks take plain passes only: speculation runs alone
+    ends. Every generation runs in a batch: `generate` is a batch of one."""
 
     def __init__(self, lm: loader.LoadedModel, req: LoadRequest, device: torch.device,
                  backends: Backends | None = None):
@@ -92,6 +91,7 @@ class TPSession(Session):
         # rank 0's Decoder, for the batch's passes: kept after a failure ends the leader's rank,
         # so that a batch made then still answers, with the failure (the batch holds it anyway)
         self._rank_decoder = self.leader.rank.decoder
+        self._batches: dict[int, RankBatch] = {}  # by max_rows: kept, with their graphs
         try:
             lm.model.to("meta")  # every rank holds its own copy now: free the host's
             super().__init__(replace(lm, device=self.leader.device), req.kv_dtype,
@@ -113,8 +113,35 @@ class TPSession(Session):
         return replace(config, kv_reason=why)
 
     def batched_decoder(self, max_rows: int) -> RankBatch:
-        """Every rank runs the batch's passes over its shard."""
-        return RankBatch(self.leader, self._rank_decoder, max_rows)
+        batch = self._batches.get(max_rows)
+        if batch is None:
+            batch = self._batches[max_rows] = RankBatch(self.leader, self._rank_decoder,
+                                                        max_rows)
+        return batch
+
+    def generate(self, req: GenerateRequest, cancel: threading.Event | None = None,
+                 resume=None, pause=None) -> Iterator:
+        """The request's events as a batch of one (generate/batch_run.py), ending in one
+        Finished or Failed: the ranks run no pass but a batch's. Nothing hands a split model's
+        generation over (no draft model runs here): `resume` is never given, and `pause` (a
+        service's offer to let another join) is not needed, since every request batches."""
+        if resume is not None:
+            raise ValueError("a split model's generation is never resumed: it runs in a batch")
+        cancel = cancel or threading.Event()
+        events: list = []
+        run = BatchRun(self, 1)
+        run.add(req, events.append, cancel)
+        try:
+            while events or run.has_work:
+                if not events:
+                    run.step()
+                yield from events
+                events.clear()
+        finally:
+            if run.has_work:  # the caller stopped listening: the request ends here
+                cancel.set()
+                while run.has_work:
+                    run.step()
 
     def _open_decoder(self) -> tuple[TPLeader, None]:
         # the decode kernel is not checked on the ranks yet: their steps read the cache as

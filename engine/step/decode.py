@@ -59,8 +59,8 @@ def kernel_prefill(backends: Backends) -> int | float:
 
 @runtime_checkable
 class DecodeEngine(Protocol):
-    """What a session prefills, decodes and verifies through: one device's Decoder, or the
-    leader of N tensor-parallel ranks (parallel/leader.py), which drives a Decoder on each.
+    """What a session prefills, decodes and verifies through: one device's Decoder (a split
+    model's session holds parallel/leader.py's TPLeader instead, whose ranks run batches only).
     Logits returned may live in a graph's static buffer: use them before the next call."""
 
     cache: KVCache  # this process's (rank 0's): the tokens it holds, its blocks

@@ -26,14 +26,13 @@ def install(rank: int) -> None:
 
         follower.Rank.__init__ = fail_load
     fail_rank, _, fail_step = os.environ.get(FAIL_AT_STEP, "-1:-1").partition(":")
-    if int(fail_rank) == rank:  # a step alone or a batch's: both count as decode steps
-        def failing(run):
-            def wrapped(self, *args):
-                if self.num_steps + 1 == int(fail_step):
-                    raise RuntimeError(f"injected failure at decode step {fail_step} "
-                                       f"({FAIL_AT_STEP})")
-                return run(self, *args)
-            return wrapped
+    if int(fail_rank) == rank:  # a batch's decode steps, counted by the rank
+        step = follower.Rank.batch_step
 
-        follower.Rank.step = failing(follower.Rank.step)
-        follower.Rank.batch_step = failing(follower.Rank.batch_step)
+        def failing(self, *args):
+            if self.num_steps + 1 == int(fail_step):
+                raise RuntimeError(f"injected failure at decode step {fail_step} "
+                                   f"({FAIL_AT_STEP})")
+            return step(self, *args)
+
+        follower.Rank.batch_step = failing

@@ -1,5 +1,6 @@
 """Tensor parallelism on CPU: the cut (sharded_step.py) in one process, and two ranks over gloo
-(follower.py: rank 0 here, rank 1 a child process) against the single-process step, fp32."""
+(follower.py: rank 0 here, rank 1 a child process) running rank 0's batched passes
+(batch_ops.py) against the single-process step, fp32; a rank that fails ends them all."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import torch.distributed as dist
 
 from engine.events import BadRequest, LoadRequest
 from engine.generate.session import Session
+from engine.models.prefill_batch import Chunk
+from engine.parallel.batch_ops import RankBatch
 from engine.parallel.leader import TPFailed, TPLeader, rank0_nccl_env
 from engine.parallel.sharded_step import TPSpec, layout, shard, spec_of, vocab_rows
 from engine.platform.child_env import NO_MULTICAST, child_env
-from engine.step.decode import DecodeEngine
 from tests.engine.parallel.faults import FAIL_AT_STEP, inject
 
 CONTEXT = 512
@@ -134,31 +136,40 @@ def test_one_rank_step_keeps_the_o_proj_bias():
         dist.destroy_process_group()
 
 
+def _prefill(batch: RankBatch, ids: torch.Tensor, start: int, every: bool = False):
+    """One chunk of rank 0's live sequence through every rank (a verify row where `every`)."""
+    seq = batch.cache.seq
+    chunk = Chunk(ids.tolist(), start, list(seq.block_ids), every)
+    rows, _ = batch.prefill([chunk], [seq], together=every or None)
+    return torch.stack(rows) if every else rows[0]
+
+
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])
 def test_two_ranks_equal_one_process(arch, tiny_models, one_thread):
-    """Prefill in two chunks, then 32 decode steps teacher-forced, then a verify block: rank 0's
-    gathered logits against the single-process step (prefill: transformers' modules; decode and
-    verify: FamilyStep)."""
+    """Through rank 0's batched decoder, the only passes the ranks run: a prefill in two chunks,
+    then 32 decode steps teacher-forced, then a verify row; rank 0's gathered logits against the
+    single-process step (prefill: transformers' modules; decode and verify: FamilyStep)."""
     ref = _session(tiny_models[arch])
     assert ref.decoder.mode == "static"
     lead = TPLeader(ref.lm.model, 2, CONTEXT, "fp32", torch.device("cpu"))
     try:
         lead.setup_fast_path(allow_graph=True, compile_layers=False)
-        assert isinstance(lead, DecodeEngine) and isinstance(ref.decoder, DecodeEngine)
         assert lead.mode == "static" and lead.cache.max_len == CONTEXT
         assert lead.cache.k[0].shape[1:] == (1, lead.cache.block_size, 16)  # 1 of 2 KV heads
+        batch = RankBatch(lead, lead.rank.decoder, 2)
+        lead.cache.reserve(52)  # the blocks every rank writes: rank 0's
         ids = torch.randint(3, 2048, (48,), generator=torch.Generator().manual_seed(11))
         for lo, hi in ((0, 11), (11, 16)):  # the second chunk attends to the first one's K/V
-            a, b = lead.forward(ids[lo:hi], lo), ref.decoder.forward(ids[lo:hi], lo)
+            a, b = _prefill(batch, ids[lo:hi], lo), ref.decoder.forward(ids[lo:hi], lo)
             assert _rel(a, b) < 1e-5
         for pos in range(16, 48):
-            tok = ids[pos:pos + 1]
-            a, b = lead.step(tok, pos), ref.decoder.step(tok, pos)
+            a = batch.step([int(ids[pos])], [pos], [("s", lead.cache.seq)])[0]
+            b = ref.decoder.step(ids[pos:pos + 1], pos)
             # fp32, partial sums added across ranks: far under 1e-5 relative to the logits' norm
             assert a.shape == b.shape == (2048,) and _rel(a, b) < 1e-5
             assert a.argmax() == b.argmax()
-        # a verify block (speculative decoding): 4 tokens' logits, gathered row by row
-        a, b = lead.verify(ids[40:44], 48), ref.decoder.verify(ids[40:44], 48)
+        # a verify row (speculative decoding): 4 tokens' logits, gathered row by row
+        a, b = _prefill(batch, ids[40:44], 48, every=True), ref.decoder.verify(ids[40:44], 48)
         assert a.shape == b.shape == (4, 2048) and _rel(a, b) < 1e-5
     finally:
         lead.close()
@@ -169,37 +180,41 @@ def _leader(tiny_models) -> TPLeader:
     return TPLeader(_session(tiny_models["qwen2"]).lm.model, 2, CONTEXT, "fp32", "cpu")
 
 
-def _decode(lead: TPLeader, n: int) -> None:
-    lead.forward(torch.arange(3, 11), 0)
+def _decode(lead: TPLeader, n: int, batch: RankBatch | None = None) -> None:
+    batch = batch or RankBatch(lead, lead.rank.decoder, 2)
+    lead.cache.reserve(8 + n)
+    _prefill(batch, torch.arange(3, 11), 0)
     for pos in range(8, 8 + n):
-        lead.step(torch.tensor([pos + 5]), pos)
+        batch.step([pos + 5], [pos], [("s", lead.cache.seq)])
 
 
 def test_a_rank_that_raises_ends_the_others(tiny_models, one_thread, monkeypatch):
     inject(monkeypatch, FAIL_AT_STEP, "1:3")  # the follower raises at its third decode step
     lead = _leader(tiny_models)
+    batch = RankBatch(lead, lead.rank.decoder, 2)
     with pytest.raises(TPFailed, match=r"rank 1 of 2 failed: RuntimeError: injected failure at "
                                        r"decode step 3 .*every rank was stopped") as err:
-        _decode(lead, 5)
+        _decode(lead, 5, batch)
     assert lead._procs[1].returncode == 1
     log = lead._logs[1]  # its traceback, named in the error
     assert str(log) in str(err.value) and "Traceback" in log.read_text()
     log.unlink()
-    with pytest.raises(TPFailed) as again:  # later calls say the same, at once
-        lead.step(torch.tensor([7]), 20)
+    with pytest.raises(TPFailed) as again:  # later passes say the same, at once
+        _decode(lead, 1, batch)
     assert again.value is err.value
     lead.close()
 
 
 def test_rank0_failing_ends_the_followers(tiny_models, one_thread):
     lead = _leader(tiny_models)
+    batch = RankBatch(lead, lead.rank.decoder, 2)
 
-    def broken(token, position):
+    def broken(n, kv_len, lens):
         raise ValueError("rank 0 broke")
 
-    lead.rank.step = broken  # the follower is left waiting inside the step's first all-reduce
+    batch.launch = broken  # the follower is left waiting inside the step's first all-reduce
     with pytest.raises(TPFailed, match="rank 0 of 2 failed: ValueError: rank 0 broke"):
-        _decode(lead, 2)
+        _decode(lead, 2, batch)
     assert lead._procs[1].poll() is not None  # ended, not left waiting on a collective
 
 

@@ -84,10 +84,10 @@ def test_tp_session_equals_session_and_ends_its_follower(tiny_model, one_thread,
         events = list(two.generate(greedy_request(n=24)))
         assert token_ids(events) == token_ids(list(one.generate(greedy_request(n=24))))
         assert finished(events).stats.new_tokens == plain.stats.new_tokens == 24
-        # a second turn reuses rank 0's cached prefix; followers write at the positions it sends
+        # a second turn reuses the cached prefix (a batch of one each time, over rank 0's blocks)
         again = list(two.generate(greedy_request(n=24)))
         assert token_ids(again) == token_ids(events)
-        # prompt lookup verifies blocks through every rank; greedy, it changes no token
+        # prompt lookup's verify rows run on every rank; greedy, they change no token
         copy = "copy: a b c d e a b c d e a b"
         looked = list(two.generate(greedy_request(copy, n=24, prompt_lookup=True)))
         ref = list(one.generate(greedy_request(copy, n=24)))
