@@ -1,10 +1,7 @@
-"""The weight formats (`--quant`), one entry each with the facts that hang on it: the loader
-that builds a model in it (load/weight_loaders.py), the bytes a linear layer takes in it (the
-planner's arithmetic, plan/sizes.py), and what callers would otherwise ask of its name.
-
-No torch: the planner, request checks and the app read it; a loader is named, not imported.
-"auto" is a choice word, never registered.
-"""
+"""The weight formats (`--quant`), one entry each with the facts that hang on it: its loader
+(load/weight_loaders.py), a linear layer's bytes in it (the planner's, plan/sizes.py), and what
+callers would otherwise ask of its name. No torch: the planner, request checks and the app read
+it, and a loader is named, not imported. "auto" is a choice word, never registered."""
 
 from __future__ import annotations
 
@@ -14,11 +11,6 @@ from dataclasses import dataclass
 AWQ_GROUP = 128  # input features an AWQ checkpoint's scale and zero cover, unless it says
 NF4_BLOCK, NF4_DQ_BLOCK = 64, 256
 NF4_DOUBLE_QUANT = True  # load/weight_loaders.py loads NF4 with bnb_4bit_use_double_quant=True
-
-
-def _int8_bytes(out: int, inp: int, group: int | None, double_quant: bool | None) -> int:
-    """LLM.int8: int8 CB + one fp32 scale (SCB) per output row."""
-    return out * inp + 4 * out
 
 
 def _nf4_bytes(out: int, inp: int, group: int | None, double_quant: bool | None) -> int:
@@ -41,11 +33,6 @@ def _dequantized_matrix(linears, tokens: int) -> int:
     """A prefill matmul dequantizes one weight matrix to 16 bits (bitsandbytes NF4, AWQ's torch
     backend)."""
     return 2 * max((o * i for o, i, _ in linears), default=0)
-
-
-def _int8_products(linears, tokens: int) -> int:
-    """LLM.int8 keeps int8 inputs and int32 outputs of a matmul."""
-    return tokens * max((4 * o + i for o, i, _ in linears), default=0)
 
 
 @dataclass(frozen=True)
@@ -72,6 +59,7 @@ class WeightFormat:
     # the transient bytes a prefill pass of `tokens` adds for the linears (out, in, count)
     prefill_scratch: Callable[[tuple, int], int] = lambda linears, tokens: 0
     quality: int = 0  # the planner's preference among formats that fit: 0 best (16 bits)
+    fallback: bool = False  # the planner's own choice where 16 bits do not fit (not opted into)
     # quantized when the load reads a 16-bit checkpoint (else a checkpoint must hold it already,
     # but where a mixture's experts are rounded at load or random weights are made)
     rounds_at_load: bool = True
@@ -118,6 +106,14 @@ def expert_group(name: str, width: int) -> int | None:
     return next((g for g in get(name).expert_groups if width % g == 0), None)
 
 
+def fallbacks(prefer_quality: bool = False) -> list[str]:
+    """What the planner tries where 16-bit weights do not fit, best first: formats a load rounds
+    a 16-bit checkpoint to, the opt-in ones (slower) only with `prefer_quality`."""
+    tried = [f for f in _REGISTRY.values() if f.quantized and f.rounds_at_load
+             and (f.fallback or prefer_quality)]
+    return [f.name for f in sorted(tried, key=lambda f: f.quality)]
+
+
 def floats() -> tuple[WeightFormat, ...]:
     """The plain float formats: a checkpoint's own dtype is one of these."""
     return tuple(f for f in _REGISTRY.values() if not f.quantized)
@@ -131,14 +127,18 @@ _LOADERS = "engine.load.weight_loaders:"
 for _fmt in (WeightFormat("bf16", 16, "bfloat16", "BF16", tensor_parallel=True),
              WeightFormat("fp16", 16, "float16", "F16", tensor_parallel=True),
              WeightFormat("fp32", 32, "float32", "F32", tensor_parallel=True, offered=False),
+             # LLM.int8: int8 CB and an fp32 scale (SCB) per output row; a prefill matmul keeps
+             # int8 inputs and int32 outputs
              WeightFormat("int8", 8, library="bitsandbytes", loader=_LOADERS + "INT8",
-                          linear_bytes=_int8_bytes, prefill_scratch=_int8_products, quality=1,
-                          slow_on_cpu=True, packed_shapes=True),  # LLM.int8
+                          linear_bytes=lambda out, inp, group, dq: out * inp + 4 * out,
+                          prefill_scratch=lambda linears, tokens: tokens * max(
+                              (4 * o + i for o, i, _ in linears), default=0),
+                          quality=1, slow_on_cpu=True, packed_shapes=True),
              WeightFormat("nf4", 4, library="bitsandbytes", expert_groups=(64,),
                           expert_group_numbers=1,  # bitsandbytes' block: an absmax
                           loader=_LOADERS + "NF4", linear_bytes=_nf4_bytes,
-                          prefill_scratch=_dequantized_matrix, quality=3, slow_on_cpu=True,
-                          packed_shapes=True),
+                          prefill_scratch=_dequantized_matrix, quality=3, fallback=True,
+                          slow_on_cpu=True, packed_shapes=True),
              # the engine's own int4 layers (quant/int4_linear.py): a scale and an offset
              WeightFormat("awq", 4, expert_groups=(128, 64, 32), expert_group_numbers=2,
                           loader=_LOADERS + "AWQ", linear_bytes=_awq_bytes,

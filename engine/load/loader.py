@@ -21,13 +21,7 @@ from engine.events import BadRequest, LoadProgress, LoadRequest
 from engine.files.model_folder import ModelFolder
 from engine.formats import families, weights
 from engine.formats.sampling_defaults import model_defaults
-from engine.load import (
-    awq_loader,
-    checkpoint_checks,
-    experts_quant,
-    language_model,
-    weight_loaders,
-)
+from engine.load import checkpoint_checks, experts_quant, language_model, weight_loaders
 from engine.load.memory_limit import (  # noqa: F401 (callers and tests import them here)
     apply_memory_limit,
     clear_memory_limit,
@@ -77,11 +71,12 @@ def choose_device(req: LoadRequest) -> torch.device:
 
 def choose_quant(req: LoadRequest, folder: ModelFolder, device: torch.device,
                  random_weights: bool = False) -> str:
-    if awq_loader.is_awq(folder.config):  # 4-bit already: it loads as it is
-        if req.quant not in ("auto", "awq"):
-            raise BadRequest(f"{folder.path.name} is an AWQ checkpoint: it loads as --quant awq "
-                             f"(or auto), not {req.quant}")
-        return "awq"
+    held = next((q for q in weights.names() if weight_loaders.of(q).holds(folder.config)), None)
+    if held:  # quantized already: it loads as it is
+        if req.quant not in ("auto", held):
+            raise BadRequest(f"{folder.path.name} is an {held.upper()} checkpoint: it loads as "
+                             f"--quant {held} (or auto), not {req.quant}")
+        return held
     if req.quant == "auto":
         native = CONFIG_DTYPES.get(str(folder.config.get("dtype")
                                        or folder.config.get("torch_dtype")))

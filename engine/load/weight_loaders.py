@@ -1,9 +1,6 @@
-"""Each weight format's loader, as formats/weights.py names it: how a checkpoint, or random weights
-from config.json alone (benchmarks), becomes a model whose linears are in that format; how a
-16-bit model's linears are rounded to it (a mixture of experts', after its experts:
-load/experts_quant.py); and the engine's own layers swapped in after a load. load/loader.py asks
-the format's loader and never its name.
-"""
+"""Each weight format's loader, named by formats/weights.py: a checkpoint, or random weights from
+config.json alone, made a model in the format; a 16-bit model's linears rounded to it (a
+mixture's, after its experts: load/experts_quant.py); the engine's layers swapped in after."""
 
 from __future__ import annotations
 
@@ -26,18 +23,19 @@ def of(quant: str) -> Floats:
 class Floats:
     """bf16 / fp16 / fp32: transformers reads the checkpoint as it is, in the compute dtype."""
 
+    def holds(self, config: dict) -> bool:
+        """Whether a checkpoint of this config.json holds its weights in this format already."""
+        return False
+
     def quantization_config(self, dtype: torch.dtype):
         return None
 
     def load(self, folder, device: torch.device, dtype: torch.dtype, forced: str | None = None):
-        kwargs = dict(dtype=dtype, use_safetensors=True, trust_remote_code=False,
-                      device_map={"": device})
-        config = self.quantization_config(dtype)
-        if config is not None:
-            kwargs["quantization_config"] = config
         with library_noise.quiet_load_report():
-            model, info = language_model.from_pretrained(folder.path, folder.architecture,
-                                                         **kwargs)
+            model, info = language_model.from_pretrained(
+                folder.path, folder.architecture, dtype=dtype, use_safetensors=True,
+                trust_remote_code=False, device_map={"": device},
+                quantization_config=self.quantization_config(dtype))
         checkpoint_checks.refuse_missing_weights(model, info, folder)
         return model.eval()
 
@@ -63,8 +61,7 @@ class Floats:
 
 
 class Bitsandbytes(Floats):
-    """bitsandbytes' layers (`quant`: their kind, quant/bnb.py): transformers quantizes a 16-bit
-    checkpoint as it reads it."""
+    """bitsandbytes' layers of kind `quant` (quant/bnb.py), made by transformers' load."""
 
     def __init__(self, quant: str):
         self.quant = quant
@@ -131,15 +128,17 @@ class Nf4(Bitsandbytes):
 
 
 class Awq(Floats):
-    """The engine's own int4 layers (quant/int4_linear.py), from an AWQ checkpoint converted to
-    the kernel's layout here (load/awq_loader.py); a 16-bit mixture's linears rounded to nearest."""
+    """The engine's int4 layers (quant/int4_linear.py) from an AWQ checkpoint (load/awq_loader.py),
+    or a 16-bit mixture's linears rounded to nearest."""
+
+    def holds(self, config: dict) -> bool:
+        return awq_loader.is_awq(config)
 
     def load(self, folder, device: torch.device, dtype: torch.dtype, forced: str | None = None):
         return awq_loader.load_model(folder, device, dtype, forced=forced)
 
     def random(self, config, architecture: str, device: torch.device, dtype: torch.dtype,
                forced: str | None = None, small_card: bool = False):
-        # random 4-bit codes made on the device: no 16-bit copy ever exists
         return awq_loader.random_model(config, device, dtype, forced=forced)
 
     def round_linears(self, model, dtype: torch.dtype, device: torch.device | None,

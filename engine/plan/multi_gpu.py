@@ -190,7 +190,7 @@ def recommend_split(shape: ModelShape, vram_bytes: int, num_devices: int,
     if not auto:
         natural = [quant]
     else:  # as engine.plan.memory.recommend: a quantized checkpoint in its own format
-        natural = [shape.quant_method] if shape.quant_method else [w16, "nf4"]
+        natural = [shape.quant_method] if shape.quant_method else [w16, *weights.fallbacks()]
     options: list[tuple[int, Recommendation]] = []
     for n in valid_splits(shape, num_devices):
         # one card: the planner's whole decision tree; more: each format the engine can cut

@@ -5,13 +5,16 @@ LLM.int8's row scales are attributes of the weight, not parameters)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
+from engine.events import LoadRequest
 from engine.files.model_folder import check
 from engine.formats import weights
 from engine.formats.model_shape import ModelShape
-from engine.load import weight_loaders
+from engine.load import loader, weight_loaders
 from engine.plan.sizes import weight_bytes
 
 CPU = torch.device("cpu")
@@ -62,3 +65,27 @@ def test_the_planner_counts_the_bytes_each_loader_makes(quant, arch, tiny_awq):
     planned = weight_bytes(shape, quant, shape.double_quant if quant == shape.quant_method
                            else None)
     assert held_bytes(model) == planned
+
+
+@pytest.fixture
+def rows_format():
+    """A format registered from a test: LLM.int8's loader under another name, its bytes those of
+    a layer that kept an fp32 scale per output row and per input column."""
+    fmt = weights.register(dataclasses.replace(
+        weights.get("int8"), name="int8-rows",
+        linear_bytes=lambda out, inp, group, dq: out * inp + 4 * out + 4 * inp))
+    yield fmt
+    weights.unregister(fmt.name)
+
+
+def test_a_new_format_is_one_entry(rows_format, tiny_model):
+    """The loader loads it with the loader its entry names, and the planner counts its entry's
+    bytes: neither compares its name with anything."""
+    lm = loader.load(check(str(tiny_model)), LoadRequest(str(tiny_model), quant="int8-rows",
+                                                         device="cpu"), progress=lambda p: None)
+    assert lm.quant == "int8-rows"
+    assert {type(m).__name__ for m in lm.model.modules()} >= {"Linear8bitLt"}
+    shape = ModelShape.from_folder(tiny_model)
+    columns = sum(4 * i * n for _, i, n in shape.linears)
+    assert weight_bytes(shape, "int8-rows") - columns == held_bytes(lm.model) \
+        == weight_bytes(shape, "int8")
