@@ -50,22 +50,19 @@ class WeightFormat:
     # scale, and an offset); () keeps the experts in 16 bits
     expert_groups: tuple[int, ...] = ()
     expert_group_numbers: int = 0
-    # "module:attribute" of the object that loads a checkpoint (or random weights) in this
-    # format: load/weight_loaders.py resolves it, so this module never imports torch
+    # "module:attribute" of its loader, resolved by load/weight_loaders.py (no torch here)
     loader: str = "engine.load.weight_loaders:FLOATS"
-    # a quantized linear [out, in]'s bytes, side tensors included: (out, in, the checkpoint's
-    # group or None, its double quantization or None); a float format's is bits / 8 a weight
+    # a quantized linear's bytes, side tensors included: (out, in, the checkpoint's group or
+    # None, its double quantization or None); a float format's are bits / 8 a weight
     linear_bytes: Callable[[int, int, int | None, bool | None], int] | None = None
-    # the transient bytes a prefill pass of `tokens` adds for the linears (out, in, count)
+    # transient bytes a prefill pass of `tokens` adds for the linears (out, in, count)
     prefill_scratch: Callable[[tuple, int], int] = lambda linears, tokens: 0
     quality: int = 0  # the planner's preference among formats that fit: 0 best (16 bits)
     fallback: bool = False  # the planner's own choice where 16 bits do not fit (not opted into)
-    # quantized when the load reads a 16-bit checkpoint (else a checkpoint must hold it already,
-    # but where a mixture's experts are rounded at load or random weights are made)
+    # a load rounds a 16-bit checkpoint to it (else only a mixture's, or random weights)
     rounds_at_load: bool = True
     slow_on_cpu: bool = False  # it runs on the CPU but dequantizes every step there
-    # a checkpoint in it stores packed tensors whose shapes do not give the linears' sizes
-    packed_shapes: bool = False
+    packed_shapes: bool = False  # a checkpoint's tensor shapes do not give its linears' sizes
 
     @property
     def quantized(self) -> bool:

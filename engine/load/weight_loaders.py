@@ -11,7 +11,16 @@ import torch
 from engine.config.backends import Backends
 from engine.formats import weights
 from engine.load import awq_loader, checkpoint_checks, experts_quant, language_model
+from engine.load.meta_model import (
+    meta_model,
+    random_fill,
+    random_quantized_linears,
+    tie_and_materialize,
+)
 from engine.platform import library_noise
+from engine.quant import experts4
+from engine.quant.bnb import bnb_linear, quantize_linears
+from engine.quant.int4_linear import Int4Linear, choose_kernel
 
 
 def of(quant: str) -> Floats:
@@ -53,8 +62,6 @@ class Floats:
     def own(self, model, device: torch.device, backends: Backends) -> None:
         """After a load: every int4 layer's prefill products as the session's int4_prefill says."""
         if backends.int4_prefill != "fused":
-            from engine.quant.int4_linear import Int4Linear
-
             for m in model.modules():
                 if isinstance(m, Int4Linear):
                     m.fused_prefill = False
@@ -83,22 +90,11 @@ class Bitsandbytes(Floats):
 
     def round_linears(self, model, dtype: torch.dtype, device: torch.device | None,
                       forced: str | None = None) -> None:
-        from engine.quant.bnb import quantize_linears
-
         quantize_linears(model, self.quant, dtype, device)
 
     def on_meta(self, config, device: torch.device, dtype: torch.dtype, make_layer=None):
         """`make_layer(weight, bias)`: bitsandbytes' layer unless a test gives another."""
-        from engine.load.meta_model import (
-            meta_model,
-            random_fill,
-            random_quantized_linears,
-            tie_and_materialize,
-        )
-
         if make_layer is None:
-            from engine.quant.bnb import bnb_linear
-
             make_layer = lambda w, b: bnb_linear(w, b, self.quant, dtype, device)  # noqa: E731
         model = meta_model(config, dtype)
         g = torch.Generator(device=device).manual_seed(0)
@@ -143,9 +139,6 @@ class Awq(Floats):
 
     def round_linears(self, model, dtype: torch.dtype, device: torch.device | None,
                       forced: str | None = None) -> None:
-        from engine.quant import experts4
-        from engine.quant.int4_linear import Int4Linear, choose_kernel
-
         head = model.get_output_embeddings()
         for name, mod in list(model.named_modules()):
             if type(mod) is not torch.nn.Linear or mod is head:
