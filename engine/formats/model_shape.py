@@ -16,7 +16,7 @@ from pathlib import Path
 from engine.formats import families, loadable, weights
 from engine.formats.families import gemma
 
-AWQ_GROUP = 128
+AWQ_GROUP = weights.AWQ_GROUP
 # bits per element of every safetensors dtype (F4 and F6 pack below a byte)
 _ST_BITS = {"F64": 64, "F32": 32, "F16": 16, "BF16": 16, "I64": 64, "U64": 64, "I32": 32,
             "U32": 32, "I16": 16, "U16": 16, "I8": 8, "U8": 8, "BOOL": 8, "F8_E4M3": 8,
@@ -187,7 +187,7 @@ class ModelShape:
         for dt, shp in tensors.values():
             nbytes[dt] = nbytes.get(dt, 0) + math.prod(shp) * _ST_BITS.get(dt, 0) // 8
         ckpt = replace(self, checkpoint_bytes=sum(nbytes.values()))
-        if self.quant_method in ("nf4", "int8"):
+        if self.quant_method and weights.get(self.quant_method).packed_shapes:
             return ckpt
         embed = lm = other = 0
         lin: dict[tuple[int, int], int] = {}

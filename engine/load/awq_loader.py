@@ -15,7 +15,7 @@ from contextlib import ExitStack
 import torch
 
 from engine.files.model_folder import BadModel, ModelFolder
-from engine.load.meta_model import random_fill, tie_and_materialize
+from engine.load.meta_model import meta_model, random_fill, tie_and_materialize
 from engine.quant import awq_format
 from engine.quant.int4_linear import Int4Linear
 
@@ -28,13 +28,12 @@ def is_awq(config: dict) -> bool:
 
 
 def _meta_model(folder_path, dtype: torch.dtype):
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(folder_path, trust_remote_code=False)
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # the engine replaces the linears itself, not transformers
-    with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+    return meta_model(config, dtype)
 
 
 def load_model(folder: ModelFolder, device: torch.device, dtype: torch.dtype,
@@ -78,10 +77,7 @@ def random_model(config, device: torch.device, dtype: torch.dtype, group_size: i
                  kernel: str | None = None, forced: str | None = None) -> torch.nn.Module:
     """A transformers config -> its model with random 4-bit linears (lm_head 16-bit), random
     embeddings and unit norms: real shapes for speed runs, values that decode without NaNs."""
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+    model = meta_model(config, dtype)
     head = model.get_output_embeddings()
     g = torch.Generator(device=device).manual_seed(0)
     for name, mod in list(model.named_modules()):

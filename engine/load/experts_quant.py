@@ -17,7 +17,6 @@ from engine.load import checkpoint_checks, language_model
 from engine.load.awq_loader import is_awq
 from engine.models import experts
 from engine.quant import experts4
-from engine.quant.int4_linear import Int4Linear, choose_kernel
 
 
 def rounds(folder: ModelFolder, quant: str) -> bool:
@@ -36,8 +35,9 @@ def _four_bit(model_type: str | None, quant: str) -> bool:
 
 
 def load_model(folder: ModelFolder, device: torch.device, dtype: torch.dtype, quant: str,
-               forced: str | None = None) -> torch.nn.Module:
-    """The checkpoint's model with 4-bit experts and linears on `device` (`forced`: the
+               round_linears, forced: str | None = None) -> torch.nn.Module:
+    """The checkpoint's model with 4-bit experts and linears on `device`: `round_linears(model,
+    dtype, device, forced)` the format's loader's (load/weight_loaders.py; `forced`: the
     session's int4 kernel for AWQ's dense layers, where it fits)."""
     model, info = language_model.from_pretrained(
         folder.path, folder.architecture, dtype=dtype, use_safetensors=True,
@@ -50,12 +50,7 @@ def load_model(folder: ModelFolder, device: torch.device, dtype: torch.dtype, qu
                 old = layer.get_submodule(family.experts.experts)
                 layer.set_submodule(family.experts.experts,
                                     experts4.Experts4.of(old, quant, dtype, device))
-        if quant == "nf4":
-            from engine.quant.bnb import quantize_linears
-
-            quantize_linears(model, quant, dtype, device)
-        else:
-            _int4_linears(model, dtype, device, forced)
+        round_linears(model, dtype, device, forced)
     except ValueError as e:  # a width no group divides: the checkpoint's shape, one sentence
         raise BadModel(str(e)) from None
     return model.to(device).eval()
@@ -74,17 +69,3 @@ def random_experts(model, quant: str, dtype: torch.dtype, device: torch.device,
             gate_up, down = (experts4.random(tuple(p.shape), quant, dtype, device, g)
                              for p in (old.gate_up_proj, old.down_proj))
             layer.set_submodule(family.experts.experts, experts4.Experts4(gate_up, down))
-
-
-def _int4_linears(model, dtype: torch.dtype, device: torch.device, forced: str | None) -> None:
-    """Every plain linear but the lm_head rounded to the engine's int4 layer on `device`."""
-    head = model.get_output_embeddings()
-    for name, mod in list(model.named_modules()):
-        if type(mod) is not torch.nn.Linear or mod is head:
-            continue
-        group = experts4.group_size("awq", mod.in_features)
-        bias = None if mod.bias is None else mod.bias.data
-        kernel = choose_kernel(device, dtype, mod.out_features, mod.in_features, group, forced)
-        new = Int4Linear.quantize(mod.weight.data, bias, group, dtype, device, kernel)
-        model.set_submodule(name, new)
-

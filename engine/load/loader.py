@@ -21,7 +21,7 @@ from engine.events import BadRequest, LoadProgress, LoadRequest
 from engine.files.model_folder import ModelFolder
 from engine.formats import families, weights
 from engine.formats.sampling_defaults import model_defaults
-from engine.load import awq_loader, checkpoint_checks, experts_quant, int4_layers, language_model
+from engine.load import checkpoint_checks, experts_quant, language_model, weight_loaders
 from engine.load.memory_limit import (  # noqa: F401 (callers and tests import them here)
     apply_memory_limit,
     clear_memory_limit,
@@ -71,24 +71,27 @@ def choose_device(req: LoadRequest) -> torch.device:
 
 def choose_quant(req: LoadRequest, folder: ModelFolder, device: torch.device,
                  random_weights: bool = False) -> str:
-    if awq_loader.is_awq(folder.config):  # 4-bit already: it loads as it is
-        if req.quant not in ("auto", "awq"):
-            raise BadRequest(f"{folder.path.name} is an AWQ checkpoint: it loads as --quant awq "
-                             f"(or auto), not {req.quant}")
-        return "awq"
-    if req.quant == "awq" and not random_weights and not experts_quant.rounds(folder, "awq"):
-        raise BadRequest(f"{folder.path.name} is not an AWQ checkpoint; make a 4-bit AWQ copy "
-                         "with `hearth quantize --model PATH --method awq --out NEW_PATH`, or "
-                         "load it with --quant nf4")
-    library = weights.get(req.quant).library if req.quant != "auto" else None
-    if library and importlib.util.find_spec(library) is None:
-        raise BadRequest(f"--quant {req.quant} needs {library} (pip install {library})")
-    if req.quant != "auto":
-        return req.quant
-    native = CONFIG_DTYPES.get(str(folder.config.get("dtype") or folder.config.get("torch_dtype")))
-    if device.type == "cpu":
-        return native or "fp32"  # CPU keeps the checkpoint's own dtype
-    return _recommended_quant(req, folder, device)
+    held = next((q for q in weights.names() if weight_loaders.of(q).holds(folder.config)), None)
+    if held:  # quantized already: it loads as it is
+        if req.quant not in ("auto", held):
+            raise BadRequest(f"{folder.path.name} is an {held.upper()} checkpoint: it loads as "
+                             f"--quant {held} (or auto), not {req.quant}")
+        return held
+    if req.quant == "auto":
+        native = CONFIG_DTYPES.get(str(folder.config.get("dtype")
+                                       or folder.config.get("torch_dtype")))
+        if device.type == "cpu":
+            return native or "fp32"  # CPU keeps the checkpoint's own dtype
+        return _recommended_quant(req, folder, device)
+    fmt = weights.get(req.quant)
+    if not fmt.rounds_at_load and not (random_weights or experts_quant.rounds(folder, fmt.name)):
+        word = fmt.name.upper()  # a checkpoint must hold it: `hearth quantize` makes one
+        raise BadRequest(f"{folder.path.name} is not an {word} checkpoint; make a {fmt.bits}-bit "
+                         f"{word} copy with `hearth quantize --model PATH --method {fmt.name} "
+                         "--out NEW_PATH`, or load it with --quant nf4")
+    if fmt.library and importlib.util.find_spec(fmt.library) is None:
+        raise BadRequest(f"--quant {fmt.name} needs {fmt.library} (pip install {fmt.library})")
+    return fmt.name
 
 
 def _recommended_quant(req: LoadRequest, folder: ModelFolder, device: torch.device) -> str:
@@ -104,7 +107,7 @@ def _recommended_quant(req: LoadRequest, folder: ModelFolder, device: torch.devi
                         req.context)
     except ValueError:  # a config the planner cannot read: the safe 16-bit default
         return sixteen
-    return rec.quant if rec.fits and rec.quant in ("bf16", "fp16", "int8", "nf4") else sixteen
+    return rec.quant if rec.fits and weights.get(rec.quant).rounds_at_load else sixteen
 
 
 def _placement(req: LoadRequest, folder: ModelFolder, random_weights: bool = False
@@ -130,7 +133,6 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
     `backends`: the session's settings (the int4 kernel, its prefill products, PDL)."""
     nvrtc.use_pdl(backends.pdl)  # before any kernel of this load compiles
     library_noise.skip_torchao()  # before transformers' quantizer registry loads
-    from transformers import BitsAndBytesConfig
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # progress travels as LoadProgress events instead
@@ -151,26 +153,13 @@ def load(folder: ModelFolder, req: LoadRequest, progress: Callable[[LoadProgress
 
     slow = _slow_on_cpu(quant, device)
     stage("weights", 1, f"loading weights as {quant}" + (f" ({slow})" if slow else ""))
-    kwargs = dict(dtype=compute_dtype, use_safetensors=True, trust_remote_code=False,
-                  attn_implementation="sdpa", device_map={"": device})
-    if quant == "nf4":
-        kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=compute_dtype)
-    elif quant == "int8":
-        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)
-    forced = backends.int4_kernel
+    formatted, forced = weight_loaders.of(quant), backends.int4_kernel
     if experts_quant.rounds(folder, quant):  # a mixture of experts, its experts in 4 bits too
-        model = experts_quant.load_model(folder, device, compute_dtype, quant, forced)
-    elif quant == "awq":  # the engine's own int4 layers, converted to the kernel's layout here
-        model = awq_loader.load_model(folder, device, compute_dtype, forced=forced)
+        model = experts_quant.load_model(folder, device, compute_dtype, quant,
+                                         formatted.round_linears, forced)
     else:
-        with library_noise.quiet_load_report():
-            model, info = language_model.from_pretrained(folder.path, folder.architecture,
-                                                         **kwargs)
-        checkpoint_checks.refuse_missing_weights(model, info, folder)
-        model.eval()
-    int4_layers.own(model, quant, device, backends)
+        model = formatted.load(folder, device, compute_dtype, forced)
+    formatted.own(model, device, backends)
     head_notes = _quantize_lm_head(model, req, device, compute_dtype)
     stage("attention", 2, "installing the engine's attention")
     attention.register()
@@ -202,7 +191,7 @@ def _one_line(e: BaseException) -> str:
 
 def _slow_on_cpu(quant: str, device: torch.device) -> str:
     """bitsandbytes runs its 4- and 8-bit layers on the CPU, but dequantizes every step."""
-    if device.type != "cpu" or quant not in ("nf4", "int8"):
+    if device.type != "cpu" or not weights.get(quant).slow_on_cpu:
         return ""
     return (f"note: {quant} on the CPU is slower than fp32/bf16 and saves only memory; "
             "it is meant for GPUs")
@@ -220,23 +209,10 @@ def random_model(folder: ModelFolder, req: LoadRequest, backends: Backends = DEF
     config = language_model.text_config(
         AutoConfig.from_pretrained(folder.path, trust_remote_code=False))
     torch.manual_seed(0)
-    quantized = quant in ("nf4", "int8")
-    if quant == "awq":  # random 4-bit codes made on the device: no 16-bit copy ever exists
-        forced = backends.int4_kernel
-        model = awq_loader.random_model(config, device, compute_dtype, forced=forced)
-    elif quantized and (req.memory_limit_gib is not None or experts_quant.sparse(config, quant)):
-        # an emulated small card cannot hold the 16-bit weights (nor a card a mixture's 16-bit
-        # experts): built on meta, each linear and expert made on the card in its format
-        model = _random_bnb_on_meta(config, quant, device, compute_dtype)
-    else:
-        with torch.device(device):
-            model = language_model.from_config(config, folder.architecture,
-                                               dtype=compute_dtype).eval()
-        if quantized:
-            from engine.quant.bnb import quantize_linears
-
-            quantize_linears(model, quant, compute_dtype)
-    int4_layers.own(model, quant, device, backends)
+    formatted = weight_loaders.of(quant)
+    model = formatted.random(config, folder.architecture, device, compute_dtype,
+                             backends.int4_kernel, small_card=req.memory_limit_gib is not None)
+    formatted.own(model, device, backends)
     head_notes = _quantize_lm_head(model, req, device, compute_dtype)
     attention.register()
     model.set_attn_implementation(attention.ATTN_IMPLEMENTATION)
@@ -245,28 +221,6 @@ def random_model(folder: ModelFolder, req: LoadRequest, backends: Backends = DEF
     gen = {"eos_token_id": config.eos_token_id}
     return LoadedModel(folder, model, None, gen, _eos_ids(model, None, gen), device, quant,
                        compute_dtype, context, (*notes, "random weights"))
-
-
-def _random_bnb_on_meta(config, quant: str, device: torch.device, dtype: torch.dtype,
-                        make_layer=None) -> torch.nn.Module:
-    """`make_layer(weight, bias)`: bitsandbytes' NF4 / INT8 layer unless a test gives another."""
-    from engine.load.meta_model import (
-        meta_model,
-        random_fill,
-        random_quantized_linears,
-        tie_and_materialize,
-    )
-
-    if make_layer is None:
-        from engine.quant.bnb import bnb_linear
-
-        make_layer = lambda w, b: bnb_linear(w, b, quant, dtype, device)  # noqa: E731
-    model = meta_model(config, dtype)
-    g = torch.Generator(device=device).manual_seed(0)
-    random_quantized_linears(model, device, dtype, g, make_layer)
-    experts_quant.random_experts(model, quant, dtype, device, g)
-    tie_and_materialize(model, device, missing=random_fill(config, device, dtype, g))
-    return model.eval()
 
 
 def _quantize_lm_head(model, req: LoadRequest, device, dtype) -> list[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 
-from engine.formats import kv_dtypes
+from engine.formats import kv_dtypes, weights
 from engine.formats.model_shape import AWQ_GROUP, ModelShape, PlanError  # noqa: F401 (re-exported)
 from engine.plan import experts
 from engine.plan.choices import sixteen_bit
@@ -208,7 +208,7 @@ def recommend(shape: ModelShape, vram_bytes: int | None, compute_capability=None
     elif shape.quant_method:
         ws = [shape.quant_method]
     else:
-        ws = [w16, *(["int8"] if prefer_quality else []), "nf4"]
+        ws = [w16, *weights.fallbacks(prefer_quality)]
     # a quantized checkpoint computes in its own 16-bit dtype (AWQ: fp16), so its cache does too
     kv16 = shape.native_dtype if shape.quant_method and shape.native_dtype != "fp32" else w16
     kv16 = "fp16" if w16 == "fp16" else kv16  # a card without bf16
@@ -259,9 +259,10 @@ def recommend(shape: ModelShape, vram_bytes: int | None, compute_capability=None
                f"--tensor-parallel {cards}, 16-bit weights)" if cards else "")
             + f", or CPU offload (accelerate device_map='auto') at roughly "
               f"{PCIE_BYTES_PER_S / streamed:.1f} tokens/s")
-    elif p.quant == "nf4" and quant in ("auto", None) and not shape.num_experts:
+    elif weights.get(p.quant).fallback and quant in ("auto", None) and not shape.num_experts:
         # (`hearth quantize` takes no mixture of experts: --quant awq rounds one at load)
-        notes.append("`hearth quantize --method awq` makes an AWQ copy, closer to bf16 than NF4")
+        notes.append("`hearth quantize --method awq` makes an AWQ copy, closer to bf16 than "
+                     f"{p.quant.upper()}")
     return _loads(shape, Recommendation(p.quant, p.kv_dtype, p.context, seqs, fits, "cuda",
                                         use_draft, "; ".join(notes) or None, need(p), cards, p))
 

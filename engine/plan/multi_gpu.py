@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from engine.formats import families
+from engine.formats import families, kv_dtypes, weights
 from engine.formats.model_shape import ModelShape, PlanError
 from engine.plan.choices import sixteen_bit
 from engine.plan.memory import (
@@ -29,14 +29,14 @@ from engine.plan.memory import (
     weight_bytes,
 )
 
-ENGINE_TP_FORMATS = ("bf16", "fp16", "fp32")  # the weights parallel/sharded_step.py cuts today
+# the weights parallel/sharded_step.py cuts today
+ENGINE_TP_FORMATS = tuple(n for n in weights.names() if weights.get(n).tensor_parallel)
 MAX_DEVICES = 8
 # NCCL's own device memory per card: ring buffers for each channel and peer (SIMPLE 4 MiB +
 # LL128 ~4.5 MiB + LL ~0.25 MiB; 16-32 channels over NVLink), the p2p buffers the weight transfer
 # uses, its work queues. The per-step all-reduces run in place on the linears' outputs, which the
 # workspace already counts. An allowance to calibrate against NVML on two GPUs (bench/tp_check.py).
 NCCL_BUFFERS_BYTES = 384 * MiB
-_QUALITY = {"bf16": 0, "fp16": 0, "fp32": 0, "int8": 1, "awq": 2, "nf4": 3}
 
 
 def split_error(shape: ModelShape, n: int) -> str | None:
@@ -190,7 +190,7 @@ def recommend_split(shape: ModelShape, vram_bytes: int, num_devices: int,
     if not auto:
         natural = [quant]
     else:  # as engine.plan.memory.recommend: a quantized checkpoint in its own format
-        natural = [shape.quant_method] if shape.quant_method else [w16, "nf4"]
+        natural = [shape.quant_method] if shape.quant_method else [w16, *weights.fallbacks()]
     options: list[tuple[int, Recommendation]] = []
     for n in valid_splits(shape, num_devices):
         # one card: the planner's whole decision tree; more: each format the engine can cut
@@ -203,7 +203,8 @@ def recommend_split(shape: ModelShape, vram_bytes: int, num_devices: int,
 
     def rank(o: tuple[int, Recommendation]):
         n, r = o
-        return (not r.fits, _QUALITY.get(r.quant, 9), r.kv_dtype in ("fp8", "int8"), -r.context, n)
+        return (not r.fits, weights.get(r.quant).quality, r.kv_dtype in kv_dtypes.quantized(),
+                -r.context, n)
 
     one = options[0][1]  # n = 1 comes first
     if not any(r.fits for _, r in options):  # the most cards: the nearest to fitting
@@ -220,7 +221,7 @@ def recommend_split(shape: ModelShape, vram_bytes: int, num_devices: int,
                      f"{one.context:,} tokens")
             note = (f"{alone}; tensor parallelism over {n} cards (tp={n}) holds {r.quant} "
                     f"weights with the KV cache in {r.kv_dtype} at {r.context:,} tokens")
-    if n == 1 and num_devices > 1 and not (r.fits and _QUALITY.get(r.quant) == 0):
+    if n == 1 and num_devices > 1 and not (r.fits and weights.get(r.quant).quality == 0):
         if len(valid_splits(shape, num_devices)) == 1:
             why = split_error(shape, 2)
         elif not any(f in tp_formats for f in natural):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from engine.formats import kv_dtypes, weights
-from engine.formats.model_shape import AWQ_GROUP, ModelShape, PlanError
+from engine.formats.model_shape import ModelShape, PlanError
 
 MiB, GiB = 1 << 20, 1 << 30
 # the scaled KV dtypes: + fp16 scales per token per KV head (kv_dtypes.scale_groups), K and V
@@ -24,8 +24,6 @@ MARGIN_FRACTION, MARGIN_MIN, MARGIN_MAX = 0.05, 256 * MiB, 2 * GiB  # allocator 
 PREFILL_CHUNK = 512  # the smallest prefill pass the engine uses; larger where memory allows
 KV_BLOCK_SIZE = 16  # tokens a block of the paged KV arena (cache/kv_cache.py says why)
 LOGITS_BYTES_PER_ENTRY = 24  # bf16 logits + fp32 copy + fp32 probs + int64 sort index + fp32 sort
-NF4_BLOCK, NF4_DQ_BLOCK = 64, 256
-NF4_DOUBLE_QUANT = True  # engine/load/loader.py loads NF4 with bnb_4bit_use_double_quant=True
 
 
 def seed_kv_cache_size(num_layers: int, num_heads: int, head_dim: int, seq_len: int,
@@ -52,8 +50,7 @@ def weight_bytes(shape: ModelShape, quant: str, double_quant: bool | None = None
     fmt = weights.get(quant)
     if not fmt.quantized:
         return shape.total_params * fmt.bits // 8
-    dq = NF4_DOUBLE_QUANT if double_quant is None else double_quant
-    group = shape.quant_group_size or AWQ_GROUP
+    group = shape.quant_group_size
     total = 2 * (shape.embed_params + shape.lm_head_params + shape.other_params)
     # experts leave `linears`, which counts them among the linears of their (out, in) shape: the
     # loader keeps them in their own 4-bit layout (quant/experts4.py), or 16 bits under int8
@@ -64,20 +61,7 @@ def weight_bytes(shape: ModelShape, quant: str, double_quant: bool | None = None
         counts[out, inp] -= count
         total += expert_linear_bytes(out, inp, quant) * count
     for (out, inp), count in counts.items():
-        n = out * inp
-        if quant == "int8":  # LLM.int8: int8 CB + one fp32 scale (SCB) per output row
-            b = n + 4 * out
-        elif quant == "nf4":  # packed 4-bit + absmax per 64 weights + the 16-entry fp32 code
-            blocks = -(-n // NF4_BLOCK)
-            # double quant: uint8 absmax + fp32 absmax per 256 blocks + 256-entry code + offset;
-            # on a GPU the engine's own layer keeps a bf16 absmax instead (quant/nf4_linear.py)
-            absmax = (blocks + 4 * -(-blocks // NF4_DQ_BLOCK) + 4 * 256 + 4) if dq else 4 * blocks
-            absmax = max(absmax, 2 * blocks)
-            b = -(-n // 2) + absmax + 64
-        else:  # AWQ: qweight [in, out/8] int32, qzeros [in/g, out/8] int32, scales [in/g, out] fp16
-            groups, packed = -(-inp // group), 4 * -(-out // 8)
-            b = inp * packed + groups * packed + groups * out * 2
-        total += b * count
+        total += fmt.linear_bytes(out, inp, group, double_quant) * count
     return total
 
 
@@ -148,10 +132,9 @@ def workspace_bytes(shape: ModelShape, quant: str, kv_dtype: str, tokens: int, r
     mixture of experts: that of each of a token's top-k experts, and each one's output).
     Assumes flash / memory-efficient attention (no chunk x context score matrix) and logits for
     the last position of each sequence only (+ the draft tokens being verified), bf16 then fp32
-    for sampling. bitsandbytes NF4 and AWQ (torch backend) dequantize one weight matrix to 16 bits
-    for a prefill matmul; LLM.int8 keeps int8 inputs and int32 outputs; prefill attention reads
-    a contiguous copy of one layer's K/V gathered from the paged arena (SDPA cannot read blocks
-    in place), dequantized to the compute dtype for an int8/fp8 cache.
+    for sampling; a quantized format's prefill products add their own (formats/weights.py);
+    prefill attention reads a contiguous copy of one layer's K/V gathered from the paged arena
+    (SDPA cannot read blocks in place), dequantized to the compute dtype for an int8/fp8 cache.
     """
     fmt = weights.get(quant)
     a = 2 if fmt.quantized else fmt.bits // 8  # the compute dtype: quantized formats run in 16
@@ -161,11 +144,7 @@ def workspace_bytes(shape: ModelShape, quant: str, kv_dtype: str, tokens: int, r
         width = next(o for o, i, _ in s.expert_linears if i == s.hidden_size)
         mlp = s.experts_per_token * (3 * width + s.hidden_size)
     act = tokens * a * (4 * s.hidden_size + mlp + 2 * (s.num_heads + s.num_kv_heads) * s.head_dim)
-    scratch = 0
-    if quant in ("nf4", "awq"):
-        scratch = 2 * max((o * i for o, i, _ in s.linears), default=0)
-    elif quant == "int8":
-        scratch = tokens * max((4 * o + i for o, i, _ in s.linears), default=0)
+    scratch = fmt.prefill_scratch(s.linears, tokens)  # the format's own, dequantized weights
     kv = kv_dtypes.get(kv_dtype)
     copy = a if kv.scaled else kv.bytes_per_element
     scratch += kv_tokens * s.num_kv_heads * s.head_dim * 2 * copy

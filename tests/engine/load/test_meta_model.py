@@ -9,7 +9,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from engine.files.model_folder import DEMO_MODEL_DIR
-from engine.load import loader
+from engine.load import weight_loaders
 
 
 def plain(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.nn.Linear:
@@ -25,8 +25,8 @@ def test_a_random_model_built_on_meta_is_whole_tied_and_computes(tiny_models):
     for path in (DEMO_MODEL_DIR, tiny_models["llama"]):  # tied (Qwen2 demo) and untied
         config = AutoConfig.from_pretrained(path)
         made = []
-        model = loader._random_bnb_on_meta(
-            config, "nf4", torch.device("cpu"), torch.float32,
+        model = weight_loaders.NF4.on_meta(
+            config, torch.device("cpu"), torch.float32,
             make_layer=lambda w, b, made=made: made.append(w.shape) or plain(w, b))
         assert len(made) == 7 * config.num_hidden_layers  # q k v o gate up down, not the head
         assert not any(t.is_meta for t in [*model.parameters(), *model.buffers()])

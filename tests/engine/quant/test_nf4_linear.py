@@ -212,12 +212,12 @@ def test_a_model_loaded_nf4_runs_the_engines_layers_as_close_as_bitsandbytes_one
 def test_the_loader_swaps_nf4_layers_on_a_gpu_unless_told_otherwise(monkeypatch, device, kernel,
                                                                     swapped):
     from engine.config.backends import Backends
-    from engine.load import int4_layers
+    from engine.load import weight_loaders
     from engine.quant import nf4_linear
 
     calls = []
     monkeypatch.setattr(nf4_linear, "convert", calls.append)
     model = torch.nn.Linear(4, 4)
-    int4_layers.own(model, "nf4", torch.device(device), Backends(int4_kernel=kernel))
-    int4_layers.own(model, "awq", torch.device(device), Backends(int4_kernel=kernel))
+    for quant in ("nf4", "awq"):
+        weight_loaders.of(quant).own(model, torch.device(device), Backends(int4_kernel=kernel))
     assert calls == ([model] if swapped else [])
