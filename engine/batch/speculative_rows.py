@@ -206,8 +206,8 @@ class SpeculativeRows:
     def _passes(self, verify: list[Chunk], batched: BatchedDecoder):
         """(chunk, its raw logits [K + 1, V]) per verify row: one pass over every row (the
         batched decoder's prefill: on every rank of a split model), or one row alone through
-        the Decoder's verify block where the batch is `solo` (a batch of one's, its graphs; and
-        the reproducible mode's, whose blocks run row by row)."""
+        the Decoder's verify block where the batch is `solo` (a batch of one's, its graphs), in
+        the reproducible mode (its blocks run row by row) and through transformers' modules."""
         d = batched.decoder
         if (len(verify) == 1 and batched.solo) or d.reproducible or d.family is None:
             self.passes[1] += len(verify)
