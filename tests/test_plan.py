@@ -177,7 +177,8 @@ def test_weight_formats_by_hand():
     assert weight_bytes(s, "nf4", double_quant=False) == nf4
     dq = weight_bytes(s, "nf4", double_quant=True)  # the engine's own layer: a bf16 absmax
     assert dq < nf4 and abs((dq - kept16) / n_lin - (0.5 + 2 / 64)) < 0.002
-    awq = kept16 + sum(n * (i * o // 2 + (i // 128) * (o // 2 + 2 * o)) for o, i, n in lin)
+    # the engine's int4 layer: 4-bit codes, a 16-bit scale and offset per group and output
+    awq = kept16 + sum(n * (i * o // 2 + (i // 128) * 4 * o) for o, i, n in lin)
     assert weight_bytes(s, "awq") == awq
 
 
@@ -261,7 +262,10 @@ def test_from_folder_awq_checkpoint(tmp_path):
     s = ModelShape.from_folder(tmp_path)
     assert s.quant_method == "awq" and s.param_source == "safetensors"
     assert s.total_params == shape(QWEN05B).total_params
-    assert weight_bytes(s, "awq") == s.checkpoint_bytes  # the checkpoint is the AWQ arithmetic
+    # on the card each group's 4-bit zeros and fp16 scales become a 16-bit scale and offset:
+    # the checkpoint's bytes plus 1.5 a group and output
+    groups_outputs = sum(n * (i // 128) * o for o, i, n in s.linears)
+    assert weight_bytes(s, "awq") == s.checkpoint_bytes + groups_outputs * 3 // 2
     assert recommend(s, RTX4090, (8, 9), 4096).quant == "awq"
 
 

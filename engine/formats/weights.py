@@ -24,9 +24,11 @@ def _nf4_bytes(out: int, inp: int, group: int | None, double_quant: bool | None)
 
 
 def _awq_bytes(out: int, inp: int, group: int | None, double_quant: bool | None) -> int:
-    """qweight [in, out/8] int32, qzeros [in/g, out/8] int32, scales [in/g, out] fp16."""
-    groups, packed = -(-inp // (group or AWQ_GROUP)), 4 * -(-out // 8)
-    return inp * packed + groups * packed + groups * out * 2
+    """What the engine's int4 layer holds (quant/int4_linear.py): 4-bit codes, and a 16-bit
+    scale and offset per group and output (an AWQ checkpoint's 4-bit zeros and fp16 scales take
+    2.5 bytes there: the card holds 4)."""
+    groups = -(-inp // (group or AWQ_GROUP))
+    return inp * 4 * -(-out // 8) + groups * out * 4
 
 
 def _dequantized_matrix(linears, tokens: int) -> int:

@@ -50,11 +50,7 @@ def test_every_format_names_a_loader_and_a_byte_count():
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])  # biases and tied embeddings; neither
-@pytest.mark.parametrize("quant", [
-    *(q for q in weights.names() if q != "awq"),
-    pytest.param("awq", marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-        "the planner counts an AWQ checkpoint's layout (an fp16 scale and a 4-bit zero per "
-        "group and output); the engine's int4 layers keep a 16-bit scale and offset")))])
+@pytest.mark.parametrize("quant", weights.names())
 def test_the_planner_counts_the_bytes_each_loader_makes(quant, arch, tiny_awq):
     folders = tiny_awq[arch]  # AWQ-sized (hidden 128): every format's groups divide it
     folder = check(str(folders["awq" if quant == "awq" else "source"]))
