@@ -6,13 +6,10 @@ Work starts in arrival order. Generations on a session that batches (the fast pa
 device or split across ranks: Session.can_batch) run together in continuous batches
 (generate/batch_run.py): each joins at the next step and leaves at its end, up to `max_seqs` at
 once, the rest waiting in the batch's queue. Every generation on a session that cannot batch
-(transformers' own modules) runs alone, to its terminal event. Prompt lookup speculates inside
-the batch, beside the plain rows (batch/speculative_rows.py). A draft model's speculation is a
-batch of one's: such a generation runs alone while nothing else runs; when another generation
-arrives it pauses at its next round and joins the batch, decoding plainly; when it is the last
-one left in a batch it is taken out and speculates alone again (generate/resume.py carries it
-across). A load or unload waits for the generations queued
-before it, and generations queued after it run on what it leaves loaded.
+(transformers' own modules) runs alone, to its terminal event. Speculation (prompt lookup or a
+draft model) runs inside the batch too, beside the plain rows (batch/speculative_rows.py). A
+load or unload waits for the generations queued before it, and generations queued after it run
+on what it leaves loaded.
 """
 
 from __future__ import annotations
@@ -33,7 +30,6 @@ from engine.events import (
     Token,
     UnloadRequest,
 )
-from engine.generate.resume import Paused
 
 if TYPE_CHECKING:
     from engine.generate.batch_run import BatchRun
@@ -148,18 +144,6 @@ class Engine:
             if self.batch is not None and self.batch.has_work:
                 self._admit()
                 self.batch.step()
-                with self._lock:
-                    queued = bool(self._queue)
-                alone = None if queued else self.batch.hand_off()
-                if alone is not None:  # the last one left speculates again, by itself
-                    req, sink, cancel, resume = alone
-                    self.running = sink.job
-                    try:
-                        self._alone(req, sink, cancel, resume)
-                    except Exception as e:  # the engine goes on; the stream ends
-                        sink(Failed(f"{type(e).__name__}: {e}"))
-                    finally:
-                        self.running = None
                 continue
             job = self._next()
             if job is None:
@@ -187,37 +171,19 @@ class Engine:
             if job in self._live:
                 self._live.remove(job)
 
-    def _alone(self, req: GenerateRequest, sink, cancel: threading.Event, resume=None) -> None:
-        """One generation by itself (with speculation where it asks for it), to its terminal
-        event; where another generation comes while it speculates on a session that batches,
-        it pauses at its next round and joins a batch with them."""
+    def _alone(self, req: GenerateRequest, sink, cancel: threading.Event) -> None:
+        """One generation by itself (a session that cannot batch), to its terminal event."""
         if self.session is None:
             return sink(Failed("no model is loaded", hint="send a load command first",
                                bad_input=True))
-        pause = self._another_waits if self.session.can_batch() else None
-        for event in self.session.generate(req, cancel, resume=resume, pause=pause):
-            if isinstance(event, Paused):
-                return self._batch().add(req, sink, cancel, event.resume)
+        for event in self.session.generate(req, cancel):
             sink(event)
             self._step_ended()
 
-    def _another_waits(self) -> bool:
-        with self._lock:
-            return bool(self._queue) and self._queue[0] is not None \
-                and isinstance(self._queue[0].req, GenerateRequest)
-
     def _batchable(self, job: Job) -> bool:
-        req, session = job.req, self.session
-        if not isinstance(req, GenerateRequest) or session is None:
-            return False
-        if not session.can_batch():
-            return False
-        from engine.batch.speculative_rows import speculates_alone
-
-        if speculates_alone(req, session) and not (self.batch is not None
-                                                   and self.batch.has_work):
-            return False  # alone: it runs with its draft, to its end
-        return True  # with others running it joins them (a draft's, decoding plainly)
+        """Every generation on a session that batches goes to the batch."""
+        return isinstance(job.req, GenerateRequest) and self.session is not None \
+            and self.session.can_batch()
 
     def _admit(self) -> None:
         """Every job at the head of the queue that can join the running batch joins it."""
@@ -238,7 +204,6 @@ class Engine:
             if isinstance(event, Finished | Failed):
                 self.requests_finished += 1
                 self._forget(job)
-        sink.job = job  # a generation handed back from the batch runs as its job again
         return sink
 
     def _batch(self) -> BatchRun:
