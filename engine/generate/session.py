@@ -145,6 +145,8 @@ class Session:
         `proposer`: one over it in place of its own proposals (the bench's SyntheticDraft)."""
         self.draft = draft
         self.synthetic = proposer
+        self.drafting = DraftModel(draft, self.lm.model.config.vocab_size)  # one at a time:
+        # each generation's start gives the last one's draft blocks back
         self.decoder.capture_blocks(range(2, (self.num_speculative_tokens or MAX_ADAPTIVE_K) + 2))
 
     def can_batch(self) -> bool:
@@ -222,7 +224,7 @@ class Session:
         if req.prompt_lookup:
             proposer = PromptLookup(self.lm.device)
         elif self.draft is not None:
-            proposer = self.synthetic or DraftModel(self.draft, self.lm.model.config.vocab_size)
+            proposer = self.synthetic or self.drafting
         elif req.num_speculative_tokens:
             raise BadRequest("speculative tokens need a draft model (--draft) or prompt lookup")
         if proposer is None or k == 0:

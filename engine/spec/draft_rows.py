@@ -4,10 +4,10 @@ one draft sequence per row, in the draft session's own paged arena, run by its b
 since the round before (the prompt at first, in prefill chunks; a few tokens in batched steps),
 from the length whose K/V the draft holds: what rejected proposals wrote there is overwritten.
 Then up to K batched steps run over every drafting row at once, each row stopping at its own K
-(or where its grammar takes no more). The proposals are those spec/proposers.py's DraftModel
-gives alone: the same catch-up, the same choice of token (greedy, or drawn from the target's
-filters), the same commit (the draft keeps the K/V of the accepted proposals it fed, not the
-last one, which it never fed).
+(or where its grammar takes no more). The proposals are those the
+draft proposes for a generation alone (spec/proposers.py DraftModel: a batch of one): the same
+catch-up, the same choice of token (greedy, or drawn from the target's filters), the same commit
+(the draft keeps the K/V of the accepted proposals it fed, not the last one, which it never fed).
 """
 
 from __future__ import annotations
@@ -20,7 +20,19 @@ from engine.cache.block_manager import OutOfBlocks
 from engine.cache.block_manager import Sequence as BlockTable
 from engine.models import prefill_batch
 from engine.plan.memory import PREFILL_CHUNK
-from engine.spec.proposers import MAX_STEP_CATCH_UP, fit
+
+MAX_STEP_CATCH_UP = 4  # up to this many missing tokens go through decode steps; more through
+# prefill chunks
+
+
+def fit(logits: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Draft logits [..., V_d] -> [..., vocab]: cut padding rows the target lacks, or give the
+    target's extra (padding) ids no draft probability."""
+    size = logits.shape[-1]
+    if size >= vocab:
+        return logits[..., :vocab]
+    pad = logits.new_full((*logits.shape[:-1], vocab - size), float("-inf"))
+    return torch.cat([logits, pad], dim=-1)
 
 
 @dataclass(eq=False)
@@ -31,6 +43,8 @@ class DraftSeq:
     name = "draft"
     table: BlockTable = field(default_factory=BlockTable)
     fed: list[int] = field(default_factory=list)
+    blocks: object = None  # the arena's BlockManager it was given blocks by (a cleared cache
+    # has a new one: the old blocks are gone with it)
     epoch: int = 0  # a new table after each release: the batched step's row cache key
 
     def commit(self, accepted: list[int], proposed: int) -> None:
@@ -65,13 +79,12 @@ class DraftRows:
 
     def release(self, seq: DraftSeq) -> None:
         """`seq`'s blocks go back (its full blocks stay cached by hash); with no sequence left
-        the draft cache gets a live sequence of its own again."""
-        if seq in self.live:
-            self.live.discard(seq)
-            blocks = self.cache.blocks
-            blocks.commit(seq.table, seq.fed[:seq.table.num_tokens])
-            blocks.release(seq.table)
-        seq.table, seq.fed, seq.epoch = BlockTable(), [], seq.epoch + 1
+        the draft cache is bound to none of them."""
+        if seq in self.live and seq.blocks is self.cache.blocks:
+            seq.blocks.commit(seq.table, seq.fed[:seq.table.num_tokens])
+            seq.blocks.release(seq.table)
+        self.live.discard(seq)
+        seq.table, seq.fed, seq.blocks, seq.epoch = BlockTable(), [], None, seq.epoch + 1
         if not self.live:
             self.cache.unbind()
 
@@ -85,12 +98,12 @@ class DraftRows:
         """Blocks for every position the round feeds (catch-up, then k - 1 proposals); a row
         the arena cannot hold gives its blocks back and proposes nothing this step."""
         seq, blocks = ask.seq, self.cache.blocks
+        if seq.blocks is not blocks:  # new, released, or its arena was cleared since
+            self.release(seq)
         try:
             if seq not in self.live:
-                if not self.live:
-                    self.cache.release()  # its full blocks stay cached by hash
                 start = blocks.allocate(seq.table, ask.ids)
-                seq.fed = list(ask.ids[:start])
+                seq.fed, seq.blocks = list(ask.ids[:start]), blocks
                 self.live.add(seq)
             blocks.append(seq.table, len(ask.ids) + ask.k - 1)
             return True

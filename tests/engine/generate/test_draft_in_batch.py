@@ -18,6 +18,7 @@ from engine.spec.draft_rows import Ask, DraftRows, DraftSeq
 from engine.spec.proposers import DraftModel
 from tests.engine.generate.test_batch_run import Run, alone, request
 from tests.engine.generate.test_speculation_in_batch import COPY, submit_beside
+from tests.engine.helpers import token_ids
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -59,41 +60,42 @@ def draft_arena_is_free(session: Session) -> bool:
 
 def test_draft_rows_propose_what_the_draft_proposes_alone(qwen):
     """Rounds of two sequences drafting together: a first one (the prompt's catch-up), one after
-    a proposal kept and one rejected, one after all kept (two tokens to catch up)."""
+    a proposal kept and one rejected, one after all kept (two tokens to catch up). Each row's
+    proposals are those it gets drafting alone, and those the draft's own plain greedy answer
+    to the same tokens gives."""
     draft, vocab = qwen.draft, qwen.lm.model.config.vocab_size
     prompts = [qwen.checked_prompt(GenerateRequest(prompt=p, raw=True, sampling=GREEDY), [])
                for p in ("The quick brown fox", "one two three four five six seven")]
 
-    def rounds(propose, commit, ids, sampler):
-        ids, got = ids + [7], []
+    def rounds(rows: DraftRows, asked: list) -> list[list[list[int]]]:
+        """Each prompt's proposals, round by round, its sequence drafting beside the others'
+        in `rows`."""
+        seqs = [DraftSeq() for _ in asked]
+        ids, got = [p.ids + [7] for p in asked], [[] for _ in asked]
         for keep in (1, 3, 0):
-            proposals = propose(ids, sampler).tolist()
-            got.append(proposals)
-            commit(proposals[:keep], 3)
-            ids = ids + proposals[:keep] + [11 + keep]
+            out = rows.propose([Ask(s, i, 3, p.sampler) for s, i, p in
+                                zip(seqs, ids, asked, strict=True)])
+            for j, s in enumerate(seqs):
+                proposals = out[s][0].tolist()
+                got[j].append(proposals)
+                s.commit(proposals[:keep], 3)
+                ids[j] = ids[j] + proposals[:keep] + [11 + keep]
+        for s in seqs:
+            rows.release(s)
         return got
 
-    expected = []
-    for p in prompts:
-        model = DraftModel(draft, vocab)
-        model.start(p.ids)
-        expected.append(rounds(lambda ids, s: model.propose(ids, 3, s)[0], model.commit,
-                               p.ids, p.sampler))
-    rows, seqs = DraftRows(draft, vocab, 4), [DraftSeq(), DraftSeq()]
-    state = [p.ids + [7] for p in prompts]
-    got = [[], []]
-    for keep in (1, 3, 0):
-        out = rows.propose([Ask(s, ids, 3, p.sampler) for s, ids, p in
-                            zip(seqs, state, prompts, strict=True)])
-        for j, s in enumerate(seqs):
-            proposals = out[s][0].tolist()
-            got[j].append(proposals)
-            s.commit(proposals[:keep], 3)
-            state[j] = state[j] + proposals[:keep] + [11 + keep]
-    assert got == expected
-    for s in seqs:
-        rows.release(s)
+    # each alone: the draft rows of one that a generation alone drafts with (DraftModel)
+    expected = [rounds(DraftModel(draft, vocab).rows, [p])[0] for p in prompts]
+    assert rounds(DraftRows(draft, vocab, 4), prompts) == expected
     assert draft_arena_is_free(qwen)
+    for j, p in enumerate(prompts):  # each round's proposals: the draft's own greedy answer
+        ids = p.ids + [7]
+        for keep, proposals in zip((1, 3, 0), expected[j], strict=True):
+            ask = GenerateRequest(prompt_ids=ids, max_new_tokens=3, ignore_eos=True,
+                                  sampling=GREEDY)
+            assert token_ids(list(draft.generate(ask))) == proposals
+            ids = ids + proposals[:keep] + [11 + keep]
+    draft.cache.release()  # the draft's own answers' blocks, for the tests after this one
 
 
 def test_a_draft_row_beside_plain_rows_gives_its_plain_greedy_tokens(qwen):
