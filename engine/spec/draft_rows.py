@@ -18,7 +18,6 @@ import torch
 
 from engine.cache.block_manager import OutOfBlocks
 from engine.cache.block_manager import Sequence as BlockTable
-from engine.models import prefill_batch
 from engine.plan.memory import PREFILL_CHUNK
 
 MAX_STEP_CATCH_UP = 4  # up to this many missing tokens go through decode steps; more through
@@ -70,7 +69,9 @@ class DraftRows:
 
     def __init__(self, draft_session, vocab: int, max_rows: int):
         self.cache, self.decoder = draft_session.cache, draft_session.decoder
-        self.batched = draft_session.batched_decoder(max_rows)
+        # a draft through transformers' modules (no family step) runs its rows one by one
+        self.batched = draft_session.batched_decoder(max_rows) \
+            if self.decoder.family is not None else None
         self.device = draft_session.lm.device
         self.vocab = vocab  # the target's logits width
         # ids past the draft's embedding (the target's padding rows) are fed as its last row
@@ -106,6 +107,7 @@ class DraftRows:
                 seq.fed, seq.blocks = list(ask.ids[:start]), blocks
                 self.live.add(seq)
             blocks.append(seq.table, len(ask.ids) + ask.k - 1)
+            del seq.fed[len(ask.ids) - 1:]  # its last token's logits are the first proposal's
             return True
         except OutOfBlocks:
             self.release(seq)
@@ -159,9 +161,9 @@ class DraftRows:
             a = asks[j]
             for lo in range(len(a.seq.fed), len(a.ids), PREFILL_CHUNK):
                 ids = [min(t, self.last_id) for t in a.ids[lo:lo + PREFILL_CHUNK]]
-                logits, _ = self.batched.prefill(
-                    [prefill_batch.Chunk(ids, lo, a.seq.table.block_ids)], [a.seq.table])
-            out[j] = logits[0].clone()
+                self.cache.bind(a.seq.table)
+                logits = self.decoder.forward(torch.tensor(ids, device=self.device), lo)
+            out[j] = logits.clone()
         n = 0
         while True:
             now = [j for j in short if len(asks[j].seq.fed) + n < len(asks[j].ids)]
@@ -184,9 +186,12 @@ class DraftRows:
         """One token for each of `seqs` (ids [n] on the device) at its position -> logits
         [n, V]: one row through the draft decoder's own step (its graphs), more together."""
         ids = ids.clamp(max=self.last_id)
-        if len(seqs) == 1 and self.batched.solo:
-            self.cache.bind(seqs[0].table)
-            return self.decoder.step(ids, positions[0]).view(1, -1)
+        if self.batched is None or (len(seqs) == 1 and self.batched.solo):
+            out = []
+            for i, (seq, position) in enumerate(zip(seqs, positions, strict=True)):
+                self.cache.bind(seq.table)
+                out.append(self.decoder.step(ids[i:i + 1], position))
+            return torch.stack(out) if len(out) > 1 else out[0].view(1, -1)
         return self.batched.step([0] * len(seqs), positions,
                                  [((s, s.epoch), s.table) for s in seqs],
                                  (ids, list(range(len(seqs)))))
