@@ -202,7 +202,8 @@ def test_rollback_leaves_caches_as_if_nothing_was_rejected(tiny_models, tiny_mod
     prompt = s.prompt_ids(greedy_request())
     committed = prompt + token_ids(events)[:-1]  # the last token was never fed
     assert s.cache.token_ids == committed
-    assert committed[:len(s.draft.cache.token_ids)] == s.draft.cache.token_ids
+    fed = s.drafting.seq.fed  # the tokens whose K/V the draft holds
+    assert len(fed) > len(prompt) and committed[:len(fed)] == fed
     # every cached K/V equals a fresh prefill of the committed tokens
     fresh = Session.load(LoadRequest(path, device="cpu"))
     fresh.decoder.forward(torch.tensor(committed), 0)
