@@ -1,13 +1,12 @@
 """A draft model's proposals for the speculating rows of a batch (batch/speculative_rows.py):
 one draft sequence per row, in the draft session's own paged arena, run by its batched decoder
-(step/batched.py). Before a step each drafting row catches up on the tokens its target committed
-since the round before (the prompt at first, in prefill chunks; a few tokens in batched steps),
-from the length whose K/V the draft holds: what rejected proposals wrote there is overwritten.
-Then up to K batched steps run over every drafting row at once, each row stopping at its own K
-(or where its grammar takes no more). The proposals are those the
-draft proposes for a generation alone (spec/proposers.py DraftModel: a batch of one): the same
-catch-up, the same choice of token (greedy, or drawn from the target's filters), the same commit
-(the draft keeps the K/V of the accepted proposals it fed, not the last one, which it never fed).
+(step/batched.py). Each round a row catches up on the tokens its target committed since the
+last (the prompt at first) from the length whose K/V the draft holds (what rejected proposals
+wrote there is overwritten): all but the last in prefill chunks, then the last and each proposal
+but the last in batched steps over every drafting row at once, each row stopping at its own K
+or where its grammar takes no more. A generation alone drafts as a batch of one
+(spec/proposers.py DraftModel). The draft keeps the K/V of the accepted proposals it fed, not
+the last one, which it never fed.
 """
 
 from __future__ import annotations
@@ -19,9 +18,6 @@ import torch
 from engine.cache.block_manager import OutOfBlocks
 from engine.cache.block_manager import Sequence as BlockTable
 from engine.plan.memory import PREFILL_CHUNK
-
-MAX_STEP_CATCH_UP = 4  # up to this many missing tokens go through decode steps; more through
-# prefill chunks
 
 
 def fit(logits: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -52,8 +48,8 @@ class DraftSeq:
 
 @dataclass
 class Ask:
-    """What one row asks of a step: its committed tokens (the pending one last), at most k
-    proposals, its sampler and its round's grammar (spec/constrained_verify.DraftedGrammar)."""
+    """One row's round: its committed tokens (the pending one last), at most k proposals, its
+    sampler and grammar (spec/constrained_verify.DraftedGrammar); what it drafted."""
 
     seq: DraftSeq
     ids: list[int]
@@ -90,9 +86,9 @@ class DraftRows:
             self.cache.unbind()
 
     def clear(self) -> None:
-        """After a failed step: no block of the draft arena is trusted."""
-        for seq in list(self.live):
-            self.release(seq)
+        """After a failed step: no block of the draft arena is trusted (a sequence's blocks
+        are gone with the arena's BlockManager)."""
+        self.live.clear()
         self.cache.clear()
 
     def _reserve(self, ask: Ask) -> bool:
@@ -119,67 +115,44 @@ class DraftRows:
         greedy), or (None, None) where it has none."""
         out = {a.seq: (None, None) for a in asks}
         asks = [a for a in asks if self._reserve(a)]
-        logits = self._catch_up(asks)
-        live = list(zip(asks, logits, strict=True))
-        i = 0
-        while live:
-            feeding = []
-            for ask, row in live:
-                row = fit(row, self.vocab)
-                if ask.grammar is not None:
-                    row = ask.grammar.constrain(row)
-                if ask.sampler.s.is_greedy:
-                    token, q = row.argmax(-1, keepdim=True), None
-                else:  # the target's own filters, so q is near p
-                    q = ask.sampler.filter(ask.sampler.penalize(row.float(), ask.sampler.seen)
-                                           ).softmax(-1)
-                    token = ask.sampler.race(q)
-                if ask.grammar is not None and not ask.grammar.take(int(token.item())):
-                    continue  # nothing the draft can write is allowed
-                ask.tokens.append(token)
-                ask.qs.append(q)
-                if i + 1 < ask.k and (ask.grammar is None or ask.grammar.open):
-                    feeding.append(ask)  # the last proposal is fed only if accepted
-            if not feeding:
-                break
-            steps = self._step([a.seq for a in feeding], torch.cat([a.tokens[-1] for a in feeding]),
-                               [len(a.ids) + i for a in feeding])
-            live = list(zip(feeding, steps, strict=True))
-            i += 1
+        for a in asks:  # what it lacks but the last token: prefill chunks
+            for lo in range(len(a.seq.fed), len(a.ids) - 1, PREFILL_CHUNK):
+                ids = [min(t, self.last_id) for t in a.ids[lo:min(lo + PREFILL_CHUNK,
+                                                                  len(a.ids) - 1)]]
+                self.cache.bind(a.seq.table)
+                self.decoder.forward(torch.tensor(ids, device=self.device), lo)
+            a.seq.fed = list(a.ids)
+        feeding, i = asks, 0
+        tokens = torch.tensor([a.ids[-1] for a in asks], dtype=torch.long, device=self.device)
+        while feeding:  # the last token, then each proposal but the last, all rows at once
+            logits = self._step([a.seq for a in feeding], tokens,
+                                [len(a.ids) - 1 + i for a in feeding])
+            feeding, i = [a for a, row in zip(feeding, logits, strict=True)
+                          if self._choose(a, row, i)], i + 1
+            if feeding:
+                tokens = torch.cat([a.tokens[-1] for a in feeding])
         for a in asks:
             if a.tokens:
-                out[a.seq] = (torch.cat(a.tokens),
-                              None if a.qs[0] is None else torch.stack(a.qs))
+                out[a.seq] = (torch.cat(a.tokens), None if a.qs[0] is None else torch.stack(a.qs))
         return out
 
-    def _catch_up(self, asks: list[Ask]) -> list[torch.Tensor]:
-        """Feed each row's committed tokens the draft has not seen -> its logits after the
-        last, [V] each: a few through batched steps, more through prefill chunks."""
-        out: list[torch.Tensor | None] = [None] * len(asks)
-        short = [j for j, a in enumerate(asks) if len(a.ids) - len(a.seq.fed) <= MAX_STEP_CATCH_UP]
-        for j in (j for j in range(len(asks)) if j not in short):
-            a = asks[j]
-            for lo in range(len(a.seq.fed), len(a.ids), PREFILL_CHUNK):
-                ids = [min(t, self.last_id) for t in a.ids[lo:lo + PREFILL_CHUNK]]
-                self.cache.bind(a.seq.table)
-                logits = self.decoder.forward(torch.tensor(ids, device=self.device), lo)
-            out[j] = logits.clone()
-        n = 0
-        while True:
-            now = [j for j in short if len(asks[j].seq.fed) + n < len(asks[j].ids)]
-            if not now:
-                break
-            at = [len(asks[j].seq.fed) + n for j in now]
-            ids = torch.tensor([asks[j].ids[p] for j, p in zip(now, at, strict=True)],
-                               dtype=torch.long, device=self.device)
-            logits = self._step([asks[j].seq for j in now], ids, at)
-            for r, (j, p) in enumerate(zip(now, at, strict=True)):
-                if p + 1 == len(asks[j].ids):
-                    out[j] = logits[r].clone()  # a later step reuses the buffer
-            n += 1
-        for a in asks:
-            a.seq.fed = list(a.ids)
-        return out
+    def _choose(self, ask: Ask, logits: torch.Tensor, i: int) -> bool:
+        """The row's proposal i from the draft's logits [V] -> whether it drafts on."""
+        logits = fit(logits, self.vocab)
+        if ask.grammar is not None:
+            logits = ask.grammar.constrain(logits)
+        if ask.sampler.s.is_greedy:
+            token, q = logits.argmax(-1, keepdim=True), None
+        else:  # the target's own filters, so q is near p
+            q = ask.sampler.filter(ask.sampler.penalize(logits.float(), ask.sampler.seen)
+                                   ).softmax(-1)
+            token = ask.sampler.race(q)
+        if ask.grammar is not None and not ask.grammar.take(int(token.item())):
+            return False  # nothing the draft can write is allowed
+        ask.tokens.append(token)
+        ask.qs.append(q)
+        # the last proposal is fed only if accepted (the next round's catch-up)
+        return i + 1 < ask.k and (ask.grammar is None or ask.grammar.open)
 
     def _step(self, seqs: list[DraftSeq], ids: torch.Tensor, positions: list[int]
               ) -> torch.Tensor:
