@@ -34,24 +34,14 @@ if TYPE_CHECKING:
     from engine.step.sampling import Sampler
 
 
-def _k(req: GenerateRequest, session) -> int | None:
+def speculative_k(req: GenerateRequest, session) -> int | None:
+    """The request's K (None: adaptive) where it speculates inside a batch, by prompt lookup or
+    with the session's draft model, on a session whose batch takes verify rows (one device:
+    Session.verifies_in_batch); else 0: it decodes plainly."""
     k = req.num_speculative_tokens
-    return session.num_speculative_tokens if k is None else k
-
-
-def _drafts(req: GenerateRequest, session) -> bool:
-    """Whether the request speculates with the session's draft model (one that batches)."""
-    draft = getattr(session, "draft", None)
-    return draft is not None and not req.prompt_lookup and _k(req, session) != 0 \
-        and draft.can_batch()
-
-
-def speculates_in_batch(req: GenerateRequest, session) -> bool:
-    """Whether the request speculates inside a batch: by prompt lookup (K not 0) or with a
-    draft model, on a session whose batch takes verify rows (one device:
-    Session.verifies_in_batch); any other request decodes plainly."""
-    return getattr(session, "verifies_in_batch", True) and (
-        (bool(req.prompt_lookup) and _k(req, session) != 0) or _drafts(req, session))
+    k = session.num_speculative_tokens if k is None else k
+    asks = req.prompt_lookup or getattr(session, "draft", None) is not None
+    return k if asks and getattr(session, "verifies_in_batch", True) else 0
 
 
 @dataclass(eq=False)
@@ -87,9 +77,9 @@ class SpeculativeRows:
         """Speculate for `seq` where its request asks (`capture`: the cache has no batch
         bound, so its verify blocks may be captured now, once)."""
         s = self.session
-        if not speculates_in_batch(req, s):
+        k = speculative_k(req, s)
+        if k == 0:
             return
-        k = _k(req, s)
         max_k = k or MAX_ADAPTIVE_K
         if capture:
             self.decoder.capture_blocks(range(2, max_k + 2))  # a no-op without CUDA graphs

@@ -151,7 +151,7 @@ class Session:
 
     def can_batch(self) -> bool:
         """Whether generations run together in continuous batches (generate/batch_run.py): the
-        engine's own step (a draft's speculation runs for a request alone: service/engine.py)."""
+        engine's own step."""
         return (isinstance(self.decoder, Decoder) and self.decoder.family is not None
                 and self.decoder.mode in ("graph", "static"))
 
