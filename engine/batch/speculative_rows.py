@@ -1,7 +1,7 @@
 """The speculative requests of a batch (generate/batch_run.py), speculating beside plain rows:
 before a step is planned each proposes tokens after its pending one (prompt lookup, or the
-draft model, whose rows draft together: spec/draft_rows.py); the
-scheduler fits them into the step's token budget and reserves their blocks (a verify row: the
+draft model, whose rows draft together: spec/draft_rows.py); the scheduler fits them into the
+step's token budget and reserves their blocks (a verify row: the
 pending token and K proposals, K + 1 positions whose logits are all needed); the step verifies
 every such row in one pass (models/prefill_batch.py; one row alone through the Decoder's own
 verify block, as a session of one runs it); each row keeps what spec/speculative.py's accept
