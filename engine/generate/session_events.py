@@ -19,9 +19,7 @@ def batching_note(session) -> str:
     """How generations run on this session, for the load event and the benchmarks."""
     if session.can_batch():
         return ("continuous batching: generations run together, each joining and leaving "
-                "at any step (a batch of one runs the single step"
-                + ("; speculation while a request runs alone, plain decoding while others run)"
-                   if session.draft is not None else ")"))
+                "at any step (a batch of one runs the single step; speculation too)")
     return ("generations run one at a time, first come first served (this architecture runs "
             "through transformers' modules)")
 
