@@ -165,7 +165,8 @@ def test_a_seeded_sampled_draft_row_equals_itself_in_a_batch_of_its_own(qwen):
     try:
         run.submit("first", sampled)
         first = run.tokens("first")
-        assert run.end("first").stats.proposed_draft_tokens > 0  # in the batch: none alone
+        assert run.end("first").stats.proposed_draft_tokens > 0
+        assert run.engine.batch.spec.passes[1] > 0  # its rounds ran in the batch, as one row
         run.submit("p", plain([request(2, max_new_tokens=40)])[0])
         run.wait("p", first_token=True)
         run.submit("second", sampled)
