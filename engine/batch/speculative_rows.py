@@ -1,14 +1,14 @@
 """The speculative requests of a batch (generate/batch_run.py), speculating beside plain rows:
-before a step is planned each proposes tokens (prompt lookup) after its pending one; the
-scheduler fits them into the step's token budget and reserves their blocks (a verify row: the
+before a step is planned each proposes tokens after its pending one (prompt lookup, or the
+draft model, whose rows draft together: spec/draft_rows.py); the scheduler fits them into the
+step's token budget and reserves their blocks (a verify row: the
 pending token and K proposals, K + 1 positions whose logits are all needed); the step verifies
 every such row in one pass (the batched decoder's prefill, models/prefill_batch.py, on every
 rank of a split model; one row alone through the Decoder's own verify block where the batch is
 `solo`, as a session of one runs it); each row keeps what spec/speculative.py's accept
 rule keeps (greedy or sampled, under its grammar's masks, with its logprobs), and its rejected
 positions are simply overwritten later. K and the switch-off stay per request
-(spec/controller.py), timed by the steps the request ran in. A draft model's requests are not
-here: they speculate alone (service/engine.py hands them off).
+(spec/controller.py), timed by the steps the request ran in.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from engine.batch.sequence import Chunk, Seq, State
 from engine.models import prefill_batch
 from engine.spec.constrained_verify import DraftedGrammar
 from engine.spec.controller import MAX_ADAPTIVE_K, Controller
+from engine.spec.draft_rows import Ask, DraftRows, DraftSeq
 from engine.spec.proposers import PromptLookup
 from engine.spec.speculative import judge, record_logprobs, speculation_stats
 
@@ -34,28 +35,20 @@ if TYPE_CHECKING:
     from engine.step.sampling import Sampler
 
 
-def _looks_up(req: GenerateRequest, session) -> bool:
+def speculative_k(req: GenerateRequest, session) -> int | None:
+    """The request's K (None: adaptive) where it speculates inside a batch, by prompt lookup or
+    with the session's draft model; else 0: it decodes plainly."""
     k = req.num_speculative_tokens
     k = session.num_speculative_tokens if k is None else k
-    return bool(req.prompt_lookup) and k != 0
-
-
-def speculates_in_batch(req: GenerateRequest, session) -> bool:
-    """Whether the request speculates inside a batch: prompt lookup (K not 0)."""
-    return _looks_up(req, session)
-
-
-def speculates_alone(req: GenerateRequest, session) -> bool:
-    """Whether the request speculates alone, out of any batch: with a draft model."""
-    return (getattr(session, "draft", None) is not None and not req.prompt_lookup
-            and req.num_speculative_tokens != 0)
+    asks = req.prompt_lookup or getattr(session, "draft", None) is not None
+    return k if asks else 0
 
 
 @dataclass(eq=False)
 class SpecRow:
     """One request's speculation: its proposer, its controller, and what its last step was."""
 
-    proposer: PromptLookup
+    proposer: PromptLookup | DraftSeq
     control: Controller
     sampler: Sampler
     started: bool = False
@@ -72,9 +65,10 @@ class SpecRow:
 class SpeculativeRows:
     """The speculating requests of one BatchRun, by sequence."""
 
-    def __init__(self, session):
-        self.session, self.decoder = session, session.decoder
+    def __init__(self, session, max_rows: int):
+        self.session, self.decoder, self.max_rows = session, session.decoder, max_rows
         self.rows: dict[Seq, SpecRow] = {}
+        self.draft: DraftRows | None = None  # the draft model's rows, from the first
         self._t: float | None = None  # when the step before began proposing
         self._crowded = False  # whether the step before shared the batch with other sequences
         self.passes: Counter[int] = Counter()  # verify rows a pass -> how many passes
@@ -83,19 +77,31 @@ class SpeculativeRows:
         """Speculate for `seq` where its request asks (`capture`: the cache has no batch
         bound, so its verify blocks may be captured now, once)."""
         s = self.session
-        if not speculates_in_batch(req, s):
+        k = speculative_k(req, s)
+        if k == 0:
             return
-        k = req.num_speculative_tokens
-        k = s.num_speculative_tokens if k is None else k
         max_k = k or MAX_ADAPTIVE_K
         if capture:
             self.decoder.capture_blocks(range(2, max_k + 2))  # a no-op without CUDA graphs
         spec = s.speculation
         control = Controller(max_k, k is None and spec.adaptive, spec.switch_off)
-        self.rows[seq] = SpecRow(PromptLookup(s.lm.device), control, sampler)
+        if req.prompt_lookup:
+            proposer = PromptLookup(s.lm.device)
+        else:
+            if self.draft is None:
+                self.draft = DraftRows(s.draft, s.lm.model.config.vocab_size, self.max_rows)
+            proposer = DraftSeq()
+        self.rows[seq] = SpecRow(proposer, control, sampler)
 
     def drop(self, seq: Seq) -> None:
-        self.rows.pop(seq, None)
+        row = self.rows.pop(seq, None)
+        if row is not None and isinstance(row.proposer, DraftSeq):
+            self.draft.release(row.proposer)  # its blocks go back to the draft arena
+
+    def clear(self) -> None:
+        """After a failed step: the draft arena forgets everything."""
+        if self.draft is not None:
+            self.draft.clear()
 
     def stats_of(self, seq: Seq) -> SpecRow | None:
         """The row whose stats a Stats event reports, its last round counted (not timed)."""
@@ -121,29 +127,53 @@ class SpeculativeRows:
         now = time.perf_counter()
         step_s = None if self._t is None or self._crowded else now - self._t
         self._t, self._crowded = now, crowded
+        asks: dict[Seq, Ask] = {}
         for seq, row in self.rows.items():
             self._judge(row, step_s)
             row.grammar, row.q = None, None
+            drafted = isinstance(row.proposer, DraftSeq)
+            if drafted and seq.state is State.WAITING:  # preempted: recomputed later
+                self.draft.release(row.proposer)
             if seq.state is not State.RUNNING or seq.num_pending != 1 or (
                     crowded and row.control.switch_off):
                 continue
             k = row.control.next_k(seq.max_new_tokens - len(seq.output_ids) - 1)
             if not k:
                 continue
+            row.grammar = None if row.sampler.grammar is None else DraftedGrammar(
+                row.sampler.grammar)
+            if drafted:  # the draft's rows propose together, below
+                asks[seq] = Ask(row.proposer, seq.token_ids, k, row.sampler, row.grammar)
+                continue
             t0 = time.perf_counter()
-            ids = seq.token_ids
             if not row.started:
                 row.proposer.start(seq.prompt_ids)
                 row.started = True
-            grammar = None if row.sampler.grammar is None else DraftedGrammar(
-                row.sampler.grammar)
-            proposals, q = row.proposer.propose(ids, k, row.sampler, grammar)
-            if grammar is not None and proposals is not None:
-                proposals, q = grammar.check(proposals, q)  # cut at the first forbidden token
-            if proposals is not None and proposals.numel():  # (none: the grammar took none)
-                seq.spec_ids = proposals.tolist()
-                row.grammar, row.q = grammar, q
+            self._take(seq, row, *row.proposer.propose(seq.token_ids, k, row.sampler,
+                                                       row.grammar))
             row.propose_s = time.perf_counter() - t0
+        if asks:
+            t0 = time.perf_counter()
+            proposed = self.draft.propose(list(asks.values()))
+            seconds = time.perf_counter() - t0  # each row's round waited for all of them
+            for seq, ask in asks.items():
+                row = self.rows[seq]
+                self._take(seq, row, *proposed[ask.seq])
+                row.propose_s = seconds
+
+    @staticmethod
+    def _take(seq: Seq, row: SpecRow, proposals, q) -> None:
+        """The row's proposals into seq.spec_ids, cut where its grammar forbids one."""
+        grammar = row.grammar
+        if grammar is not None and proposals is not None:
+            proposals, q = grammar.check(proposals, q)  # cut at the first forbidden token
+        if proposals is not None and proposals.numel():  # (none: the grammar took none)
+            seq.spec_ids = proposals.tolist()
+            row.q = q
+        elif grammar is not None:
+            if grammar.taken:
+                grammar.grammar.rollback(grammar.taken)  # nothing to verify: it forgets them
+            row.grammar = None
 
     @staticmethod
     def _judge(row: SpecRow, step_s: float | None) -> None:

@@ -9,10 +9,9 @@ where that decoder is `solo` (its graphs: a single chat pays nothing for batchin
 keeps its own sampler (sampling parameters, seed), detokenizer, stop strings, eos, loop guard
 and token limit, and its events go to its own sink, ending in one Finished or Failed. A step's
 tokens reach the host while the next step runs (batch/inflight.py), and its events go out then.
-A prompt-lookup request speculates here, its verify rows beside the plain ones
-(batch/speculative_rows.py; on one device or every rank); a draft model's request decodes
-plainly, and hand_off gives it back to the service (service/engine.py)
-to speculate alone once it is the last one left.
+A speculative request (prompt lookup, or a draft model's, whose draft keeps a sequence per row
+in its own arena) speculates here, its verify rows beside the plain ones
+(batch/speculative_rows.py; on one device, or every rank of a split model for prompt lookup).
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ import torch
 from engine.batch.inflight import UNKNOWN, InFlight
 from engine.batch.scheduler import Scheduler, TooLong
 from engine.batch.sequence import Seq, State
-from engine.batch.speculative_rows import SpeculativeRows, speculates_alone
+from engine.batch.speculative_rows import SpeculativeRows
 from engine.events import (
     BadRequest,
     Failed,
@@ -37,8 +36,7 @@ from engine.events import (
     Token,
 )
 from engine.generate import loop_guard, session_events
-from engine.generate.generation import Generation, new_generation, resumed_generation
-from engine.generate.resume import Resume
+from engine.generate.generation import Generation, new_generation
 from engine.generate.template_guard import RenderCancelled
 from engine.models import prefill_batch
 from engine.plan.oom import memory_kind
@@ -67,7 +65,7 @@ class BatchRun:
         self.prefill_passes: Counter[int] = Counter()  # chunks a prefill pass -> how many passes
         self._pending: dict[Generation, int] = {}  # tokens on the host, not yet given out
         self.inflight = InFlight()  # the last step's tokens, on the device while the next runs
-        self.spec = SpeculativeRows(session)
+        self.spec = SpeculativeRows(session, max_seqs)
 
     # ------------------------------------------------------------------ requests
 
@@ -84,15 +82,13 @@ class BatchRun:
         return len(self.scheduler.waiting)
 
     def add(self, req: GenerateRequest, sink: Callable[[object], None],
-            cancel: threading.Event | None = None, resume: Resume | None = None) -> None:
-        """Admit `req` at the next step, or end it at once (bad input: Failed). `resume`: a
-        generation a session of one started (generate/resume.py), carried on from its tokens."""
+            cancel: threading.Event | None = None) -> None:
+        """Admit `req` at the next step, or end it at once (bad input: Failed)."""
         cancel = cancel or threading.Event()
         try:
             self._ids += 1
             gen = new_generation(self.session, f"b{self._ids}", req, sink, cancel,
-                                 self.history) if resume is None else \
-                resumed_generation(self.session, f"b{self._ids}", req, sink, cancel, resume)
+                                 self.history)
         except BadRequest as e:
             return sink(Failed(str(e), bad_input=True))
         except RenderCancelled:
@@ -109,29 +105,6 @@ class BatchRun:
             self.spec.drop(gen.seq)
             self._idle()
             sink(Failed(str(e), bad_input=True))
-
-    def hand_off(self) -> tuple[GenerateRequest, Callable[[object], None], threading.Event,
-                                Resume] | None:
-        """The one generation left, where it would speculate alone with a draft model and is
-        past its prefill: taken out of the batch, with what carries it on in a session of one.
-        None otherwise (asked after every step: the checks come first)."""
-        if len(self.gens) != 1 or self.scheduler.waiting:
-            return None
-        (gen,) = self.gens.values()
-        req, seq = gen.req, gen.seq
-        if not speculates_alone(req, self.session) or gen.cancel.is_set() or not seq.output_ids \
-                or seq.state is not State.RUNNING or seq.num_pending != 1:
-            return None
-        self._resolve()
-        self._flush()  # its last token goes out from here (and may end it)
-        if seq not in self.gens or seq.state is not State.RUNNING:
-            return None
-        self.scheduler.finish(seq, "handed off")  # its full blocks stay cached by hash
-        del self.gens[seq]
-        self._idle()
-        return req, gen.sink, gen.cancel, Resume(
-            list(seq.prompt_ids), list(seq.output_ids), seq.max_new_tokens, gen.sampler,
-            gen.stop, gen.t_start, gen.t_first, gen.cached, gen.dropped)
 
     # ------------------------------------------------------------------ one step
 
@@ -291,13 +264,14 @@ class BatchRun:
         self.scheduler = Scheduler(self.cache.blocks, self.max_seqs,
                                    self.scheduler.token_budget)
         self.batched = self.session.batched_decoder(self.max_seqs)
-        self.spec = SpeculativeRows(self.session)
+        self.spec.clear()
+        self.spec = SpeculativeRows(self.session, self.max_seqs)
         for gen in gens:
             gen.sink(failed)
 
     def _idle(self) -> None:
-        """Nothing left: the cache gets a live sequence of its own again (a speculative request,
-        a session of one, may run next)."""
+        """Nothing left: the cache gets a live sequence of its own again (a session of one may
+        run next)."""
         if not self.gens and self._bound:
             self.cache.unbind()
             self._bound = False

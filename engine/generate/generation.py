@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from engine.batch.sequence import Seq
 from engine.events import BadRequest, GenerateRequest
 from engine.generate.detokenizer import StopMatcher, detokenizer_for
-from engine.generate.resume import Resume
 from engine.step.sampling import Sampler
 
 
@@ -41,19 +40,10 @@ def new_generation(session, seq_id: str, req: GenerateRequest, sink, cancel: thr
     req.validate()
     if req.num_speculative_tokens and not req.prompt_lookup and session.draft is None:
         raise BadRequest("speculative tokens need a draft model (--draft) or prompt lookup")
-    # prompt lookup speculates in the batch (batch/speculative_rows.py); a draft's request
-    # decodes plainly there, and speculates once alone
+    # prompt lookup and a draft model speculate in the batch (batch/speculative_rows.py)
     t_start = time.perf_counter()
     ids, _, dropped, max_new, sampler = session.checked_prompt(req, history, cancel)
     return Generation(Seq(seq_id, list(ids), max_new), req, sink, cancel, sampler,
                       detokenizer_for(session.lm.tokenizer, ids), StopMatcher(req.stop), 0,
                       dropped, t_start)
 
-
-def resumed_generation(session, seq_id: str, req: GenerateRequest, sink,
-                       cancel: threading.Event, r: Resume) -> Generation:
-    """A generation that a session of one started, carried on in a batch from its tokens."""
-    seq = Seq(seq_id, list(r.prompt_ids), r.max_new, output_ids=list(r.generated))
-    return Generation(seq, req, sink, cancel, r.sampler, detokenizer_for(
-        session.lm.tokenizer, r.ids), r.stop, r.cached, r.dropped, r.t_start, r.t_first,
-        n_new=len(r.generated), admitted=True)

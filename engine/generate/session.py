@@ -39,7 +39,6 @@ from engine.generate import constrained, loop_guard, session_events
 from engine.generate.detokenizer import StopMatcher, detokenizer_for
 from engine.generate.prompt import Prompt
 from engine.generate.prompt import build as build_prompt
-from engine.generate.resume import Paused, Resume
 from engine.generate.session_load import load_session, open_cache, resolve_config
 from engine.generate.template_guard import RenderCancelled
 from engine.load import loader
@@ -144,6 +143,8 @@ class Session:
         `proposer`: one over it in place of its own proposals (the bench's SyntheticDraft)."""
         self.draft = draft
         self.synthetic = proposer
+        self.drafting = DraftModel(draft, self.lm.model.config.vocab_size)  # one at a time:
+        # each generation's start gives the last one's draft blocks back
         self.decoder.capture_blocks(range(2, (self.num_speculative_tokens or MAX_ADAPTIVE_K) + 2))
 
     def batched_decoder(self, max_rows: int) -> BatchedDecoder:
@@ -180,16 +181,13 @@ class Session:
     def prompt_ids(self, req: GenerateRequest) -> list[int]:
         return self.prompt(req).ids
 
-    def generate(self, req: GenerateRequest, cancel: threading.Event | None = None,
-                 resume: Resume | None = None, pause: Callable[[], bool] | None = None
-                 ) -> Iterator[Token | Stats | PrefillProgress | Finished | Failed | Paused]:
-        """The request's events, ending in one Finished or Failed. `resume`: carry on a
-        generation a batch started (generate/resume.py); `pause`: asked at every round
-        boundary, True ends the stream with Paused instead, for a batch to carry it on."""
+    def generate(self, req: GenerateRequest, cancel: threading.Event | None = None
+                 ) -> Iterator[Token | Stats | PrefillProgress | Finished | Failed]:
+        """The request's events, ending in one Finished or Failed."""
         cancel = cancel or threading.Event()
         oom = None  # "GPU" or "CPU" when an allocator ran out of memory
         try:
-            yield from self._generate(req, cancel, resume, pause)
+            yield from self._generate(req, cancel)
         except BadRequest as e:
             yield Failed(str(e), bad_input=True)
         except RenderCancelled:  # cancelled while the chat template rendered: nothing ran yet
@@ -218,7 +216,7 @@ class Session:
         if req.prompt_lookup:
             proposer = PromptLookup(self.lm.device)
         elif self.draft is not None:
-            proposer = self.synthetic or DraftModel(self.draft, self.lm.model.config.vocab_size)
+            proposer = self.synthetic or self.drafting
         elif req.num_speculative_tokens:
             raise BadRequest("speculative tokens need a draft model (--draft) or prompt lookup")
         if proposer is None or k == 0:
@@ -235,30 +233,20 @@ class Session:
         return SpeculativeDecoding(self.decoder, self.cache, sampler, proposer, control,
                                    list(ids))
 
-    def _generate(self, req: GenerateRequest, cancel: threading.Event,
-                  resume: Resume | None = None, pause: Callable[[], bool] | None = None):
-        """One generation by itself: the service (service/engine.py) batches every other and
-        comes here only for a draft model's speculation; `hearth run`, `hearth chat` and the
-        decode benchmark still call `generate` directly."""
-        if resume is None:
-            req.validate()
-            t_start = time.perf_counter()
-            ids, tensor, dropped, max_new, sampler = self.checked_prompt(
-                req, self.cache.token_ids, cancel)
-            done, t_first, stop = 0, None, StopMatcher(req.stop)
-        else:  # the prompt and the tokens so far are prefilled (mostly found by hash)
-            ids, done, t_first, stop = resume.ids, len(resume.generated), resume.t_first, \
-                resume.stop
-            t_start, dropped, max_new, sampler = (resume.t_start, resume.dropped,
-                                                  resume.max_new, resume.sampler)
-            tensor = torch.tensor(ids, dtype=torch.long, device=self.lm.device)
-        base = len(ids) - done  # the prompt's length
-        prompt_ids = ids[:base]
+    def _generate(self, req: GenerateRequest, cancel: threading.Event):
+        """One generation by itself: `hearth run`, `hearth chat` and the decode benchmark call
+        `generate` directly; the service batches every generation."""
+        req.validate()
+        t_start = time.perf_counter()
+        ids, tensor, dropped, max_new, sampler = self.checked_prompt(
+            req, self.cache.token_ids, cancel)
+        t_first, stop = None, StopMatcher(req.stop)
+        prompt_ids, base = ids, len(ids)
         decoding = self._decoding(req, sampler, ids)  # before prefill: it may capture graphs
         # the live conversation's prefix, or another's cached by hash (a shared system prompt);
         # at least the last prompt token is computed: its logits start the answer
         start = self.cache.reuse(ids)
-        cached = start if resume is None else resume.cached
+        cached = start
 
         chunk = self.prefill_chunk
         chunked = len(ids) - start > chunk
@@ -268,7 +256,7 @@ class Session:
             tick()
             if cancel.is_set():
                 return (yield Finished("cancelled", self._stats(
-                    prompt_ids, done, t_start, t_first, cached, dropped)))
+                    prompt_ids, 0, t_start, t_first, cached, dropped)))
             hi = min(lo + chunk, len(ids))
             logits = self.decoder.forward(tensor[lo:hi], lo)
             self.cache.token_ids = ids[:hi]
@@ -277,7 +265,7 @@ class Session:
 
         detok = detokenizer_for(self.lm.tokenizer, ids)
         last_stats = time.perf_counter()
-        n_new, generated = done, ids[base:]
+        n_new, generated = 0, []
         new = decoding.first(logits)  # then 1 token a plain step, up to K + 1 a round
         t_first = t_first or time.perf_counter()
         stats = lambda: self._stats(prompt_ids, n_new, t_start, t_first, cached, dropped,
@@ -307,9 +295,6 @@ class Session:
             if time.perf_counter() - last_stats > STATS_INTERVAL_S:
                 last_stats = time.perf_counter()
                 yield stats()
-            if pause is not None and pause():
-                return (yield Paused(Resume(prompt_ids, generated, max_new, sampler, stop,
-                                            t_start, t_first, cached, dropped)))
             tick()
             # the pending token (the last shown) goes at the prompt's length + n_new - 1
             new = decoding.next(base + n_new - 1, max_new - n_new)

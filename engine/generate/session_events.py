@@ -18,9 +18,7 @@ from engine.platform import telemetry
 def batching_note(session) -> str:
     """How generations run on this session, for the load event and the benchmarks."""
     return ("continuous batching: generations run together, each joining and leaving "
-            "at any step (a batch of one runs the single step"
-            + ("; speculation while a request runs alone, plain decoding while others run)"
-               if session.draft is not None else ")"))
+            "at any step (a batch of one runs the single step; speculation too)")
 
 
 def loaded(session) -> Loaded:

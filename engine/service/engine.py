@@ -4,14 +4,10 @@ worker (JSON lines on stdin), `hearth serve`'s HTTP clients, a benchmark's concu
 Each request comes with the sink its events go to and, optionally, an id that a cancel can name.
 Work starts in arrival order. Generations run together in continuous batches
 (generate/batch_run.py), whatever the model's decode path: each joins at the next step and
-leaves at its end, up to `max_seqs` at once, the rest waiting in the batch's queue. Prompt
-lookup speculates inside the batch, beside the plain rows (batch/speculative_rows.py). A draft
-model's speculation is a
-batch of one's: such a generation runs alone while nothing else runs; when another generation
-arrives it pauses at its next round and joins the batch, decoding plainly; when it is the last
-one left in a batch it is taken out and speculates alone again (generate/resume.py carries it
-across). A load or unload waits for the generations queued
-before it, and generations queued after it run on what it leaves loaded.
+leaves at its end, up to `max_seqs` at once, the rest waiting in the batch's queue. Speculation
+(prompt lookup or a draft model) runs inside the batch too, beside the plain rows
+(batch/speculative_rows.py). A load or unload waits for the generations queued before it, and
+generations queued after it run on what it leaves loaded.
 """
 
 from __future__ import annotations
@@ -32,7 +28,6 @@ from engine.events import (
     Token,
     UnloadRequest,
 )
-from engine.generate.resume import Paused
 
 if TYPE_CHECKING:
     from engine.generate.batch_run import BatchRun
@@ -82,9 +77,8 @@ class Engine:
 
     @property
     def num_running(self) -> int:
-        batch = self.batch
-        alone = int(self.running is not None and isinstance(self.running.req, GenerateRequest))
-        return alone + (batch.num_running if batch is not None else 0)
+        batch = self.batch  # every generation runs in the batch
+        return batch.num_running if batch is not None else 0
 
     def on_step_end(self, callback: Callable[[], None]) -> None:
         """Run `callback()` on the engine thread once the events of a step are out (each event
@@ -147,18 +141,6 @@ class Engine:
             if self.batch is not None and self.batch.has_work:
                 self._admit()
                 self.batch.step()
-                with self._lock:
-                    queued = bool(self._queue)
-                alone = None if queued else self.batch.hand_off()
-                if alone is not None:  # the last one left speculates again, by itself
-                    req, sink, cancel, resume = alone
-                    self.running = sink.job
-                    try:
-                        self._alone(req, sink, cancel, resume)
-                    except Exception as e:  # the engine goes on; the stream ends
-                        sink(Failed(f"{type(e).__name__}: {e}"))
-                    finally:
-                        self.running = None
                 continue
             job = self._next()
             if job is None:
@@ -166,55 +148,27 @@ class Engine:
             if self._batchable(job):
                 self._join(job)
                 continue
+            if isinstance(job.req, GenerateRequest):  # no model loaded: nothing to run it on
+                self._sink(job)(Failed("no model is loaded", hint="send a load command first",
+                                       bad_input=True))
+                continue
             self.running = job
-            is_generation = isinstance(job.req, GenerateRequest)
             try:
-                if is_generation:
-                    self._alone(job.req, self._sink(job), job.cancel)
-                else:
-                    self.run_job(job)
+                self.run_job(job)
             except Exception as e:  # a broken job must not take the engine down
                 job.sink(Failed(f"{type(e).__name__}: {e}"))
-                self._forget(job)
             finally:
                 self.running = None
-                if not is_generation:  # a generation leaves _live with its terminal event
-                    self._forget(job)
+                self._forget(job)
 
     def _forget(self, job: Job) -> None:
         with self._lock:
             if job in self._live:
                 self._live.remove(job)
 
-    def _alone(self, req: GenerateRequest, sink, cancel: threading.Event, resume=None) -> None:
-        """One generation by itself, speculating with a draft model, to its terminal event;
-        where another generation comes while it speculates, it pauses at its next round and
-        joins a batch with them."""
-        if self.session is None:
-            return sink(Failed("no model is loaded", hint="send a load command first",
-                               bad_input=True))
-        for event in self.session.generate(req, cancel, resume=resume,
-                                           pause=self._another_waits):
-            if isinstance(event, Paused):
-                return self._batch().add(req, sink, cancel, event.resume)
-            sink(event)
-            self._step_ended()
-
-    def _another_waits(self) -> bool:
-        with self._lock:
-            return bool(self._queue) and self._queue[0] is not None \
-                and isinstance(self._queue[0].req, GenerateRequest)
-
     def _batchable(self, job: Job) -> bool:
-        req, session = job.req, self.session
-        if not isinstance(req, GenerateRequest) or session is None:
-            return False
-        from engine.batch.speculative_rows import speculates_alone
-
-        if speculates_alone(req, session) and not (self.batch is not None
-                                                   and self.batch.has_work):
-            return False  # alone: it runs with its draft, to its end
-        return True  # with others running it joins them (a draft's, decoding plainly)
+        """Every generation goes to the batch once a model is loaded."""
+        return isinstance(job.req, GenerateRequest) and self.session is not None
 
     def _admit(self) -> None:
         """Every job at the head of the queue that can join the running batch joins it."""
@@ -235,7 +189,6 @@ class Engine:
             if isinstance(event, Finished | Failed):
                 self.requests_finished += 1
                 self._forget(job)
-        sink.job = job  # a generation handed back from the batch runs as its job again
         return sink
 
     def _batch(self) -> BatchRun:

@@ -3,8 +3,8 @@ is cut at its first token the grammar forbids, each verified position is masked 
 after the drafted prefix before it, and the matcher is rolled back to the accepted length; so
 speculative greedy decoding under a grammar equals plain constrained greedy token for token
 (draft model and prompt lookup), a sampled round draws from the masked target's distribution,
-the matcher after a rejected block equals a fresh one fed the accepted tokens (after a pause, a
-batch's preemption and a hand-off too), and the logprobs a verify pass reports equal those of
+the matcher after a rejected block equals a fresh one fed the accepted tokens (across a
+batch's preemption too), and the logprobs a verify pass reports equal those of
 plain one-token steps."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import torch
 from transformers import AutoTokenizer
 
 from engine.events import Finished, GenerateRequest, GrammarSpec, LoadRequest, SamplingParams, Token
-from engine.generate.resume import Paused
 from engine.generate.session import Session
 from engine.grammar.matcher import GrammarState
 from engine.spec.constrained_verify import DraftedGrammar
@@ -131,32 +130,32 @@ def test_constrained_speculation_equals_plain_constrained_greedy(how, sessions):
 @pytest.mark.parametrize("how", ["llama", "prompt_lookup"])
 def test_after_a_block_rejected_mid_way_the_grammar_is_a_fresh_one_fed_the_answer(
         how, sessions, tok, monkeypatch):
-    """Paused at the round boundary after the first block rejected mid-way (where a generation
-    moves to a batch): its matcher equals a fresh one fed the tokens kept, next mask included,
-    and the answer carried on from there equals plain constrained greedy."""
-    mid_way, settle = [], DraftedGrammar.settle
+    """Right after the first block rejected mid-way, the matcher equals a fresh one fed the
+    tokens kept so far, next mask included, and the answer goes on as plain constrained
+    greedy's."""
+    seen, settle = [], DraftedGrammar.settle
 
     def spied(self, accepted, token):
-        if 0 < accepted < self.taken:
-            mid_way.append((accepted, self.taken))
+        mid_way = 0 < accepted < self.taken
         settle(self, accepted, token)
+        if mid_way and not seen:
+            g = self.grammar
+            seen.append((g.consumed, g.complete_at, g.stopped, g.allowed(CPU).clone()))
     monkeypatch.setattr(DraftedGrammar, "settle", spied)
     s = sessions["plain" if how == "prompt_lookup" else how]
     req = request(SCHEMAS[1], prompt_lookup=how == "prompt_lookup")
-    events = list(s.generate(req, pause=lambda: bool(mid_way)))
-    assert mid_way and isinstance(events[-1], Paused), events[-1]
-    resume = events[-1].resume
-    assert token_ids(events) == resume.generated
-    same_state(resume.sampler.grammar, fed(tok, req.grammar, resume.generated))
-    rest = list(s.generate(req, resume=resume))
-    ref = list(sessions["plain"].generate(request(SCHEMAS[1])))
-    assert resume.generated + token_ids(rest) == token_ids(ref)
+    answer = token_ids(list(s.generate(req)))
+    assert answer == token_ids(list(sessions["plain"].generate(request(SCHEMAS[1]))))
+    assert seen
+    consumed, complete_at, stopped, allowed = seen[0]
+    fresh = fed(tok, req.grammar, answer[:consumed])
+    assert (fresh.complete_at, fresh.stopped) == (complete_at, stopped)
+    assert torch.equal(fresh.allowed(CPU), allowed)
 
 
 def test_preempted_speculating_constrained_requests_keep_their_grammar(tiny_models, sessions):
-    """The first request starts alone, speculating (a draft attached), and joins a batch as the
-    others arrive; the batch preempts and recomputes (an arena of 8 blocks) and hands the last
-    one left back to speculate: every answer equals plain constrained greedy alone."""
+    """Speculating requests (a draft attached) in one batch that preempts and recomputes (an
+    arena of 8 blocks): every answer equals plain constrained greedy alone."""
     s = exact(Session.load(LoadRequest(str(tiny_models["qwen2"]), device="cpu", context=128,
                                        kv_tokens=16, draft=str(tiny_models["llama"]),
                                        num_speculative_tokens=3)))
@@ -269,7 +268,7 @@ def test_a_constrained_round_samples_from_the_masked_target(tiny_models, session
             same_state(grammar.grammar, fed(tok, spec, tokens[:grammar.grammar.complete_at]))
         counts[tokens[0]] += 1
         rejected += accepted < proposals.numel()
-        draft.cache.crop(len(ids))  # every trial starts alike
+        del proposer.seq.fed[len(ids):]  # every trial starts alike
     target.cache.crop(0)
     assert rejected > 0
     stat, df = chi_square(counts, p)

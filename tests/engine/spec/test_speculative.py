@@ -5,8 +5,6 @@ and rejected proposals leave no trace in either cache."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
@@ -204,7 +202,8 @@ def test_rollback_leaves_caches_as_if_nothing_was_rejected(tiny_models, tiny_mod
     prompt = s.prompt_ids(greedy_request())
     committed = prompt + token_ids(events)[:-1]  # the last token was never fed
     assert s.cache.token_ids == committed
-    assert committed[:len(s.draft.cache.token_ids)] == s.draft.cache.token_ids
+    fed = s.drafting.seq.fed  # the tokens whose K/V the draft holds
+    assert len(fed) > len(prompt) and committed[:len(fed)] == fed
     # every cached K/V equals a fresh prefill of the committed tokens
     fresh = Session.load(LoadRequest(path, device="cpu"))
     fresh.decoder.forward(torch.tensor(committed), 0)
@@ -277,70 +276,9 @@ def test_draft_is_fed_target_ids_past_its_embedding_without_error(tiny_models):
     proposer = DraftModel(draft, vocab=rows + 64)
     ids = [5, 6, rows + 10, 7, rows + 63, 8]  # past the draft's rows: an IndexError unclamped
     proposer.start(ids)
-    assert draft.cache.token_ids == ids
     sampler = Sampler(ResolvedSampling(temperature=0.0, top_p=1.0, top_k=0,
                                        repetition_penalty=1.0, seed=0), rows + 64,
                       torch.device("cpu"), torch.tensor(ids))
     tokens, _ = proposer.propose(ids + [rows + 1], 3, sampler)
     assert tokens.numel() == 3 and int(tokens.max()) < rows  # padding rows get no probability
-
-
-def test_long_catch_up_goes_through_steps_when_they_were_measured_cheaper(tiny_models):
-    draft = Session.load(LoadRequest(str(tiny_models["qwen2"]), device="cpu"))
-    proposer = DraftModel(draft, vocab=2048)
-    calls = {"step": 0, "forward": 0}
-    for name in calls:
-        real = getattr(draft.decoder, name)
-
-        def counted(*a, _real=real, _name=name):
-            calls[_name] += 1
-            return _real(*a)
-        setattr(draft.decoder, name, counted)
-    proposer.start(list(range(10, 40)))  # nothing measured yet: one pass, a first use
-    assert calls == {"step": 0, "forward": 1} and proposer.forward_s is None
-    proposer._catch_up(list(range(10, 41)))  # one token: a step, and timed
-    assert calls["step"] == 1 and len(proposer.step_s) == 1
-    proposer._catch_up(list(range(10, 51)))  # no pass timed yet: a pass, timed
-    assert calls == {"step": 1, "forward": 2} and proposer.forward_s is not None
-    proposer.step_s = [proposer.forward_s / 100]  # steps measured 100x cheaper than a pass
-    proposer._catch_up(list(range(10, 71)))
-    assert calls == {"step": 21, "forward": 2}
-    proposer.step_s = [proposer.forward_s]  # steps as dear as a pass: a long catch-up passes
-    proposer._catch_up(list(range(10, 81)))
-    assert calls == {"step": 21, "forward": 3}
-    assert draft.cache.token_ids == list(range(10, 81))
-
-
-def test_a_slow_first_pass_does_not_send_later_prompts_through_steps(tiny_models):
-    """The first catch-up pass pays first uses (on a GPU, kernels compiled for its shape): a
-    draft that timed it sent every later prompt through one decode step a token. Later passes
-    are timed, and the cheapest counts."""
-    draft = Session.load(LoadRequest(str(tiny_models["qwen2"]), device="cpu"))
-    proposer = DraftModel(draft, vocab=2048)
-    real, passes = draft.decoder.forward, []
-
-    def first_use_dear(ids, start):
-        passes.append(ids.numel())
-        if len(passes) == 1:
-            time.sleep(1.0)  # a first use: hundreds of this model's steps
-        return real(ids, start)
-    draft.decoder.forward = first_use_dear
-    proposer.step_s = [0.001] * 8  # steps measured: 1 ms a token
-    for prompt in range(3):  # new prompts of 100 tokens: a pass each, however dear the first
-        proposer.start([50 + prompt] + list(range(100, 199)))
-    assert passes == [100, 100, 100] and proposer.forward_s < 0.5
-
-
-def test_two_new_tokens_reach_the_draft_in_one_block_with_the_steps_logits(tiny_models):
-    """After a fully accepted round the draft lacks two tokens; one two-token pass gives the
-    logits two steps would (fp32), so a round costs K draft steps."""
-    ids = list(range(10, 40))
-    by_block = Session.load(LoadRequest(str(tiny_models["qwen2"]), device="cpu"))
-    by_steps = Session.load(LoadRequest(str(tiny_models["qwen2"]), device="cpu"))
-    a, b = DraftModel(by_block, vocab=2048), DraftModel(by_steps, vocab=2048)
-    a.start(ids)
-    b.start(ids)
-    b.pair = False  # the step-by-step reference
-    la, lb = a._catch_up(ids + [77, 78]), b._catch_up(ids + [77, 78])
-    assert a.pair and by_block.cache.token_ids == by_steps.cache.token_ids == ids + [77, 78]
-    assert ((la - lb).norm() / lb.norm()).item() < 1e-5
+    assert proposer.seq.fed == ids + [rows + 1]  # what the draft holds: the target's ids
