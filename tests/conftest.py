@@ -28,6 +28,7 @@ if _REPO not in sys.path:  # plain `pytest` (not `python -m pytest`) puts only t
     sys.path.insert(0, _REPO)
 
 from tests.fixtures import tiny  # noqa: E402
+from tests.fixtures.once import once_per_session  # noqa: E402
 
 _FOLDERS = ("tokenizer", *tiny.ARCHITECTURES, "qwen2_bf16")  # what tiny.build_all makes
 
@@ -116,25 +117,6 @@ def _fresh_models_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch):
     monkeypatch.setenv("HEARTH_MODELS_DIR", str(tmp_path_factory.mktemp("hearth-models")))
 
 
-def _once_per_session(tmp_path_factory: pytest.TempPathFactory, name: str, build) -> Path:
-    """build(folder) -> path, run once for the whole test session: pytest-xdist's workers share
-    the session's temporary root, so the first worker to take the lock builds there and the
-    others wait and read its result (a session fixture alone is built once per worker). A build
-    that fails leaves nothing behind, and the next worker tries again."""
-    from filelock import FileLock
-
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent
-    done = root / f"{name}.built"
-    with FileLock(str(root / f"{name}.lock")):
-        if not done.is_file():
-            folder = root / name
-            shutil.rmtree(folder, ignore_errors=True)  # a failed build's leftovers
-            done.write_text(str(build(folder)), encoding="utf-8")
-        return Path(done.read_text(encoding="utf-8"))
-
-
 def _build_tiny(folder: Path) -> Path:
     tiny.build_all(folder)
     return folder
@@ -145,7 +127,7 @@ def _tiny_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dest = tmp_path_factory.mktemp("tiny")
     cached = _cached_build()
     if cached is None:  # no cache across sessions: one build for the session's workers
-        cached = _once_per_session(tmp_path_factory, "tiny", _build_tiny)
+        cached = once_per_session(tmp_path_factory, "tiny", _build_tiny)
     for name in _FOLDERS:
         shutil.copytree(cached / name, dest / name)
     return dest
@@ -194,4 +176,4 @@ def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if os.environ.get("HEARTH_REQUIRE_SMOLLM2") == "1":
             pytest.fail(message)
         pytest.skip(message)
-    return _once_per_session(tmp_path_factory, "smollm2", real.build)  # minutes on 2 cores
+    return once_per_session(tmp_path_factory, "smollm2", real.build)  # minutes on 2 cores
