@@ -28,6 +28,7 @@ if _REPO not in sys.path:  # plain `pytest` (not `python -m pytest`) puts only t
     sys.path.insert(0, _REPO)
 
 from tests.fixtures import tiny  # noqa: E402
+from tests.fixtures.once import once_per_session  # noqa: E402
 
 _FOLDERS = ("tokenizer", *tiny.ARCHITECTURES, "qwen2_bf16")  # what tiny.build_all makes
 
@@ -116,15 +117,19 @@ def _fresh_models_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch):
     monkeypatch.setenv("HEARTH_MODELS_DIR", str(tmp_path_factory.mktemp("hearth-models")))
 
 
+def _build_tiny(folder: Path) -> Path:
+    tiny.build_all(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def _tiny_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dest = tmp_path_factory.mktemp("tiny")
     cached = _cached_build()
-    if cached is None:
-        tiny.build_all(dest)
-    else:
-        for name in _FOLDERS:
-            shutil.copytree(cached / name, dest / name)
+    if cached is None:  # no cache across sessions: one build for the session's workers
+        cached = once_per_session(tmp_path_factory, "tiny", _build_tiny)
+    for name in _FOLDERS:
+        shutil.copytree(cached / name, dest / name)
     return dest
 
 
@@ -171,4 +176,4 @@ def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if os.environ.get("HEARTH_REQUIRE_SMOLLM2") == "1":
             pytest.fail(message)
         pytest.skip(message)
-    return real.build(tmp_path_factory.mktemp("smollm2"))
+    return once_per_session(tmp_path_factory, "smollm2", real.build)  # minutes on 2 cores

@@ -1,6 +1,7 @@
 """Installers and desktop integration: the .desktop entry passes desktop-file-validate, the
 installer picks torch by driver, and one real install.sh run in a fresh folder answers with the
-demo model (CPU torch from local disk; the slowest test here, about a minute)."""
+default model (Hearth itself built and installed; its requirements, torch among them, already
+there from this session's environment; the slowest test here)."""
 
 from __future__ import annotations
 
@@ -137,10 +138,59 @@ def test_install_ps1_parses():
     subprocess.run(["pwsh", "-NoProfile", "-Command", check], check=True)
 
 
+def _requirements_of(name: str, extras: set[str]) -> list:
+    """The installed distributions that `name[extras]` needs, itself excluded, all the way
+    down (as this session's interpreter has them)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    found, seen, todo = {}, set(), [(name, frozenset(extras))]
+    while todo:
+        wanted, wanted_extras = todo.pop()
+        if (canonicalize_name(wanted), wanted_extras) in seen:
+            continue
+        seen.add((canonicalize_name(wanted), wanted_extras))
+        try:
+            dist = metadata.distribution(wanted)
+        except metadata.PackageNotFoundError:
+            continue  # not here (another platform's): pip fetches it as for any fresh venv
+        if canonicalize_name(wanted) != canonicalize_name(name):
+            found[canonicalize_name(wanted)] = dist
+        for line in dist.requires or []:
+            req = Requirement(line)
+            if req.marker is None or any(req.marker.evaluate({"extra": e})
+                                         for e in (*wanted_extras, "")):
+                todo.append((req.name, frozenset(req.extras)))
+    return list(found.values())
+
+
+def _hearths_requirements_after_the_venvs_own(tmp_path: Path) -> str:
+    """A folder for PYTHONPATH: links to exactly the distributions hearth[awq,server] needs,
+    taken from this session's environment (which .ci/run resolves afresh from the same
+    requirements), and a sitecustomize that appends them to sys.path after the fresh venv's
+    own. pip in the venv then finds torch and every dependency already satisfied and installs
+    Hearth alone, built from this clone and not editable; a package Hearth uses without
+    requiring it is still missing there, as on a fresh machine. The links' folder is appended,
+    not a site folder, so no .pth there runs: `engine` and its package data come from the venv
+    (checked below)."""
+    folder = tmp_path / "hearth-requirements"
+    links = folder / "site"
+    links.mkdir(parents=True)
+    for dist in _requirements_of("hearth", {"awq", "server"}):
+        for top in {f.parts[0] for f in dist.files or [] if f.parts[0] not in ("..", "")}:
+            if not (links / top).exists() and Path(dist.locate_file(top)).exists():
+                (links / top).symlink_to(Path(dist.locate_file(top)))
+    (folder / "sitecustomize.py").write_text(f"import sys\nsys.path.append({str(links)!r})\n")
+    return str(folder)
+
+
 @pytest.mark.skipif(os.environ.get("HEARTH_SKIP_INSTALL_TEST") == "1",
                     reason="HEARTH_SKIP_INSTALL_TEST=1 (CI runs it)")
 def test_install_sh_in_a_fresh_folder_answers_with_the_default_model(tmp_path):
-    """One full install (pip, about a minute); everything else about it is checked here too."""
+    """One install.sh run, pip building and installing Hearth itself; everything else about it
+    is checked here too."""
     # the fresh machine's own folders: not the test session's models folder (conftest), which
     # would take the starter away from XDG_DATA_HOME
     env = {k: v for k, v in os.environ.items()
@@ -148,6 +198,7 @@ def test_install_sh_in_a_fresh_folder_answers_with_the_default_model(tmp_path):
     env.update(HEARTH_TORCH_SPEC="torch==2.13.0",  # the CPU build on local disk, never CUDA
                HEARTH_PYTHON=sys.executable, XDG_DATA_HOME=str(tmp_path / "share"),
                HEARTH_BIN_DIR=str(tmp_path / "bin"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env["PYTHONPATH"] = _hearths_requirements_after_the_venvs_own(tmp_path)
     wheel = smollm2_wheel()  # the starter is imported by default: from the wheel on disk
     if wheel is None:
         env["HEARTH_NO_STARTER"] = "1"

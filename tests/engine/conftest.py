@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.fixtures.once import once_per_session
+
 
 @pytest.fixture(scope="module")
 def one_thread():
@@ -23,7 +25,11 @@ def tiny_awq(tmp_path_factory, tokenizer_dir):
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    try:
-        return tiny_awq.build_all(tmp_path_factory.mktemp("awq"), tokenizer_dir)
+    def build(folder):
+        tiny_awq.build_all(folder, tokenizer_dir)
+        return folder
+
+    try:  # once for the session's workers
+        return tiny_awq.folders(once_per_session(tmp_path_factory, "tiny-awq", build))
     finally:
         torch.set_num_threads(threads)
