@@ -6,11 +6,10 @@ bucket. Keys are found through the sequence's block table (cache/kv_cache.py), a
 Flash-decoding: the context is cut into splits; each split yields, per query row, a partial max m,
 sum l and unnormalized output o, and a combine step merges them (the log-sum-exp rule below). The
 G query heads that share a KV head are the rows of one program, so K/V are read once per group.
-The Triton kernels (kernels/decode_attention_kernel.py) read the blocks in place through the table,
-int8/
-fp8 values and their scales included, never a copy; `reference` is the same algorithm in PyTorch
-over a gathered copy, for CPU, for GPUs without Triton, and for tests. Prefill attention is not
-here: attention/prefill.py runs SDPA for it.
+The Triton kernels (kernels/decode_attention_kernel.py, through `kernel`) read the blocks in
+place through the table, int8/fp8 values and their scales included, never a copy; `reference` is
+the same algorithm in PyTorch over a gathered copy, for CPU, for GPUs without Triton, and for
+tests; `check_kernel` is the kernel's load check. attention/paged.py chooses between them.
 """
 
 from __future__ import annotations
@@ -40,17 +39,6 @@ class BatchRows(NamedTuple):
     kv_len: int
     host_lens: tuple[int, ...] | None
     ring: torch.Tensor | None = None
-
-
-def row_splits(cache: KVCache, kv_len: int) -> int:
-    """How many splits the Triton kernel cuts a step's bucket of kv_len into on this device (1
-    on the other paths, which do not read it)."""
-    if backend(cache) != "triton":
-        return 1
-    from engine.kernels import decode_attention_kernel
-
-    return decode_attention_kernel.splits_for(kv_len, cache.num_kv_heads, cache.device,
-                                              cache.backends.launch, cache.quantized)
 
 
 def backend(cache: KVCache) -> str:
@@ -87,8 +75,7 @@ def check_kernel(cache: KVCache, num_heads: int, dtype: torch.dtype) -> str | No
         for T in (1, 5):
             q = torch.randn(1, num_heads, T, D, generator=g).to(device, dtype)
             pos = torch.arange(CHECK_TOKENS - T, CHECK_TOKENS, device=device)
-            out = attend(q, kv, pos, CHECK_TOKENS, D ** -0.5, "triton",
-                         launch=cache.backends.launch).float()
+            out = kernel(q, kv, pos, CHECK_TOKENS, D ** -0.5, cache.backends.launch).float()
             ref = reference(q.float(), kv, pos, CHECK_TOKENS, D ** -0.5)
             worst = max(worst, ((out - ref).norm() / ref.norm()).item())
         if device.type == "cuda":
@@ -104,42 +91,13 @@ def check_kernel(cache: KVCache, num_heads: int, dtype: torch.dtype) -> str | No
     return None
 
 
-def describe(cache: KVCache) -> str:
-    """One line for the load notes."""
-    name = backend(cache)
-    what = {"sdpa": "PyTorch SDPA over a gathered copy of the blocks",
-            "triton": "the Triton split-context kernel, reading the blocks in place",
-            "reference": "the split-context algorithm in PyTorch (no Triton kernel)"}[name]
-    return f"decode attention over the {cache.kv_dtype} KV cache: {what}"
+def kernel(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int, scaling: float,
+           launch: dict | None = None) -> torch.Tensor:
+    """The Triton kernel over one sequence: q [1, H, T, D], pos [T] -> [1, H, T, D] in q's
+    dtype; `launch`: its launch overrides (the cache's backends.launch)."""
+    from engine.kernels import decode_attention_kernel
 
-
-def attend(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int, scaling: float,
-           how: str, launch: dict | None = None) -> torch.Tensor:
-    """q: [1, H, T, D], pos: [T] int64 (device) -> [1, H, T, D] in q's dtype; `how` is
-    backend()'s answer ("triton" or "reference"); `launch`: the kernel's launch overrides
-    (the cache's backends.launch)."""
-    if how == "triton":
-        from engine.kernels import decode_attention_kernel
-
-        return decode_attention_kernel.decode_attention(q, kv, pos, kv_len, scaling, launch)
-    return reference(q, kv, pos, kv_len, scaling)
-
-
-def attend_batch(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, rows: BatchRows,
-                 scaling: float, how: str, launch: dict | None = None) -> torch.Tensor:
-    """A batched decode step: q: [1, H, N, D], token i of sequence i at pos[i], kv.table the
-    rows' tables (rows.table) -> [1, N, H D] in q's dtype. "triton": one launch for every row
-    (each row as its step alone computes it); "reference": row by row."""
-    if how == "triton":
-        from engine.kernels import decode_attention_kernel
-
-        return decode_attention_kernel.batched_decode_attention(
-            q, kv, pos, rows.lens, rows.splits, rows.kv_len, scaling, launch)
-    _, H, N, D = q.shape
-    out = torch.cat([reference(q[:, :, i:i + 1], kv._replace(table=rows.table[i]),
-                               pos[i:i + 1], rows.host_lens[i], scaling)
-                     for i in range(N)], dim=2)  # [1, H, N, D]
-    return out.transpose(1, 2).reshape(1, N, H * D)
+    return decode_attention_kernel.decode_attention(q, kv, pos, kv_len, scaling, launch)
 
 
 def reference(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int, scaling: float,

@@ -1,7 +1,6 @@
-"""Which path reads a KV cache in decode steps: the Triton kernel, SDPA over a gathered copy, or
-the PyTorch reference (attention/decode_attention.py holds all three), chosen per device and KV
-dtype from
-the session's setting (config.Backends.decode_attention), what this machine has and the
+"""Which path reads a KV cache: the Triton kernel, SDPA over a gathered copy, or the PyTorch
+reference (attention/paged.py holds a class for each), chosen per device and KV dtype from the
+session's setting (config.Backends.decode_attention), what this machine has and the
 session's kernel health; and whether K/V writes are quantized by one Triton launch, which follows
 the same choice so eager steps and captured graphs agree. Also a session's KernelHealth: which
 kernels failed their load check (its cache holds it), so a kernel that broke on one session's
@@ -52,6 +51,7 @@ class KernelHealth:
 # every cache (if Triton misbehaves somewhere)
 ENV = overrides.DECODE_ATTENTION  # the developer override of the setting
 KERNEL = "decode_attention"  # its name in a session's KernelHealth
+KERNEL_READS = "triton"  # the name of the path through it
 
 
 @functools.cache
@@ -95,7 +95,7 @@ def choose(device: str, kv_dtype: str, setting: str) -> str:
 def kernel_reads(device: torch.device, kv_dtype: str, setting: str = "auto",
                  health: KernelHealth | None = None) -> bool:
     """Whether the Triton kernel reads caches of `kv_dtype` on `device` (it then runs too)."""
-    return backend(device, kv_dtype, setting, health) == "triton"
+    return backend(device, kv_dtype, setting, health) == KERNEL_READS
 
 
 def fused_write(values: torch.Tensor, setting: str = "auto",

@@ -409,7 +409,7 @@ def test_a_kernel_that_fails_at_load_falls_back(tiny_model, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("out of resources")
 
-    monkeypatch.setattr(decode_attention, "attend", broken)
+    monkeypatch.setattr(decode_attention, "kernel", broken)
     s = Session(Session.load(LoadRequest(str(tiny_model), device="cpu")).lm, "int8")
     assert decode_attention.backend(s.cache) == "reference"
     assert any("failed here (RuntimeError: out of resources)" in n
@@ -423,13 +423,13 @@ def test_a_kernel_that_computes_something_else_falls_back(tiny_model, monkeypatc
     reference = decode_attention.reference
     calls = []
 
-    def shifted(q, kv, pos, kv_len, scaling, how, launch=None):  # right for T = 1, off by a
+    def shifted(q, kv, pos, kv_len, scaling, launch=None):  # right for T = 1, off by a
         # row for blocks
         calls.append(q.shape[2])
         out = reference(q, kv, pos, kv_len, scaling)
         return out if q.shape[2] == 1 else out.roll(1, dims=2)
 
-    monkeypatch.setattr(decode_attention, "attend", shifted)
+    monkeypatch.setattr(decode_attention, "kernel", shifted)
     s = Session(Session.load(LoadRequest(str(tiny_model), device="cpu")).lm, "int8")
     assert calls[-2:] == [1, 5]  # (the first load checked its own cache too)
     assert decode_attention.backend(s.cache) == "reference"
@@ -438,8 +438,8 @@ def test_a_kernel_that_computes_something_else_falls_back(tiny_model, monkeypatc
 
 def test_a_kernel_that_agrees_with_the_reference_is_kept(tiny_model, monkeypatch):
     monkeypatch.setattr(attention_backend, "choose", lambda *args: "triton")
-    monkeypatch.setattr(decode_attention, "attend",
-                        lambda q, kv, pos, n, sc, how, launch=None: decode_attention.reference(
+    monkeypatch.setattr(decode_attention, "kernel",
+                        lambda q, kv, pos, n, sc, launch=None: decode_attention.reference(
                             q, kv, pos, n, sc))
     lm = Session.load(LoadRequest(str(tiny_model), device="cpu")).lm
     assert decode_attention.check_kernel(Session(lm, "int8").cache, 4, torch.float32) is None
