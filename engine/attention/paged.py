@@ -145,7 +145,8 @@ class Sdpa(Reference):
         def attend(q: torch.Tensor, kv: LayerKV) -> torch.Tensor:
             reads = {L: kv_arena.gather(*kv, L, kv.k.dtype) for L in {r.kv_len for r in rows}}
             return torch.cat([self.attend(q[:, :, r.lo:r.hi], kv, m, r.kv_len, scaling,
-                                          reads[r.kv_len]) for r, m in zip(rows, masks)], dim=1)
+                                          reads[r.kv_len])
+                              for r, m in zip(rows, masks, strict=True)], dim=1)
         return attend
 
     def batch(self, pos: torch.Tensor, rows: BatchRows, scaling: float, exact: bool = False,

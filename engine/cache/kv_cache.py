@@ -1,12 +1,12 @@
 """The engine's KV cache for one sequence at batch 1: a paged arena of fixed-size blocks
 (cache/kv_arena.py) drawn on as the conversation grows, through a block table held in a device
-tensor,
-with full blocks shared across conversations by the hash of their token prefix
+tensor, with full blocks shared across conversations by the hash of their token prefix
 (cache/block_manager.py).
 
 Not transformers' Cache: the model runs with no transformers cache at all, and the engine's
 attention function (attention/prefill.py) and decode step (models/layers.py) write K/V here at
-explicit positions, and read it through the attention object over it (attention/paged.py). The arena and the table are allocated once and never move (captured CUDA graphs hold
+explicit positions, and read it through the attention object over it (attention/paged.py). The
+arena and the table are allocated once and never move (captured CUDA graphs hold
 their addresses); the table's entries change in place, from the host, between steps. In int8 or
 fp8 every token is quantized as it is written (kernels/kv_quant.py), before anything reads it.
 """
