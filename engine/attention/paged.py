@@ -64,13 +64,15 @@ class Reference:
 
     def _decode(self, pos: torch.Tensor, kv_len: int, scaling: float) -> Attend:
         """One row's queries at pos [T] over its bucket; fixed shapes, no host sync."""
-        return lambda q, kv: tokens_major(decode_attention.reference(q, kv, pos, kv_len, scaling))
+        return lambda q, kv, reads=None: tokens_major(
+            decode_attention.reference(q, kv, pos, kv_len, scaling))
 
     def _row(self, pos: torch.Tensor, kv_len: int, scaling: float, window: int | None,
              softcap: float | None) -> Attend:
         if window is None and softcap is None:
             return self._decode(pos, kv_len, scaling)
-        return lambda q, kv: sliding_window.attend(q, kv, pos, kv_len, window, scaling, softcap)
+        return lambda q, kv, reads=None: sliding_window.attend(q, kv, pos, kv_len, window,
+                                                               scaling, softcap)
 
     def over(self, pos: torch.Tensor, rows: list[Row], scaling: float,
              window: int | None = None, softcap: float | None = None) -> Attend:
@@ -81,8 +83,9 @@ class Reference:
             return parts[0][1]
 
         def attend(q: torch.Tensor, kv: LayerKV) -> torch.Tensor:
+            reads: dict = {}  # gathered copies, shared by the rows of one table and bucket
             return torch.cat([fn(q[:, :, r.lo:r.hi], kv if r.table is None else
-                                 kv._replace(table=r.table)) for r, fn in parts], dim=1)
+                                 kv._replace(table=r.table), reads) for r, fn in parts], dim=1)
         return attend
 
     def batch(self, pos: torch.Tensor, rows: BatchRows, scaling: float, exact: bool = False,
@@ -114,40 +117,25 @@ class Sdpa(Reference):
 
     def _decode(self, pos: torch.Tensor, kv_len: int, scaling: float) -> Attend:
         mask = torch.arange(kv_len, device=pos.device)[None, :] <= pos[:, None]  # [T, kv]
-        return lambda q, kv: self.attend(q, kv, mask, kv_len, scaling)
+        return lambda q, kv, reads=None: self.attend(q, kv, mask, kv_len, scaling, reads)
 
     @staticmethod
     def attend(q: torch.Tensor, kv: LayerKV, mask: torch.Tensor, kv_len: int, scaling: float,
-               read: tuple | None = None) -> torch.Tensor:
+               reads: dict | None = None) -> torch.Tensor:
         """Grouped-query attention without expanding KV heads: the G query heads that share a
         KV head become G queries of it. q: [1, H, T, D] -> [1, T, H D]; mask [T, kv_len];
-        `read`: the gathered copy, made once for several rows."""
+        `reads`: the gathered copies of a pass's rows so far, by table and bucket."""
         _, H, T, D = q.shape
-        Hkv, dtype = kv.k.shape[1], q.dtype
-        k, v = read or kv_arena.gather(*kv, kv_len, kv.k.dtype)  # [1, H_kv, kv_len, D]
+        Hkv, dtype, key = kv.k.shape[1], q.dtype, (kv.table.data_ptr(), kv_len)
+        k, v = (reads or {}).get(key) or kv_arena.gather(*kv, kv_len, kv.k.dtype)
+        if reads is not None:  # [1, H_kv, kv_len, D]
+            reads[key] = k, v
         mask = mask[None, None] if T == 1 else mask.repeat(H // Hkv, 1)[None, None]
         q = q.reshape(1, Hkv, H // Hkv * T, D).to(k.dtype)  # rows g T + t: group g, token t
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling).to(dtype)
         if T == 1:
             return out.reshape(1, 1, H * D)  # kernels may permute it
         return out.view(1, Hkv, H // Hkv, T, D).permute(0, 3, 1, 2, 4).reshape(1, T, H * D)
-
-    def over(self, pos: torch.Tensor, rows: list[Row], scaling: float,
-             window: int | None = None, softcap: float | None = None) -> Attend:
-        """As Reference's; rows over the layer's own table share a gathered copy per bucket
-        (the reproducible mode's rows, a decode step each)."""
-        if window is not None or softcap is not None or len(rows) == 1 or any(
-                r.table is not None for r in rows):
-            return super().over(pos, rows, scaling, window, softcap)
-        keys = torch.arange(max(r.kv_len for r in rows), device=pos.device)
-        masks = [keys[None, :r.kv_len] <= pos[r.lo:r.hi, None] for r in rows]
-
-        def attend(q: torch.Tensor, kv: LayerKV) -> torch.Tensor:
-            reads = {L: kv_arena.gather(*kv, L, kv.k.dtype) for L in {r.kv_len for r in rows}}
-            return torch.cat([self.attend(q[:, :, r.lo:r.hi], kv, m, r.kv_len, scaling,
-                                          reads[r.kv_len])
-                              for r, m in zip(rows, masks, strict=True)], dim=1)
-        return attend
 
     def batch(self, pos: torch.Tensor, rows: BatchRows, scaling: float, exact: bool = False,
               window: int | None = None, softcap: float | None = None) -> Attend:
@@ -183,8 +171,8 @@ class Triton(Reference):
                                                   self.launch, self.quantized)
 
     def _decode(self, pos: torch.Tensor, kv_len: int, scaling: float) -> Attend:
-        return lambda q, kv: tokens_major(decode_attention.kernel(q, kv, pos, kv_len, scaling,
-                                                                  self.launch))
+        return lambda q, kv, reads=None: tokens_major(
+            decode_attention.kernel(q, kv, pos, kv_len, scaling, self.launch))
 
     def batch(self, pos: torch.Tensor, rows: BatchRows, scaling: float, exact: bool = False,
               window: int | None = None, softcap: float | None = None) -> Attend:
