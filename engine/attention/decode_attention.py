@@ -41,12 +41,6 @@ class BatchRows(NamedTuple):
     ring: torch.Tensor | None = None
 
 
-def backend(cache: KVCache) -> str:
-    """How decode steps read this cache: "sdpa" (16-bit only), "triton" or "reference" (the
-    session's setting, as far as its kernel health allows)."""
-    return cache.decode_attention
-
-
 CHECK_TOKENS = 300  # the load check's cache: splits of 64, the last partly filled
 CHECK_TOLERANCE = 2e-2  # relative norm; bf16 output and probabilities round at 2^-9 (the GPU
 # tests see 2.2e-3), an addressing or masking mistake moves whole rows
@@ -59,7 +53,7 @@ def check_kernel(cache: KVCache, num_heads: int, dtype: torch.dtype) -> str | No
     else (a GPU or Triton version it was never tested on), decode falls back to SDPA or the
     reference instead of failing, or answering wrongly, every step. -> a note for the load
     event, or None."""
-    if backend(cache) != "triton":
+    if cache.decode_attention != attention_backend.KERNEL_READS:
         return None
     kv0 = cache.layer(0)
     device, Hkv, D = kv0.k.device, kv0.k.shape[1], kv0.k.shape[-1]
@@ -83,11 +77,11 @@ def check_kernel(cache: KVCache, num_heads: int, dtype: torch.dtype) -> str | No
     except Exception as e:  # whatever broke, the kernel is not for this machine
         cache.health.mark_failed(attention_backend.KERNEL, device, cache.kv_dtype)
         return (f"the Triton decode-attention kernel failed here ({type(e).__name__}: "
-                f"{str(e)[:200]}); decode attention falls back to {backend(cache)}")
+                f"{str(e)[:200]}); decode attention falls back to {cache.decode_attention}")
     if not worst < CHECK_TOLERANCE:  # (NaN included)
         cache.health.mark_failed(attention_backend.KERNEL, device, cache.kv_dtype)
-        return (f"the Triton decode-attention kernel disagreed with the reference here "
-                f"(relative error {worst:.1e}); decode attention falls back to {backend(cache)}")
+        return (f"the Triton decode-attention kernel disagreed with the reference here (relative "
+                f"error {worst:.1e}); decode attention falls back to {cache.decode_attention}")
     return None
 
 
