@@ -71,8 +71,8 @@ class Reference:
              softcap: float | None) -> Attend:
         if window is None and softcap is None:
             return self._decode(pos, kv_len, scaling)
-        return lambda q, kv, reads=None: sliding_window.attend(q, kv, pos, kv_len, window,
-                                                               scaling, softcap)
+        return lambda q, kv, reads=None: sliding_window.attend(
+            q, *kv_arena.gather(*kv, kv_len, q.dtype), pos, window, scaling, softcap)
 
     def over(self, pos: torch.Tensor, rows: list[Row], scaling: float,
              window: int | None = None, softcap: float | None = None) -> Attend:
@@ -93,9 +93,17 @@ class Reference:
         """A batched decode step: row i's token at pos[i] over kv.table[i] (rows.table, or the
         sliding layers' rows.ring) up to its own bucket, as its step alone reads it. `exact`:
         the reproducible mode (each row's bits its step's alone)."""
+        fast = window is None and softcap is None and self._batch(pos, rows, scaling, exact)
+        if fast:
+            return fast
         lens = rows.host_lens or (rows.kv_len,) * pos.shape[0]
         return lambda q, kv: self.over(pos, [Row(i, i + 1, L, kv.table[i]) for i, L in
                                              enumerate(lens)], scaling, window, softcap)(q, kv)
+
+    def _batch(self, pos: torch.Tensor, rows: BatchRows, scaling: float,
+               exact: bool) -> Attend | None:
+        """The batched step's own path, where it has one (None: a row at a time)."""
+        return None
 
     def causal(self, start: int, end: int, scaling: float | None, window: int | None = None,
                softcap: float | None = None) -> Attend:
@@ -137,12 +145,12 @@ class Sdpa(Reference):
             return out.reshape(1, 1, H * D)  # kernels may permute it
         return out.view(1, Hkv, H // Hkv, T, D).permute(0, 3, 1, 2, 4).reshape(1, T, H * D)
 
-    def batch(self, pos: torch.Tensor, rows: BatchRows, scaling: float, exact: bool = False,
-              window: int | None = None, softcap: float | None = None) -> Attend:
+    def _batch(self, pos: torch.Tensor, rows: BatchRows, scaling: float,
+               exact: bool) -> Attend | None:
         """Outside the reproducible mode, one SDPA call: each row's blocks gathered up to the
         batch's largest bucket, keys past a row's position masked."""
-        if exact or window is not None or softcap is not None:
-            return super().batch(pos, rows, scaling, exact, window, softcap)
+        if exact:
+            return None
         keys = torch.arange(rows.kv_len, device=pos.device)
         mask = (keys[None, :] <= pos[:, None])[:, None, None, :]  # [N, 1, 1, kv]
 
@@ -174,11 +182,9 @@ class Triton(Reference):
         return lambda q, kv, reads=None: tokens_major(
             decode_attention.kernel(q, kv, pos, kv_len, scaling, self.launch))
 
-    def batch(self, pos: torch.Tensor, rows: BatchRows, scaling: float, exact: bool = False,
-              window: int | None = None, softcap: float | None = None) -> Attend:
+    def _batch(self, pos: torch.Tensor, rows: BatchRows, scaling: float,
+               exact: bool) -> Attend | None:
         """Every row in one launch, each as its step alone computes it (exact as it is)."""
-        if window is not None or softcap is not None:
-            return super().batch(pos, rows, scaling, exact, window, softcap)
         from engine.kernels import decode_attention_kernel
 
         return lambda q, kv: decode_attention_kernel.batched_decode_attention(

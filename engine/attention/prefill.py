@@ -63,7 +63,7 @@ def hearth_attention(module, query, key, value, attention_mask, scaling=None, dr
         if step.start:
             raise ValueError(f"a pass of {T} tokens from position {step.start} is longer "
                              f"than the sliding layers' ring covers ({cache.max_pass})")
-        out = sliding_window.attend_kv(query, key.to(query.dtype), value.to(query.dtype),
+        out = sliding_window.attend(query, key.to(query.dtype), value.to(query.dtype),
                                        step.positions, window, scale, softcap)
         return out.view(1, T, query.shape[1], query.shape[3]), None
     if windowed or (T == 1 and att.steps_split):  # split-context decode reads int8/fp8 as stored

@@ -233,7 +233,8 @@ class FamilyStep:
         end = start + ids.numel()
         self.cache.reserve(end)
         positions = torch.arange(start, end, device=ids.device)
-        attention = self._causal_attention(start, end)
+        att = paged.of(self.cache)  # causal over the cache's first `end` positions
+        attention = self._per_layer(lambda w, cap: att.causal(start, end, self.scaling, w, cap))
         return self._logits(ids, positions, attention, self.eager_fns, last_only=True)[0, 0]
 
     def _bucket_attention(self, pos: torch.Tensor, kv_len: int, T: int) -> Attention:
@@ -242,11 +243,6 @@ class FamilyStep:
         att = paged.of(self.cache)
         return self._per_layer(lambda w, cap: att.over(pos, [paged.Row(0, T, kv_len)],
                                                        self.scaling, w, cap))
-
-    def _causal_attention(self, start: int, end: int) -> Attention:
-        """A prefill chunk at start..end-1: causal over the cache's first `end` positions."""
-        att = paged.of(self.cache)
-        return self._per_layer(lambda w, cap: att.causal(start, end, self.scaling, w, cap))
 
     def window_of(self, i: int) -> tuple[int | None, float | None]:
         """Layer i's (window, logit soft cap): none in the family step (models/gemma_step.py)."""
