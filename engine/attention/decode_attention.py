@@ -29,8 +29,8 @@ class BatchRows(NamedTuple):
     positions: table [>= N, max_blocks] int32, row i sequence i's blocks; lens [N] int32, each
     row's own KV bucket (the one its step alone would read); splits [N] int32, that bucket's
     split count (the attention's `splits`); kv_len, the largest bucket (a host int, fixed per
-    captured graph); host_lens, the buckets as host ints for the eager per-row paths (None inside a graph);
-    ring [>= N, max_blocks] int32, the sliding layers' table of each row, where the cache keeps
+    captured graph); host_lens, the buckets as host ints for the eager per-row paths (None
+    inside a graph); ring [>= N, max_blocks] int32, the sliding layers' table of each row, where the cache keeps
     only their window (cache/sliding_pool.py; None: they read `table`)."""
 
     table: torch.Tensor
