@@ -30,8 +30,8 @@ class BatchRows(NamedTuple):
     row's own KV bucket (the one its step alone would read); splits [N] int32, that bucket's
     split count (the attention's `splits`); kv_len, the largest bucket (a host int, fixed per
     captured graph); host_lens, the buckets as host ints for the eager per-row paths (None
-    inside a graph); ring [>= N, max_blocks] int32, the sliding layers' table of each row, where the cache keeps
-    only their window (cache/sliding_pool.py; None: they read `table`)."""
+    inside a graph); ring [>= N, max_blocks] int32, the sliding layers' table of each row, where
+    the cache keeps only their window (cache/sliding_pool.py; None: they read `table`)."""
 
     table: torch.Tensor
     lens: torch.Tensor
