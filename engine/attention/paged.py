@@ -28,7 +28,8 @@ from engine.attention.decode_attention import BatchRows
 from engine.cache import kv_arena
 from engine.cache.kv_cache import KVCache, LayerKV
 
-Attend = Callable[[torch.Tensor, LayerKV], torch.Tensor]  # (q [1, H, T, D], kv) -> [1, T, H D]
+# (q [1, H, T, D], kv) -> [1, T, H D]; a row's, inside `over`, takes the pass's shared reads too
+Attend = Callable[[torch.Tensor, LayerKV], torch.Tensor]
 
 
 class Row(NamedTuple):
