@@ -6,11 +6,10 @@ bucket. Keys are found through the sequence's block table (cache/kv_cache.py), a
 Flash-decoding: the context is cut into splits; each split yields, per query row, a partial max m,
 sum l and unnormalized output o, and a combine step merges them (the log-sum-exp rule below). The
 G query heads that share a KV head are the rows of one program, so K/V are read once per group.
-The Triton kernels (kernels/decode_attention_kernel.py) read the blocks in place through the table,
-int8/
-fp8 values and their scales included, never a copy; `reference` is the same algorithm in PyTorch
-over a gathered copy, for CPU, for GPUs without Triton, and for tests. Prefill attention is not
-here: attention/prefill.py runs SDPA for it.
+The Triton kernels (kernels/decode_attention_kernel.py, through `kernel`) read the blocks in
+place through the table, int8/fp8 values and their scales included, never a copy; `reference` is
+the same algorithm in PyTorch over a gathered copy, for CPU, for GPUs without Triton, and for
+tests; `check_kernel` is the kernel's load check. attention/paged.py chooses between them.
 """
 
 from __future__ import annotations
@@ -29,10 +28,10 @@ class BatchRows(NamedTuple):
     """The N sequences of a batched decode step (one token each), beside their tokens and
     positions: table [>= N, max_blocks] int32, row i sequence i's blocks; lens [N] int32, each
     row's own KV bucket (the one its step alone would read); splits [N] int32, that bucket's
-    split count (row_splits); kv_len, the largest bucket (a host int, fixed per captured graph);
-    host_lens, the buckets as host ints for the eager per-row paths (None inside a graph);
-    ring [>= N, max_blocks] int32, the sliding layers' table of each row, where the cache keeps
-    only their window (cache/sliding_pool.py; None: they read `table`)."""
+    split count (the attention's `splits`); kv_len, the largest bucket (a host int, fixed per
+    captured graph); host_lens, the buckets as host ints for the eager per-row paths (None
+    inside a graph); ring [>= N, max_blocks] int32, the sliding layers' table of each row, where
+    the cache keeps only their window (cache/sliding_pool.py; None: they read `table`)."""
 
     table: torch.Tensor
     lens: torch.Tensor
@@ -40,23 +39,6 @@ class BatchRows(NamedTuple):
     kv_len: int
     host_lens: tuple[int, ...] | None
     ring: torch.Tensor | None = None
-
-
-def row_splits(cache: KVCache, kv_len: int) -> int:
-    """How many splits the Triton kernel cuts a step's bucket of kv_len into on this device (1
-    on the other paths, which do not read it)."""
-    if backend(cache) != "triton":
-        return 1
-    from engine.kernels import decode_attention_kernel
-
-    return decode_attention_kernel.splits_for(kv_len, cache.num_kv_heads, cache.device,
-                                              cache.backends.launch, cache.quantized)
-
-
-def backend(cache: KVCache) -> str:
-    """How decode steps read this cache: "sdpa" (16-bit only), "triton" or "reference" (the
-    session's setting, as far as its kernel health allows)."""
-    return cache.decode_attention
 
 
 CHECK_TOKENS = 300  # the load check's cache: splits of 64, the last partly filled
@@ -71,7 +53,7 @@ def check_kernel(cache: KVCache, num_heads: int, dtype: torch.dtype) -> str | No
     else (a GPU or Triton version it was never tested on), decode falls back to SDPA or the
     reference instead of failing, or answering wrongly, every step. -> a note for the load
     event, or None."""
-    if backend(cache) != "triton":
+    if cache.decode_attention != attention_backend.KERNEL_READS:
         return None
     kv0 = cache.layer(0)
     device, Hkv, D = kv0.k.device, kv0.k.shape[1], kv0.k.shape[-1]
@@ -87,8 +69,7 @@ def check_kernel(cache: KVCache, num_heads: int, dtype: torch.dtype) -> str | No
         for T in (1, 5):
             q = torch.randn(1, num_heads, T, D, generator=g).to(device, dtype)
             pos = torch.arange(CHECK_TOKENS - T, CHECK_TOKENS, device=device)
-            out = attend(q, kv, pos, CHECK_TOKENS, D ** -0.5, "triton",
-                         launch=cache.backends.launch).float()
+            out = kernel(q, kv, pos, CHECK_TOKENS, D ** -0.5, cache.backends.launch).float()
             ref = reference(q.float(), kv, pos, CHECK_TOKENS, D ** -0.5)
             worst = max(worst, ((out - ref).norm() / ref.norm()).item())
         if device.type == "cuda":
@@ -96,50 +77,21 @@ def check_kernel(cache: KVCache, num_heads: int, dtype: torch.dtype) -> str | No
     except Exception as e:  # whatever broke, the kernel is not for this machine
         cache.health.mark_failed(attention_backend.KERNEL, device, cache.kv_dtype)
         return (f"the Triton decode-attention kernel failed here ({type(e).__name__}: "
-                f"{str(e)[:200]}); decode attention falls back to {backend(cache)}")
+                f"{str(e)[:200]}); decode attention falls back to {cache.decode_attention}")
     if not worst < CHECK_TOLERANCE:  # (NaN included)
         cache.health.mark_failed(attention_backend.KERNEL, device, cache.kv_dtype)
-        return (f"the Triton decode-attention kernel disagreed with the reference here "
-                f"(relative error {worst:.1e}); decode attention falls back to {backend(cache)}")
+        return (f"the Triton decode-attention kernel disagreed with the reference here (relative "
+                f"error {worst:.1e}); decode attention falls back to {cache.decode_attention}")
     return None
 
 
-def describe(cache: KVCache) -> str:
-    """One line for the load notes."""
-    name = backend(cache)
-    what = {"sdpa": "PyTorch SDPA over a gathered copy of the blocks",
-            "triton": "the Triton split-context kernel, reading the blocks in place",
-            "reference": "the split-context algorithm in PyTorch (no Triton kernel)"}[name]
-    return f"decode attention over the {cache.kv_dtype} KV cache: {what}"
+def kernel(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int, scaling: float,
+           launch: dict | None = None) -> torch.Tensor:
+    """The Triton kernel over one sequence: q [1, H, T, D], pos [T] -> [1, H, T, D] in q's
+    dtype; `launch`: its launch overrides (the cache's backends.launch)."""
+    from engine.kernels import decode_attention_kernel
 
-
-def attend(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int, scaling: float,
-           how: str, launch: dict | None = None) -> torch.Tensor:
-    """q: [1, H, T, D], pos: [T] int64 (device) -> [1, H, T, D] in q's dtype; `how` is
-    backend()'s answer ("triton" or "reference"); `launch`: the kernel's launch overrides
-    (the cache's backends.launch)."""
-    if how == "triton":
-        from engine.kernels import decode_attention_kernel
-
-        return decode_attention_kernel.decode_attention(q, kv, pos, kv_len, scaling, launch)
-    return reference(q, kv, pos, kv_len, scaling)
-
-
-def attend_batch(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, rows: BatchRows,
-                 scaling: float, how: str, launch: dict | None = None) -> torch.Tensor:
-    """A batched decode step: q: [1, H, N, D], token i of sequence i at pos[i], kv.table the
-    rows' tables (rows.table) -> [1, N, H D] in q's dtype. "triton": one launch for every row
-    (each row as its step alone computes it); "reference": row by row."""
-    if how == "triton":
-        from engine.kernels import decode_attention_kernel
-
-        return decode_attention_kernel.batched_decode_attention(
-            q, kv, pos, rows.lens, rows.splits, rows.kv_len, scaling, launch)
-    _, H, N, D = q.shape
-    out = torch.cat([reference(q[:, :, i:i + 1], kv._replace(table=rows.table[i]),
-                               pos[i:i + 1], rows.host_lens[i], scaling)
-                     for i in range(N)], dim=2)  # [1, H, N, D]
-    return out.transpose(1, 2).reshape(1, N, H * D)
+    return decode_attention_kernel.decode_attention(q, kv, pos, kv_len, scaling, launch)
 
 
 def reference(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int, scaling: float,

@@ -12,9 +12,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from engine.cache import kv_arena
-from engine.cache.kv_cache import LayerKV
-
 
 def mask(pos: torch.Tensor, kv_len: int, window: int | None) -> torch.Tensor:
     """pos [T] -> [T, kv_len] bool: key j visible to the query at p where p - window < j <= p
@@ -24,18 +21,11 @@ def mask(pos: torch.Tensor, kv_len: int, window: int | None) -> torch.Tensor:
     return causal if window is None else causal & (keys > pos[:, None] - window)
 
 
-def attend(q: torch.Tensor, kv: LayerKV, pos: torch.Tensor, kv_len: int, window: int | None,
-           scale: float, softcap: float | None = None) -> torch.Tensor:
-    """q [1, H, T, D] at positions pos [T] over kv's positions 0..kv_len-1 (the queries' own
-    K/V written already) -> [1, T, H D] in q's dtype."""
-    k, v = kv_arena.gather(*kv, kv_len, q.dtype)  # [1, H_kv, kv_len, D]
-    return attend_kv(q, k, v, pos, window, scale, softcap)
-
-
-def attend_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor,
-              window: int | None, scale: float, softcap: float | None = None) -> torch.Tensor:
-    """As attend, over keys and values given whole: k, v [1, H_kv, kv_len, D] of positions
-    0..kv_len-1 (a pass from position 0 longer than a sliding layer's ring: its own K/V)."""
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor,
+           window: int | None, scale: float, softcap: float | None = None) -> torch.Tensor:
+    """q [1, H, T, D] at positions pos [T] over k, v [1, H_kv, kv_len, D] of positions
+    0..kv_len-1 (a gathered copy, the queries' own K/V written already; or a pass's own K/V,
+    from position 0, longer than a sliding layer's ring) -> [1, T, H D] in q's dtype."""
     kv_len = k.shape[2]
     visible = mask(pos, kv_len, window)[None, None]
     if softcap is None:

@@ -28,7 +28,7 @@ def store(values: torch.Tensor, scales: torch.Tensor | None, table: torch.Tensor
     `table` ([max_blocks] int32; [>= T, max_blocks]: token t of sequence t, a batched step)
     into values: [num_blocks, H_kv, B, D] (+ scales:
     [num_blocks, H_kv, B, NG], quantized first for int8/fp8), in place. `fused`: quantize and store
-    in one Triton launch (attention_backend.fused_write: where the kernel reads the cache)."""
+    in one Triton launch (KVCache.fused_writes: where the kernel reads the cache)."""
     B = values.shape[2]
     x = x[0].transpose(0, 1)  # [T, H_kv, D]: advanced indices first, as values[b, :, s]
     if (fused and scales is not None and values.is_cuda

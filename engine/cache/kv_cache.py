@@ -1,13 +1,12 @@
 """The engine's KV cache for one sequence at batch 1: a paged arena of fixed-size blocks
 (cache/kv_arena.py) drawn on as the conversation grows, through a block table held in a device
-tensor,
-with full blocks shared across conversations by the hash of their token prefix
+tensor, with full blocks shared across conversations by the hash of their token prefix
 (cache/block_manager.py).
 
 Not transformers' Cache: the model runs with no transformers cache at all, and the engine's
 attention function (attention/prefill.py) and decode step (models/layers.py) write K/V here at
-explicit
-positions. The arena and the table are allocated once and never move (captured CUDA graphs hold
+explicit positions, and read it through the attention object over it (attention/paged.py). The
+arena and the table are allocated once and never move (captured CUDA graphs hold
 their addresses); the table's entries change in place, from the host, between steps. In int8 or
 fp8 every token is quantized as it is written (kernels/kv_quant.py), before anything reads it.
 """
@@ -162,6 +161,12 @@ class KVCache:
             self._backend_for = failed
         return self._backend
 
+    @property
+    def fused_writes(self) -> bool:
+        """Whether K/V writes are quantized in one Triton launch (kernels/kv_write_kernel.py):
+        an int8/fp8 cache that the kernel reads, so eager steps and captured graphs agree."""
+        return self.quantized and self.decode_attention == attention_backend.KERNEL_READS
+
     def layer(self, i: int) -> LayerKV:
         """Layer i's arena and the table its reads go through (a sliding layer's ring)."""
         a, j = self._where[i]
@@ -186,9 +191,8 @@ class KVCache:
         if self.past_ring(layer, positions.shape[0]):  # the ring's worth, each slot once
             n = self._pool.ring * self.block_size
             positions, k, v = positions[-n:], k[:, :, -n:], v[:, :, -n:]
-        fused = self.quantized and self.decode_attention == "triton"
         arena, j = self._where[layer]
-        arena.write(j, self.write_layer(layer).table, positions, k, v, fused)
+        arena.write(j, self.write_layer(layer).table, positions, k, v, self.fused_writes)
 
     def read(self, layer: int, end: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """K, V of positions 0..end-1: contiguous copies [1, H_kv, end, D], gathered through the

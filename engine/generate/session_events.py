@@ -7,7 +7,7 @@ import os
 import time
 
 from engine.answer import reasoning
-from engine.attention import decode_attention
+from engine.attention import paged
 from engine.events import Failed, Loaded, Stats
 from engine.formats import sampling_defaults
 from engine.generate.prompt import template_text
@@ -37,7 +37,7 @@ def loaded(session) -> Loaded:
     sampling = lm.sampling_defaults
     notes = (*lm.notes, kv, f"decode path: {session.decoder.mode}", batching_note(session),
              sampling_defaults.describe(sampling),
-             decode_attention.describe(session.cache),
+             paged.describe(session.cache),
              *([session.kernel_note] if session.kernel_note else []), *session.decoder.notes,
              session.config.summary())
     if session.draft is not None:
@@ -47,8 +47,8 @@ def loaded(session) -> Loaded:
                       "" if session.config.reproducible else
                       "; greedy answers equal plain decoding's except where the top two "
                       "choices are close (exactly, with --reproducible on)"),)
-    config = {**session.config.as_dict(), "decode_attention": decode_attention.backend(
-        session.cache), "failed_kernels": session.cache.health.as_list()}
+    config = {**session.config.as_dict(), "decode_attention": paged.of(
+        session.cache).name, "failed_kernels": session.cache.health.as_list()}
     template = template_text(lm.tokenizer)
     return Loaded(str(lm.folder.path), lm.folder.architecture, str(lm.device), lm.quant,
                   session.kv_dtype, lm.context, lm.weights_bytes, session.cache.num_bytes, notes,

@@ -1,13 +1,12 @@
-"""Which path reads a KV cache in decode steps: the Triton kernel, SDPA over a gathered copy, or
-the PyTorch reference (attention/decode_attention.py holds all three), chosen per device and KV
-dtype from
-the session's setting (config.Backends.decode_attention), what this machine has and the
-session's kernel health; and whether K/V writes are quantized by one Triton launch, which follows
-the same choice so eager steps and captured graphs agree. Also a session's KernelHealth: which
+"""Which path reads a KV cache: the Triton kernel, SDPA over a gathered copy, or the PyTorch
+reference (attention/paged.py holds a class for each), chosen per device and KV dtype from the
+session's setting (config.Backends.decode_attention), what this machine has and the
+session's kernel health (K/V writes are quantized by one Triton launch where the kernel reads
+the cache: KVCache.fused_writes). Also a session's KernelHealth: which
 kernels failed their load check (its cache holds it), so a kernel that broke on one session's
 cache kind is read around there, not in every session of the process.
 
-A leaf (torch, kv_quant, the KV dtype registry and the settings only): the cache, the arena, the
+A leaf (torch, the KV dtype registry and the settings only): the cache, the arena, the
 kernels and the attention paths all ask it, and it asks none of them.
 """
 
@@ -22,7 +21,6 @@ import torch
 from engine.config import overrides
 from engine.config.backends import DECODE_ATTENTION as SETTINGS
 from engine.formats import kv_dtypes
-from engine.kernels import kv_quant
 
 
 class KernelHealth:
@@ -52,6 +50,7 @@ class KernelHealth:
 # every cache (if Triton misbehaves somewhere)
 ENV = overrides.DECODE_ATTENTION  # the developer override of the setting
 KERNEL = "decode_attention"  # its name in a session's KernelHealth
+KERNEL_READS = "triton"  # the name of the path through it
 
 
 @functools.cache
@@ -95,14 +94,4 @@ def choose(device: str, kv_dtype: str, setting: str) -> str:
 def kernel_reads(device: torch.device, kv_dtype: str, setting: str = "auto",
                  health: KernelHealth | None = None) -> bool:
     """Whether the Triton kernel reads caches of `kv_dtype` on `device` (it then runs too)."""
-    return backend(device, kv_dtype, setting, health) == "triton"
-
-
-def fused_write(values: torch.Tensor, setting: str = "auto",
-                health: KernelHealth | None = None) -> bool:
-    """Whether quantize-on-write runs as one Triton launch (kernels/kv_write_kernel.py) here:
-    wherever the decode-attention kernel reads this cache (under torch.compile kv_quant's ops
-    are fused by inductor instead). Fixed per session, device and dtype, so eager steps and
-    captured graphs agree."""
-    name = next(n for n, d in kv_quant.STORAGE.items() if d == values.dtype)
-    return kernel_reads(values.device, name, setting, health)
+    return backend(device, kv_dtype, setting, health) == KERNEL_READS

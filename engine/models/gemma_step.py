@@ -5,8 +5,8 @@ once: the model's own stay as they are for transformers' modules); a norm after 
 one after the MLP, before each residual add; the embedding times sqrt(hidden); GELU (tanh) in
 place of SiLU; the logits soft-capped where the config says. Local layers (layer_types
 "sliding_attention") take RoPE of their own base and attend within their window
-(attention/sliding_window.py); global layers run the family step's attention unchanged, but
-where the attention logits are soft-capped (Gemma 2), which only sliding_window computes.
+(attention/sliding_window.py, through the cache's attention: window_of); global layers run the
+family step's attention unchanged, but where the attention logits are soft-capped (Gemma 2).
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engine.attention import sliding_window
-from engine.cache.kv_cache import KVCache, LayerKV
-from engine.models import batch_attention, invariant
+from engine.cache.kv_cache import KVCache
+from engine.models import invariant
 from engine.models.layers import Attention, FamilyStep
 from engine.models.step_weights import StepWeights, family_of, rope_of, weights_of
 
@@ -117,49 +116,14 @@ class GemmaStep(FamilyStep):
                                                    self.embed.device, self.embed.dtype)
                             for k in self.gemma.rope}
 
-    # ---- attention: the family step's for global layers, windowed for local ones (and for
-    # every layer where the logits are soft-capped: the family step's kernels do not cap)
-
-    def _by_layer(self, full: Attention, local: Attention) -> Attention:
-        g = self.gemma
-        return lambda i, q, kv: (full if g.windows[i] is None and g.attn_softcap is None
-                                 else local)(i, q, kv)
-
-    def _window(self, i: int, q: torch.Tensor, kv: LayerKV, pos: torch.Tensor,
-                kv_len: int) -> torch.Tensor:
-        return sliding_window.attend(q, kv, pos, kv_len, self.gemma.windows[i], self.scaling,
-                                     self.gemma.attn_softcap)
-
-    def _bucket_attention(self, pos: torch.Tensor, kv_len: int, T: int) -> Attention:
-        return self._by_layer(super()._bucket_attention(pos, kv_len, T),
-                              lambda i, q, kv: self._window(i, q, kv, pos, kv_len))
-
-    def _causal_attention(self, start: int, end: int) -> Attention:
-        pos = torch.arange(start, end, device=self.embed.device)
-        return self._by_layer(super()._causal_attention(start, end),
-                              lambda i, q, kv: self._window(i, q, kv, pos, end))
-
-    def _row_attention(self, first: int, T: int) -> Attention:
-        """Each row as its decode step alone reads its window (the reproducible mode)."""
-        rows = [(torch.tensor([first + t], device=self.embed.device), self._bucket(first + t + 1))
-                for t in range(T)]
-
-        def local(i: int, q: torch.Tensor, kv: LayerKV) -> torch.Tensor:
-            return torch.cat([self._window(i, q[:, :, t:t + 1], kv, p, L)
-                              for t, (p, L) in enumerate(rows)], dim=1)
-        return self._by_layer(super()._row_attention(first, T), local)
+    def window_of(self, i: int) -> tuple[int | None, float | None]:
+        """A local layer's window, and Gemma 2's soft cap on every layer's attention logits."""
+        return self.gemma.windows[i], self.gemma.attn_softcap
 
     def batch(self, tokens: torch.Tensor, pos: torch.Tensor, rows) -> torch.Tensor:
-        """As the family step's, each row of a local layer over its own window and bucket."""
-        lens = rows.host_lens or (rows.kv_len,) * tokens.shape[0]
-
-        def local(i: int, q: torch.Tensor, kv: LayerKV) -> torch.Tensor:
-            return torch.cat([self._window(i, q[:, :, r:r + 1], kv._replace(table=kv.table[r]),
-                                           pos[r:r + 1], lens[r]) for r in range(q.shape[2])],
-                             dim=1)
-        attention = self._by_layer(batch_attention.of(self, pos, rows), local)
-        return self._logits(tokens, pos, attention, self.fns, table=rows.table,
-                            ring=rows.ring)[0]
+        """As the family step's, the sliding layers reading their rings (rows.ring)."""
+        return self._logits(tokens, pos, self._batch_attention(pos, rows), self.fns,
+                            table=rows.table, ring=rows.ring)[0]
 
     def _logits(self, token: torch.Tensor, pos: torch.Tensor, attention: Attention, fns: dict,
                 last_only: bool = False, table: torch.Tensor | None = None,

@@ -16,11 +16,11 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from engine.attention import decode_attention
+from engine.attention import decode_attention, paged
 from engine.cache import key_rotation, kv_arena
 from engine.cache.kv_cache import KVCache, LayerKV
 from engine.events import MAX_SPECULATIVE_TOKENS
-from engine.models import batch_attention, invariant
+from engine.models import invariant
 from engine.models.step_weights import WHOLE, Shard, StepWeights, weights_of
 
 # attention(layer index, q [1, H, T, D], that layer's cache) -> [1, T, H D]
@@ -133,8 +133,7 @@ class FamilyStep:
         # one Triton launch quantizes and stores where the kernel reads the cache; never inside
         # torch.compile (inductor fuses kv_quant's ops there, and the backend lookup would break
         # its full graph)
-        fused = (not torch.compiler.is_compiling() and self.cache.quantized
-                 and self.cache.decode_attention == "triton")
+        fused = not torch.compiler.is_compiling() and self.cache.fused_writes
         kv_arena.store(k_cache, k_scale, table, pos, k, fused)
         kv_arena.store(v_cache, v_scale, table, pos, v, fused)
         return q
@@ -158,22 +157,6 @@ class FamilyStep:
         fused = self.invariant is None and self.cache.backends.fused_ops != "off"
         out = glu(h) if glu is not None and fused else None
         return out if out is not None else f["silu_mul"](self._lin("gate_up", h, w))
-
-    def attend(self, q, kv, mask, kv_len: int, read: tuple | None = None):
-        """Grouped-query attention without expanding KV heads: the G query heads that share a
-        KV head become G queries of it. q: [1, H, T, D] -> [1, T, H * D]; mask: [1, 1, G T, kv]
-        (one row for T = 1). SDPA cannot read the paged arena in place: it reads a contiguous
-        copy of the bucket's blocks (16-bit caches without Triton only; see decode_attention)."""
-        group, T, dtype = self.num_heads // self.num_kv_heads, q.shape[2], q.dtype
-        # [1, H_kv, kv_len, D]; `read`: that copy, made once for several rows
-        k, v = read or kv_arena.gather(*kv, kv_len, kv.k.dtype)
-        # rows g T + t: head group g, token t  # [1, Hkv, G T, D]
-        q = q.reshape(1, self.num_kv_heads, group * T, self.head_dim).to(k.dtype)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling).to(dtype)
-        if T == 1:
-            return out.reshape(1, 1, self.num_heads * self.head_dim)  # kernels may permute it
-        out = out.view(1, self.num_kv_heads, group, T, self.head_dim).permute(0, 3, 1, 2, 4)
-        return out.reshape(1, T, self.num_heads * self.head_dim)
 
     def row_parallel(self, x: torch.Tensor, w, bias: torch.Tensor | None = None,
                      kind: str = "o") -> torch.Tensor:
@@ -215,8 +198,13 @@ class FamilyStep:
         """One decode step of N sequences: tokens, pos: [N] (token i of sequence i, whose blocks
         are rows.table[i]) -> logits [N, V]. The linear layers take the N rows together; each
         row's attention reads its own blocks up to its own bucket, as its step alone does."""
-        attention = batch_attention.of(self, pos, rows)
-        return self._logits(tokens, pos, attention, self.fns, table=rows.table)[0]
+        return self._logits(tokens, pos, self._batch_attention(pos, rows), self.fns,
+                            table=rows.table)[0]
+
+    def _batch_attention(self, pos: torch.Tensor, rows: decode_attention.BatchRows) -> Attention:
+        att = paged.of(self.cache)
+        return self._per_layer(lambda w, cap: att.batch(pos, rows, self.scaling,
+                                                        self.invariant is not None, w, cap))
 
     def prefill_batch(self, tokens: torch.Tensor, pos: torch.Tensor, table: torch.Tensor,
                       attention: Attention, keep: torch.Tensor) -> torch.Tensor:
@@ -227,33 +215,15 @@ class FamilyStep:
     def _row_attention(self, first: int, T: int) -> Attention:
         """The reproducible mode's attention for rows first..first+T-1, as their decode steps
         run it: the Triton kernel over each run of rows that share a KV bucket (its rows get
-        the bits of single steps), PyTorch's kernels one row at a time (their order changes
-        with the row count)."""
-        device = self.embed.device
-        if decode_attention.backend(self.cache) == "triton":  # runs no longer than a verify
-            # block: past that the kernel tiles and splits a pass as a prefill chunk
-            parts = [(lo, hi, self._bucket_attention(
-                torch.arange(first + lo, first + hi, device=device), L, hi - lo))
-                for lo, hi, L in invariant.row_buckets(first, T, self._bucket,
-                                                       MAX_SPECULATIVE_TOKENS + 1)]
-        elif decode_attention.backend(self.cache) == "sdpa":
-            rows = [(first + t, self._bucket(first + t + 1)) for t in range(T)]
-            masks = [(torch.arange(L, device=device) <= p)[None, None, None, :] for p, L in rows]
-
-            def attention(i: int, q: torch.Tensor, kv: LayerKV) -> torch.Tensor:
-                reads = {L: kv_arena.gather(*kv, L, kv.k.dtype) for L in {L for _, L in rows}}
-                return torch.cat([self.attend(q[:, :, t:t + 1], kv, masks[t], L, reads[L])
-                                  for t, (_, L) in enumerate(rows)], dim=1)  # [1, T, H D]
-            return attention
-        else:
-            parts = [(t, t + 1, self._bucket_attention(
-                torch.tensor([first + t], device=device), self._bucket(first + t + 1), 1))
-                for t in range(T)]
-
-        def attention(i: int, q: torch.Tensor, kv: LayerKV) -> torch.Tensor:
-            # q: [1, H, T, D] -> [1, T, H D]
-            return torch.cat([attend(i, q[:, :, lo:hi], kv) for lo, hi, attend in parts], dim=1)
-        return attention
+        the bits of single steps; runs no longer than a verify block: past that the kernel
+        tiles and splits a pass as a prefill chunk), else one row at a time (PyTorch's kernels'
+        order changes with the row count), as every windowed layer."""
+        att, pos = paged.of(self.cache), torch.arange(first, first + T, device=self.embed.device)
+        single = [paged.Row(t, t + 1, self._bucket(first + t + 1)) for t in range(T)]
+        runs = [paged.Row(*run) for run in invariant.row_buckets(
+            first, T, self._bucket, MAX_SPECULATIVE_TOKENS + 1)] if att.in_place else single
+        return self._per_layer(lambda w, cap: att.over(
+            pos, single if (w, cap) != (None, None) else runs, self.scaling, w, cap))
 
     def prefill(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         """ids: [T] int64 at positions start..start+T-1 -> logits of the last one [V]; writes
@@ -263,44 +233,30 @@ class FamilyStep:
         end = start + ids.numel()
         self.cache.reserve(end)
         positions = torch.arange(start, end, device=ids.device)
-        attention = self._causal_attention(start, end)
+        att = paged.of(self.cache)  # causal over the cache's first `end` positions
+        attention = self._per_layer(lambda w, cap: att.causal(start, end, self.scaling, w, cap))
         return self._logits(ids, positions, attention, self.eager_fns, last_only=True)[0, 0]
 
     def _bucket_attention(self, pos: torch.Tensor, kv_len: int, T: int) -> Attention:
         """Decode and verify: keys up to the bucket's kv_len; key j is visible to the token at
-        pos p when j <= p, the rest of the bucket is masked (by SDPA's mask here, or inside
-        decode_attention from pos itself)."""
-        how = decode_attention.backend(self.cache)
-        if how != "sdpa":
-            def kernel(i: int, q: torch.Tensor, kv: LayerKV) -> torch.Tensor:
-                attn = decode_attention.attend(q, kv, pos, kv_len, self.scaling, how,
-                                               launch=self.cache.backends.launch)
-                return attn.transpose(1, 2).reshape(1, T, self.num_heads * self.head_dim)
-            return kernel
-        keys = torch.arange(kv_len, device=pos.device)
-        if T == 1:
-            mask = (keys <= pos)[None, None, None, :]  # [1, 1, 1, kv]
-        else:
-            group = self.num_heads // self.num_kv_heads
-            mask = (keys[None, :] <= pos[:, None]).repeat(group, 1)[None, None]  # [1,1,G T,kv]
-        return lambda i, q, kv: self.attend(q, kv, mask, kv_len)
+        pos p when j <= p, the rest of the bucket is masked."""
+        att = paged.of(self.cache)
+        return self._per_layer(lambda w, cap: att.over(pos, [paged.Row(0, T, kv_len)],
+                                                       self.scaling, w, cap))
 
-    def _causal_attention(self, start: int, end: int) -> Attention:
-        """A prefill chunk at start..end-1: causal over the cache's first `end` positions."""
-        T = end - start
-        if start == 0:
-            causal = dict(is_causal=True)
-        else:  # query i at start+i sees keys 0..start+i: causal aligned to the lower right
-            from torch.nn.attention.bias import causal_lower_right  # imports dynamo: 1.5 s
+    def window_of(self, i: int) -> tuple[int | None, float | None]:
+        """Layer i's (window, logit soft cap): none in the family step (models/gemma_step.py)."""
+        return None, None
 
-            causal = dict(attn_mask=causal_lower_right(T, end))
+    def _per_layer(self, make) -> Attention:
+        """Each layer's attention, make(window, softcap) made once a pass for each kind."""
+        made: dict = {}
 
         def attention(i: int, q: torch.Tensor, kv: LayerKV) -> torch.Tensor:
-            k, v = self.cache.read(i, end, q.dtype)  # a contiguous copy of the blocks
-            attn = F.scaled_dot_product_attention(q.to(k.dtype), k, v, scale=self.scaling,
-                                                  enable_gqa=True, **causal)
-            # [1, H, T, D] -> [1, T, H D]
-            return attn.transpose(1, 2).reshape(1, T, self.num_heads * self.head_dim).to(q.dtype)
+            kind = self.window_of(i)
+            if kind not in made:
+                made[kind] = make(*kind)
+            return made[kind](q, kv)
         return attention
 
     def _logits(self, token: torch.Tensor, pos: torch.Tensor, attention: Attention, fns: dict,

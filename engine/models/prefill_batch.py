@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from engine.cache.kv_cache import LayerKV
+from engine.attention import paged
 
 if TYPE_CHECKING:
-    from engine.models.layers import Attention, FamilyStep
+    from engine.models.layers import FamilyStep
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ def run(step: FamilyStep, chunks: list[Chunk], kv_len_of, max_blocks: int, scrat
     """-> logits [len(chunks), V]: row c the next-token logits after chunk c's last token (a
     chunk with `every`: a row after each of its tokens, in order, in its place among the rows).
     kv_len_of(end): the KV bucket a chunk ending at `end` attends over (the decoder's)."""
-    tokens, positions, segment, rows, keep = [], [], [], [], []
+    tokens, positions, segment, rows, keep, spans = [], [], [], [], [], []
     for c, chunk in enumerate(chunks):
         T = len(chunk.token_ids)
         tokens += chunk.token_ids
@@ -42,28 +42,14 @@ def run(step: FamilyStep, chunks: list[Chunk], kv_len_of, max_blocks: int, scrat
         segment += [c] * T
         rows.append(list(chunk.block_ids) + [scratch] * (max_blocks - len(chunk.block_ids)))
         keep.extend(range(len(tokens) - T if chunk.every else len(tokens) - 1, len(tokens)))
+        spans.append((len(tokens) - T, len(tokens), kv_len_of(chunk.start + T)))
     host = torch.tensor([tokens, positions, segment], dtype=torch.long)
     ids, pos, seg = host.to(device).unbind(0)  # one copy to the device
     tables = torch.tensor(rows, dtype=torch.int32).to(device)  # [S, max_blocks]
     token_table = tables[seg]  # [T, max_blocks]: token t's sequence's blocks, for its K/V write
-    attention = _attention(step, chunks, pos, tables, kv_len_of)
+    # each chunk's queries over its own sequence's blocks, as its own prefill chunk reads them
+    row_spans = [paged.Row(*span, tables[c]) for c, span in enumerate(spans)]
+    attention = step._per_layer(lambda w, cap: paged.of(step.cache).over(
+        pos, row_spans, step.scaling, w, cap))
     return step.prefill_batch(ids, pos, token_table, attention,
                               torch.tensor(keep, device=device))
-
-
-def _attention(step: FamilyStep, chunks: list[Chunk], pos: torch.Tensor, tables: torch.Tensor,
-               kv_len_of) -> Attention:
-    """Each chunk's queries over its own sequence's blocks, as FamilyStep.block computes them."""
-    parts, lo = [], 0
-    for c, chunk in enumerate(chunks):
-        hi = lo + len(chunk.token_ids)
-        end = chunk.start + len(chunk.token_ids)
-        parts.append((lo, hi, tables[c], step._bucket_attention(pos[lo:hi], kv_len_of(end),
-                                                                 hi - lo)))
-        lo = hi
-
-    def attention(i: int, q: torch.Tensor, kv: LayerKV) -> torch.Tensor:
-        # q: [1, H, T, D] -> [1, T, H D], a chunk's rows at a time
-        return torch.cat([attend(i, q[:, :, lo:hi], kv._replace(table=table))
-                          for lo, hi, table, attend in parts], dim=1)
-    return attention

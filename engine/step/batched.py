@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from engine.attention import decode_attention
+from engine.attention import paged
 from engine.attention.decode_attention import BatchRows
 from engine.cache.block_manager import Sequence as BlockTable
 from engine.models import prefill_batch
@@ -98,8 +98,7 @@ class BatchedDecoder:
         self._staging = [torch.zeros(5, self.max_rows, dtype=torch.long, pin_memory=pin)
                          for _ in range(2)]
         self._turn = 0
-        self.use_graphs = (decoder.mode == "graph"
-                           and decode_attention.backend(self.cache) == "triton")
+        self.use_graphs = decoder.mode == "graph" and paged.of(self.cache).in_place
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.capture_s = 0.0
         self._pool = None
@@ -108,7 +107,7 @@ class BatchedDecoder:
     def _split_count(self, kv_len: int) -> int:
         n = self._splits.get(kv_len)
         if n is None:
-            n = self._splits[kv_len] = decode_attention.row_splits(self.cache, kv_len)
+            n = self._splits[kv_len] = paged.of(self.cache).splits(kv_len)
         return n
 
     def together(self, chunks: list[prefill_batch.Chunk]) -> bool:

@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from engine.attention import decode_attention
+from engine.attention import paged
 from engine.attention.prefill import StepContext
 from engine.cache.kv_cache import KVCache
 from engine.config.backends import Backends
@@ -263,7 +263,7 @@ class Decoder:
         path; a batch's chunks of several sequences run together only where each would)."""
         return (self.family is not None
                 and (T <= SHORT_PREFILL or start + T <= kernel_prefill(self.cache.backends))
-                and decode_attention.backend(self.cache) == "triton")
+                and paged.of(self.cache).in_place)
 
     @torch.inference_mode()
     def verify(self, ids: torch.Tensor, start: int) -> torch.Tensor:

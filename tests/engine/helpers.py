@@ -54,19 +54,19 @@ def through_the_kernel():
     from engine.kernels import attention_backend
 
     calls: list[tuple[str, int]] = []
-    attend, choose = decode_attention.attend, attention_backend.choose
+    kernel, choose = decode_attention.kernel, attention_backend.choose
     chosen = KVCache.decode_attention  # a cache keeps its choice from the load on
 
-    def counted(q, kv, pos, kv_len, scaling, how, launch=None):
-        calls.append((how, q.shape[2]))
-        return attend(q, kv, pos, kv_len, scaling, how, launch)
+    def counted(q, kv, pos, kv_len, scaling, launch=None):
+        calls.append(("triton", q.shape[2]))
+        return kernel(q, kv, pos, kv_len, scaling, launch)
 
-    decode_attention.attend, attention_backend.choose = counted, lambda *args: "triton"
+    decode_attention.kernel, attention_backend.choose = counted, lambda *args: "triton"
     KVCache.decode_attention = property(lambda self: "triton")
     try:
         yield calls
     finally:
-        decode_attention.attend, attention_backend.choose = attend, choose
+        decode_attention.kernel, attention_backend.choose = kernel, choose
         KVCache.decode_attention = chosen
 
 

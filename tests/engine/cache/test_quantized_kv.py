@@ -396,7 +396,7 @@ def test_reference_setting_reads_a_16_bit_cache_like_sdpa(tiny_model, monkeypatc
     sdpa = _teacher_forced(Session.load(LoadRequest(str(tiny_model), device="cpu")), ids, 20)
     monkeypatch.setenv(attention_backend.ENV, "reference")
     s = Session.load(LoadRequest(str(tiny_model), device="cpu"))
-    assert decode_attention.backend(s.cache) == "reference"
+    assert s.cache.decode_attention == "reference"
     ref = _teacher_forced(s, ids, 20)
     assert ((ref - sdpa).norm() / sdpa.norm()).item() < 1e-5
 
@@ -409,9 +409,9 @@ def test_a_kernel_that_fails_at_load_falls_back(tiny_model, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("out of resources")
 
-    monkeypatch.setattr(decode_attention, "attend", broken)
+    monkeypatch.setattr(decode_attention, "kernel", broken)
     s = Session(Session.load(LoadRequest(str(tiny_model), device="cpu")).lm, "int8")
-    assert decode_attention.backend(s.cache) == "reference"
+    assert s.cache.decode_attention == "reference"
     assert any("failed here (RuntimeError: out of resources)" in n
                for n in s.loaded_event().notes)
 
@@ -423,23 +423,23 @@ def test_a_kernel_that_computes_something_else_falls_back(tiny_model, monkeypatc
     reference = decode_attention.reference
     calls = []
 
-    def shifted(q, kv, pos, kv_len, scaling, how, launch=None):  # right for T = 1, off by a
+    def shifted(q, kv, pos, kv_len, scaling, launch=None):  # right for T = 1, off by a
         # row for blocks
         calls.append(q.shape[2])
         out = reference(q, kv, pos, kv_len, scaling)
         return out if q.shape[2] == 1 else out.roll(1, dims=2)
 
-    monkeypatch.setattr(decode_attention, "attend", shifted)
+    monkeypatch.setattr(decode_attention, "kernel", shifted)
     s = Session(Session.load(LoadRequest(str(tiny_model), device="cpu")).lm, "int8")
     assert calls[-2:] == [1, 5]  # (the first load checked its own cache too)
-    assert decode_attention.backend(s.cache) == "reference"
+    assert s.cache.decode_attention == "reference"
     assert any("disagreed with the reference here" in n for n in s.loaded_event().notes)
 
 
 def test_a_kernel_that_agrees_with_the_reference_is_kept(tiny_model, monkeypatch):
     monkeypatch.setattr(attention_backend, "choose", lambda *args: "triton")
-    monkeypatch.setattr(decode_attention, "attend",
-                        lambda q, kv, pos, n, sc, how, launch=None: decode_attention.reference(
+    monkeypatch.setattr(decode_attention, "kernel",
+                        lambda q, kv, pos, n, sc, launch=None: decode_attention.reference(
                             q, kv, pos, n, sc))
     lm = Session.load(LoadRequest(str(tiny_model), device="cpu")).lm
     assert decode_attention.check_kernel(Session(lm, "int8").cache, 4, torch.float32) is None
@@ -665,7 +665,7 @@ def test_graph_decode_over_a_quantized_cache_equals_eager(kv, tiny_model, monkey
     skip_fp8_below_89(kv)
     s = Session.load(LoadRequest(str(tiny_model), device="cuda", context=512, kv_dtype=kv))
     assert s.decoder.mode == "graph", s.loaded_event().notes
-    assert decode_attention.backend(s.cache) == "triton"
+    assert s.cache.decode_attention == "triton"
     ids = torch.randint(3, 2048, (300,), generator=torch.Generator().manual_seed(6)).cuda()
     s.decoder.forward(ids[:240], 0)
     for p in range(240, 300):
@@ -695,7 +695,7 @@ def test_a_short_prefill_through_the_kernel_equals_the_modules(kv, tiny_model):
 
     s = Session.load(LoadRequest(str(tiny_model), device="cuda", context=512, quant="fp32",
                                  kv_dtype=kv))
-    assert s.decoder.family is not None and decode_attention.backend(s.cache) == "triton"
+    assert s.decoder.family is not None and s.cache.decode_attention == "triton"
     ids = torch.randint(3, 2048, (300,), generator=torch.Generator().manual_seed(8)).cuda()
     s.decoder.forward(ids[:250], 0)  # the cached prefix (either path)
     T = SHORT_PREFILL - 14

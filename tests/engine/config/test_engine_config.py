@@ -71,8 +71,8 @@ def test_kernel_health_is_per_session(tiny_model, monkeypatch):
     monkeypatch.setattr(attention_backend, "choose", lambda *args: "triton")
     from engine.attention import decode_attention
 
-    monkeypatch.setattr(decode_attention, "attend",
-                        lambda q, kv, pos, n, sc, how, launch=None: decode_attention.reference(
+    monkeypatch.setattr(decode_attention, "kernel",
+                        lambda q, kv, pos, n, sc, launch=None: decode_attention.reference(
                             q, kv, pos, n, sc))  # a kernel that agrees with the reference
     lm = Session.load(LoadRequest(str(tiny_model), device="cpu")).lm
     healthy = Session(lm, "int8")
@@ -81,7 +81,7 @@ def test_kernel_health_is_per_session(tiny_model, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("out of resources")
 
-    monkeypatch.setattr(decode_attention, "attend", broken)
+    monkeypatch.setattr(decode_attention, "kernel", broken)
     sick = Session(lm, "int8")
     assert sick.cache.decode_attention == "reference"
     assert sick.loaded_event().config["failed_kernels"]

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from engine.cache import kv_arena
+from engine.cache.kv_cache import KVCache
 from engine.kernels import attention_backend, kv_quant
 from tests.engine.helpers import REPO
 
@@ -99,7 +100,7 @@ def test_the_arena_takes_the_fused_write_where_the_kernel_reads():
     dev = torch.device("cuda")
     if not attention_backend.kernel_reads(dev, "int8"):
         pytest.skip("the Triton kernels do not run here")
-    assert attention_backend.fused_write(torch.zeros(1, dtype=torch.int8, device=dev))
+    assert KVCache(1, 4, 128, 16, "int8", dev).fused_writes
     x = torch.randn(1, 4, 5, 128, device=dev, dtype=torch.bfloat16) * 3  # [1, H_kv, T, D]
     pos = torch.tensor([3, 4, 5, 6, 9], device=dev)
     table = torch.tensor([2, 0, 1], dtype=torch.int32, device=dev)  # blocks of 4 slots
