@@ -140,10 +140,8 @@ class BatchRun:
         cancelled = [g for g in self.gens.values() if g.cancel.is_set()]
         if cancelled:
             self._resolve()
-        for gen in cancelled:
-            tid = self._pending.pop(gen, None)
-            if tid is not None:
-                self._emit(gen, tid)
+        for gen in cancelled:  # a token sampled but not given out yet is not its answer:
+            self._pending.pop(gen, None)  # it ends with the tokens given out before the cancel
             if gen.seq in self.gens:
                 self._end(gen, "cancelled")
         if not self.gens:
@@ -259,7 +257,8 @@ class BatchRun:
                 gen.sink(Token(tail, ()))
         if seq.state is not State.FINISHED:
             self.scheduler.finish(seq, reason)
-        self.history = seq.token_ids
+        self.history = seq.token_ids if reason != "cancelled" else \
+            seq.token_ids[:len(seq.prompt_ids) + gen.n_new]  # what it gave out
         del self.gens[seq]
         stats = self._stats(gen)
         self.spec.drop(seq)

@@ -1,27 +1,23 @@
-"""`Session.generate(request, cancel) -> Iterator[Event]`: one generation by itself, unbatched.
-
-Every stream ends in exactly one `Finished` or `Failed`; cancel is checked between two steps.
-The cache keeps the tokens it holds, so a next turn that repeats the conversation so far
-prefills only what is new (generate/prompt.py keeps earlier answers as the ids the model
-generated, and leaves out the oldest turns of a chat that outgrew the context), and a new
-conversation that starts as an earlier one did (a system prompt) reuses its cached blocks
-(KVCache.reuse). Tokens come from one of two strategies: PlainDecoding (one step a token) or
-speculative.SpeculativeDecoding (a draft model or prompt lookup, verified in blocks). Loading
-and the configuration (KV dtype, prefill chunk, backends: one EngineConfig) are session_load.py's.
-"""
+"""Session: one loaded model, its cache and decoder; `Session.generate(request, cancel)` runs a
+generation as a batch of one through the session's own BatchRun (generate/batch_run.py, the loop
+every generation runs in: prefix reuse by hash, earlier answers kept as generated ids), but a
+draft model's speculation, which still runs one sequence by itself (`_speculate_alone`). Every
+stream ends in exactly one `Finished` or `Failed`. Loading and the configuration (KV dtype,
+prefill chunk, backends: one EngineConfig) are session_load.py's."""
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import NamedTuple
 
 import torch
 
 from engine.attention import decode_attention
+from engine.batch.speculative_rows import speculates_alone
 from engine.config.engine_config import EngineConfig, SpeculationSettings
 from engine.events import (
     BadRequest,
@@ -35,9 +31,9 @@ from engine.events import (
     Stats,
     Token,
 )
-from engine.generate import constrained, loop_guard, session_events
+from engine.generate import loop_guard, session_events
 from engine.generate.detokenizer import StopMatcher, detokenizer_for
-from engine.generate.prompt import Prompt
+from engine.generate.generation import CheckedPrompt, checked_prompt
 from engine.generate.prompt import build as build_prompt
 from engine.generate.resume import Paused, Resume
 from engine.generate.session_load import load_session, open_cache, resolve_config
@@ -50,18 +46,9 @@ from engine.spec.proposers import DraftModel, PromptLookup
 from engine.spec.speculative import SpeculativeDecoding
 from engine.step.batched import BatchedDecoder
 from engine.step.decode import DecodeEngine, Decoder
-from engine.step.plain_decoding import PlainDecoding
 from engine.step.sampling import Sampler
 
 STATS_INTERVAL_S = 0.25
-
-
-class CheckedPrompt(NamedTuple):
-    ids: list[int]
-    tensor: torch.Tensor  # ids on the device
-    dropped: int  # oldest messages left out to fit the context
-    max_new: int  # the new tokens it may have
-    sampler: Sampler
 
 
 class Session:
@@ -70,6 +57,7 @@ class Session:
     themselves)."""
 
     verifies_in_batch = True  # a prompt-lookup request's verify rows run beside plain rows
+    _batch = None  # own_batch(): where this session's own generations run
 
     def __init__(self, lm: loader.LoadedModel, kv_dtype: str = "auto", fast_path: bool = True,
                  compile_layers: bool = False, *, config: EngineConfig | None = None,
@@ -155,43 +143,29 @@ class Session:
     def loaded_event(self) -> Loaded:
         return session_events.loaded(self)
 
-    def prompt(self, req: GenerateRequest, cancel: threading.Event | None = None) -> Prompt:
-        """The ids to prefill, given what the cache holds now (generate/prompt.py)."""
-        return build_prompt(self.lm.tokenizer, req, self.cache.token_ids, self.lm.context,
-                            cancel)
-
     def checked_prompt(self, req: GenerateRequest, history: list[int],
                        cancel: threading.Event | None = None) -> CheckedPrompt:
-        """The request's prompt (generate/prompt.py, keeping `history`'s ids where it repeats
-        them), refused as bad input where it cannot run, with its Sampler."""
-        lm = self.lm
-        ids, dropped = build_prompt(lm.tokenizer, req, history, lm.context, cancel)
-        vocab = lm.model.config.vocab_size
-        if not ids:
-            raise BadRequest("the prompt is empty")
-        if req.prompt_ids is not None and max(ids) >= vocab:
-            raise BadRequest(f"prompt_ids holds a token id past the vocabulary's {vocab:,}")
-        if len(ids) >= lm.context:
-            raise BadRequest(f"the prompt has {len(ids)} tokens but the context holds "
-                             f"{lm.context}")
-        tensor = torch.tensor(ids, dtype=torch.long, device=lm.device)  # one copy, two uses
-        sampler = constrained.sampler(lm, req, vocab, tensor)
-        return CheckedPrompt(ids, tensor, dropped, min(req.max_new_tokens, lm.context - len(ids)),
-                             sampler)
+        return checked_prompt(self.lm, req, history, cancel)
 
     def prompt_ids(self, req: GenerateRequest) -> list[int]:
-        return self.prompt(req).ids
+        """The ids a generation of `req` would prefill now (generate/prompt.py)."""
+        return build_prompt(self.lm.tokenizer, req, self.own_batch().history,
+                            self.lm.context).ids
 
     def generate(self, req: GenerateRequest, cancel: threading.Event | None = None,
                  resume: Resume | None = None, pause: Callable[[], bool] | None = None
                  ) -> Iterator[Token | Stats | PrefillProgress | Finished | Failed | Paused]:
-        """The request's events, ending in one Finished or Failed. `resume`: carry on a
-        generation a batch started (generate/resume.py); `pause`: asked at every round
-        boundary, True ends the stream with Paused instead, for a batch to carry it on."""
+        """The request's events, ending in one Finished or Failed: a batch of one through this
+        session's BatchRun (generate/batch_run.py), the loop every generation runs in, but a
+        draft model's speculation (`_speculate_alone`). `resume`: carry on a generation a batch
+        started (generate/resume.py); `pause`: asked at every round of a draft's speculation,
+        True ends the stream with Paused instead, for a batch to carry it on."""
         cancel = cancel or threading.Event()
+        if not self._speculates_alone(req):
+            return (yield from self._batch_of_one(req, cancel, resume))
         oom = None  # "GPU" or "CPU" when an allocator ran out of memory
         try:
-            yield from self._generate(req, cancel, resume, pause)
+            yield from self._speculate_alone(req, cancel, resume, pause)
         except BadRequest as e:
             yield Failed(str(e), bad_input=True)
         except RenderCancelled:  # cancelled while the chat template rendered: nothing ran yet
@@ -207,24 +181,64 @@ class Session:
             self._forget()
             yield session_events.oom_failure(self, oom)
 
+    def own_batch(self):
+        """The BatchRun this session's own generations run in (`generate`), made at the first;
+        they run one at a time, each stepped by its caller. A new one where the cache was
+        cleared since (its blocks are new: nothing cached is trusted, no history either)."""
+        batch = self._batch
+        if batch is None or (batch.scheduler.blocks is not self.cache.blocks
+                             and not batch.has_work):
+            from engine.generate.batch_run import BatchRun
+
+            batch = self._batch = BatchRun(self, max_seqs=1)
+        if self.cache.token_ids:  # the live sequence's conversation (a draft's speculation)
+            batch.history = list(self.cache.token_ids)
+        return batch
+
+    def _batch_of_one(self, req: GenerateRequest, cancel: threading.Event,
+                      resume: Resume | None = None):
+        """The request's events through the batch loop, each step's as it gives them out; a
+        caller that stops reading cancels it, and it ends at the next step."""
+        batch, events = self.own_batch(), collections.deque()
+        batch.add(req, events.append, cancel, resume)
+        ended = False
+        try:
+            while not ended:
+                if not events:  # a batch ends each of its requests with one event
+                    batch.step() if batch.has_work else events.append(Failed("generation "
+                                                                            "failed: dropped"))
+                    continue
+                event = events.popleft()
+                ended = isinstance(event, Finished | Failed)
+                yield event
+        finally:
+            if not ended:
+                cancel.set()
+                while batch.has_work and not any(isinstance(e, Finished | Failed) for e in events):
+                    batch.step()
+
+    def _speculates_alone(self, req: GenerateRequest) -> bool:
+        """Whether `req` speculates with a draft model (or by prompt lookup on a split model),
+        out of the batch: the one generation that still runs in `_speculate_alone`."""
+        k = req.num_speculative_tokens
+        k = self.num_speculative_tokens if k is None else k
+        return k != 0 and speculates_alone(req, self)
+
     def _forget(self) -> None:
         # whatever broke mid-pass, no cached block is trusted
         self.cache.clear()
         if self.draft is not None:
             self.draft.cache.clear()
 
-    def _decoding(self, req: GenerateRequest, sampler: Sampler, ids: list[int]):
-        """The loop's strategy for this request: plain steps, or speculation."""
+    def _speculation(self, req: GenerateRequest, sampler: Sampler,
+                     ids: list[int]) -> SpeculativeDecoding:
+        """The speculation of a request that `_speculates_alone`, with its controller."""
         k = req.num_speculative_tokens
-        k, proposer = self.num_speculative_tokens if k is None else k, None
+        k = self.num_speculative_tokens if k is None else k
         if req.prompt_lookup:
             proposer = PromptLookup(self.lm.device)
-        elif self.draft is not None:
+        else:
             proposer = self.synthetic or DraftModel(self.draft, self.lm.model.config.vocab_size)
-        elif req.num_speculative_tokens:
-            raise BadRequest("speculative tokens need a draft model (--draft) or prompt lookup")
-        if proposer is None or k == 0:
-            return PlainDecoding(self.decoder, self.cache, sampler)
         max_k = k or MAX_ADAPTIVE_K
         self.decoder.capture_blocks(range(2, max_k + 2))  # once; a no-op without CUDA graphs
         spec = self.speculation
@@ -237,16 +251,16 @@ class Session:
         return SpeculativeDecoding(self.decoder, self.cache, sampler, proposer, control,
                                    list(ids))
 
-    def _generate(self, req: GenerateRequest, cancel: threading.Event,
-                  resume: Resume | None = None, pause: Callable[[], bool] | None = None):
-        """One generation by itself: the service (service/engine.py) batches every other and
-        comes here only for a draft model's speculation; `hearth run`, `hearth chat` and the
-        decode benchmark still call `generate` directly."""
+    def _speculate_alone(self, req: GenerateRequest, cancel: threading.Event,
+                         resume: Resume | None = None, pause: Callable[[], bool] | None = None):
+        """A draft model's speculation (or prompt lookup's on a split model), one sequence by
+        itself, outside the batch loop: the one generation that does not run as a batch of one
+        yet, until speculation with a draft runs inside the batch's steps."""
         if resume is None:
             req.validate()
             t_start = time.perf_counter()
             ids, tensor, dropped, max_new, sampler = self.checked_prompt(
-                req, self.cache.token_ids, cancel)
+                req, self.own_batch().history, cancel)
             done, t_first, stop = 0, None, StopMatcher(req.stop)
         else:  # the prompt and the tokens so far are prefilled (mostly found by hash)
             ids, done, t_first, stop = resume.ids, len(resume.generated), resume.t_first, \
@@ -256,12 +270,14 @@ class Session:
             tensor = torch.tensor(ids, dtype=torch.long, device=self.lm.device)
         base = len(ids) - done  # the prompt's length
         prompt_ids = ids[:base]
-        decoding = self._decoding(req, sampler, ids)  # before prefill: it may capture graphs
+        decoding = self._speculation(req, sampler, ids)  # before prefill: it may capture graphs
         # the live conversation's prefix, or another's cached by hash (a shared system prompt);
         # at least the last prompt token is computed: its logits start the answer
         start = self.cache.reuse(ids)
         cached = start if resume is None else resume.cached
-
+        n_new, generated = done, ids[base:]
+        stats = lambda: session_events.stats(self, prompt_ids, n_new, t_start, t_first, cached,
+                                             dropped, decoding)
         chunk = self.prefill_chunk
         chunked = len(ids) - start > chunk
         logits = None
@@ -269,8 +285,7 @@ class Session:
         for lo in range(start, len(ids), chunk):
             tick()
             if cancel.is_set():
-                return (yield Finished("cancelled", self._stats(
-                    prompt_ids, done, t_start, t_first, cached, dropped)))
+                return (yield Finished("cancelled", stats()))
             hi = min(lo + chunk, len(ids))
             logits = self.decoder.forward(tensor[lo:hi], lo)
             self.cache.token_ids = ids[:hi]
@@ -279,11 +294,8 @@ class Session:
 
         detok = detokenizer_for(self.lm.tokenizer, ids)
         last_stats = time.perf_counter()
-        n_new, generated = done, ids[base:]
         new = decoding.first(logits)  # then 1 token a plain step, up to K + 1 a round
         t_first = t_first or time.perf_counter()
-        stats = lambda: self._stats(prompt_ids, n_new, t_start, t_first, cached, dropped,
-                                    decoding)
         while True:
             text, shown = "", []
             for tid in new:
@@ -316,5 +328,3 @@ class Session:
             # the pending token (the last shown) goes at the prompt's length + n_new - 1
             new = decoding.next(base + n_new - 1, max_new - n_new)
 
-    def _stats(self, ids, n_new, t_start, t_first, start, dropped, decoding=None) -> Stats:
-        return session_events.stats(self, ids, n_new, t_start, t_first, start, dropped, decoding)
