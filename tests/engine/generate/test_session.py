@@ -106,3 +106,26 @@ def test_prompt_longer_than_context_fails_cleanly(tiny_model):
     events = list(s.generate(greedy_request(prompt=PROMPT * 20)))
     assert len(events) == 1 and events[0].name == "failed" and events[0].bad_input
     assert "context" in events[0].error
+
+
+def test_generate_is_a_batch_of_one_through_the_batch_loop(session):
+    session.cache.clear()
+    events = list(session.generate(greedy_request(n=6, ignore_eos=True)))
+    batch = session.own_batch()
+    assert finished(events).reason == "max_tokens" and len(token_ids(events)) == 6
+    # its prefill, then its decode steps: one row each, in the session's own BatchRun
+    assert batch.prefill_passes[1] >= 1 and batch.rows_seen[1] >= 5 and not batch.has_work
+
+
+def test_a_stream_left_unread_ends_and_the_next_answers_alone(session):
+    req = greedy_request(n=12, ignore_eos=True)
+    session.cache.clear()
+    whole = token_ids(list(session.generate(req)))
+    stream = session.generate(req)
+    first = []
+    while len(token_ids(first)) < 3:
+        first.append(next(stream))
+    stream.close()  # the caller went away mid-answer: the request is cancelled, not left running
+    assert token_ids(first) == whole[:3] and not session.own_batch().has_work
+    session.cache.clear()
+    assert token_ids(list(session.generate(req))) == whole
