@@ -32,6 +32,7 @@ from engine.events import (
     Token,
 )
 from engine.generate import loop_guard, session_events
+from engine.generate.batch_run import STATS_INTERVAL_S, BatchRun
 from engine.generate.detokenizer import StopMatcher, detokenizer_for
 from engine.generate.generation import CheckedPrompt, checked_prompt
 from engine.generate.prompt import build as build_prompt
@@ -47,8 +48,6 @@ from engine.spec.speculative import SpeculativeDecoding
 from engine.step.batched import BatchedDecoder
 from engine.step.decode import DecodeEngine, Decoder
 from engine.step.sampling import Sampler
-
-STATS_INTERVAL_S = 0.25
 
 
 class Session:
@@ -149,17 +148,15 @@ class Session:
 
     def prompt_ids(self, req: GenerateRequest) -> list[int]:
         """The ids a generation of `req` would prefill now (generate/prompt.py)."""
-        return build_prompt(self.lm.tokenizer, req, self.own_batch().history,
-                            self.lm.context).ids
+        return build_prompt(self.lm.tokenizer, req, self._history(), self.lm.context).ids
 
     def generate(self, req: GenerateRequest, cancel: threading.Event | None = None,
                  resume: Resume | None = None, pause: Callable[[], bool] | None = None
                  ) -> Iterator[Token | Stats | PrefillProgress | Finished | Failed | Paused]:
-        """The request's events, ending in one Finished or Failed: a batch of one through this
-        session's BatchRun (generate/batch_run.py), the loop every generation runs in, but a
-        draft model's speculation (`_speculate_alone`). `resume`: carry on a generation a batch
-        started (generate/resume.py); `pause`: asked at every round of a draft's speculation,
-        True ends the stream with Paused instead, for a batch to carry it on."""
+        """The request's events, ending in one Finished or Failed: a batch of one through
+        `own_batch()`, but a draft model's speculation (`_speculate_alone`). `resume`: carry on
+        a generation a batch started (generate/resume.py); `pause`: asked at every round of a
+        draft's speculation, True ends the stream with Paused, for a batch to carry it on."""
         cancel = cancel or threading.Event()
         if not self._speculates_alone(req):
             return (yield from self._batch_of_one(req, cancel, resume))
@@ -182,18 +179,20 @@ class Session:
             yield session_events.oom_failure(self, oom)
 
     def own_batch(self):
-        """The BatchRun this session's own generations run in (`generate`), made at the first;
-        they run one at a time, each stepped by its caller. A new one where the cache was
-        cleared since (its blocks are new: nothing cached is trusted, no history either)."""
+        """The BatchRun of this session's own generations (`generate`); anew after a clear."""
         batch = self._batch
         if batch is None or (batch.scheduler.blocks is not self.cache.blocks
                              and not batch.has_work):
-            from engine.generate.batch_run import BatchRun
-
             batch = self._batch = BatchRun(self, max_seqs=1)
-        if self.cache.token_ids:  # the live sequence's conversation (a draft's speculation)
-            batch.history = list(self.cache.token_ids)
+        batch.history = self._history()
         return batch
+
+    def _history(self) -> list[int]:
+        """The last conversation's ids (generate/prompt.py): the live sequence's after a draft's
+        speculation, else the batch's; none since a clear."""
+        b = self._batch
+        return list(self.cache.token_ids) or (b.history if b is not None
+                                              and b.scheduler.blocks is self.cache.blocks else [])
 
     def _batch_of_one(self, req: GenerateRequest, cancel: threading.Event,
                       resume: Resume | None = None):
@@ -205,8 +204,9 @@ class Session:
         try:
             while not ended:
                 if not events:  # a batch ends each of its requests with one event
-                    batch.step() if batch.has_work else events.append(Failed("generation "
-                                                                            "failed: dropped"))
+                    if not batch.has_work:
+                        events.append(Failed("generation failed: the batch dropped it"))
+                    batch.step()
                     continue
                 event = events.popleft()
                 ended = isinstance(event, Finished | Failed)
@@ -260,7 +260,7 @@ class Session:
             req.validate()
             t_start = time.perf_counter()
             ids, tensor, dropped, max_new, sampler = self.checked_prompt(
-                req, self.own_batch().history, cancel)
+                req, self._history(), cancel)
             done, t_first, stop = 0, None, StopMatcher(req.stop)
         else:  # the prompt and the tokens so far are prefilled (mostly found by hash)
             ids, done, t_first, stop = resume.ids, len(resume.generated), resume.t_first, \
