@@ -76,7 +76,7 @@ def new_generation(session, seq_id: str, req: GenerateRequest, sink, cancel: thr
     # prompt lookup speculates in the batch (batch/speculative_rows.py); a draft's request
     # decodes plainly there, and speculates once alone
     t_start = time.perf_counter()
-    ids, _, dropped, max_new, sampler = session.checked_prompt(req, history, cancel)
+    ids, _, dropped, max_new, sampler = checked_prompt(session.lm, req, history, cancel)
     return Generation(Seq(seq_id, list(ids), max_new), req, sink, cancel, sampler,
                       detokenizer_for(session.lm.tokenizer, ids), StopMatcher(req.stop), 0,
                       dropped, t_start)

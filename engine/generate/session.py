@@ -34,7 +34,7 @@ from engine.events import (
 from engine.generate import loop_guard, session_events
 from engine.generate.batch_run import STATS_INTERVAL_S, BatchRun
 from engine.generate.detokenizer import StopMatcher, detokenizer_for
-from engine.generate.generation import CheckedPrompt, checked_prompt
+from engine.generate.generation import checked_prompt
 from engine.generate.prompt import build as build_prompt
 from engine.generate.resume import Paused, Resume
 from engine.generate.session_load import load_session, open_cache, resolve_config
@@ -142,10 +142,6 @@ class Session:
     def loaded_event(self) -> Loaded:
         return session_events.loaded(self)
 
-    def checked_prompt(self, req: GenerateRequest, history: list[int],
-                       cancel: threading.Event | None = None) -> CheckedPrompt:
-        return checked_prompt(self.lm, req, history, cancel)
-
     def prompt_ids(self, req: GenerateRequest) -> list[int]:
         """The ids a generation of `req` would prefill now (generate/prompt.py)."""
         return build_prompt(self.lm.tokenizer, req, self._history(), self.lm.context).ids
@@ -220,9 +216,12 @@ class Session:
     def _speculates_alone(self, req: GenerateRequest) -> bool:
         """Whether `req` speculates with a draft model (or by prompt lookup on a split model),
         out of the batch: the one generation that still runs in `_speculate_alone`."""
+        return self._k(req) != 0 and speculates_alone(req, self)
+
+    def _k(self, req: GenerateRequest) -> int | None:
+        """The request's speculative tokens a round (None: adaptive)."""
         k = req.num_speculative_tokens
-        k = self.num_speculative_tokens if k is None else k
-        return k != 0 and speculates_alone(req, self)
+        return self.num_speculative_tokens if k is None else k
 
     def _forget(self) -> None:
         # whatever broke mid-pass, no cached block is trusted
@@ -233,8 +232,7 @@ class Session:
     def _speculation(self, req: GenerateRequest, sampler: Sampler,
                      ids: list[int]) -> SpeculativeDecoding:
         """The speculation of a request that `_speculates_alone`, with its controller."""
-        k = req.num_speculative_tokens
-        k = self.num_speculative_tokens if k is None else k
+        k = self._k(req)
         if req.prompt_lookup:
             proposer = PromptLookup(self.lm.device)
         else:
@@ -259,8 +257,8 @@ class Session:
         if resume is None:
             req.validate()
             t_start = time.perf_counter()
-            ids, tensor, dropped, max_new, sampler = self.checked_prompt(
-                req, self._history(), cancel)
+            ids, tensor, dropped, max_new, sampler = checked_prompt(
+                self.lm, req, self._history(), cancel)
             done, t_first, stop = 0, None, StopMatcher(req.stop)
         else:  # the prompt and the tokens so far are prefilled (mostly found by hash)
             ids, done, t_first, stop = resume.ids, len(resume.generated), resume.t_first, \
