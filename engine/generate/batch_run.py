@@ -176,9 +176,12 @@ class BatchRun:
                  for c in prefills], [c.seq.table for c in prefills])
             self.prefill_passes.update([len(prefills)] if together else [1] * len(prefills))
         for j, c in enumerate(prefills):
+            gen = self.gens[c.seq]
             if c.sample:
-                sampled[c.seq] = self.gens[c.seq].sampler(logits[j])
-            self._progress(self.gens[c.seq], c)
+                sampled[c.seq] = gen.sampler(logits[j])
+                if gen.t_first is None and self.decoder.device.type == "cpu":  # computed by now:
+                    gen.t_first = time.perf_counter()  # its time, not that of a step later
+            self._progress(gen, c)
         row_seqs, row_tokens = self.batched.decode(
             rows, [self.gens[c.seq].sampler for c in rows], self.inflight) if rows else ([], None)
         verified = self.spec.verify(plan.chunks, self.batched.tables.max_blocks)

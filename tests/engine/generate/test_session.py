@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+import time
 
 import pytest
 
@@ -129,3 +130,23 @@ def test_a_stream_left_unread_ends_and_the_next_answers_alone(session):
     assert token_ids(first) == whole[:3] and not session.own_batch().has_work
     session.cache.clear()
     assert token_ids(list(session.generate(req))) == whole
+
+
+def test_time_to_first_token_leaves_out_the_next_step(session, monkeypatch):
+    """On the CPU the first token is computed when its prefill's step ends: its ttft does not
+    wait for the decode step that runs before it is given out. A clock that moves on only in
+    a decode step tells them apart, however busy the machine."""
+    now = [1.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+    session.cache.clear()
+    batch = session.own_batch()
+    decode = batch.batched.decode
+
+    def slow_decode(*args):
+        now[0] += 0.5
+        return decode(*args)
+
+    monkeypatch.setattr(batch.batched, "decode", slow_decode)
+    stats = finished(list(session.generate(greedy_request(n=4, ignore_eos=True)))).stats
+    assert stats.ttft_ms < 500 and stats.new_tokens == 4
+    assert stats.decode_tokens_per_s == 2.0  # three tokens in three steps of 0.5 s
