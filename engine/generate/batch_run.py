@@ -113,10 +113,8 @@ class BatchRun:
         cancelled = [g for g in self.gens.values() if g.cancel.is_set()]
         if cancelled:
             self._resolve()
-        for gen in cancelled:
-            tid = self._pending.pop(gen, None)
-            if tid is not None:
-                self._emit(gen, tid)
+        for gen in cancelled:  # a token sampled but not given out yet is not its answer:
+            self._pending.pop(gen, None)  # it ends with the tokens given out before the cancel
             if gen.seq in self.gens:
                 self._end(gen, "cancelled")
         if not self.gens:
@@ -151,9 +149,12 @@ class BatchRun:
                  for c in prefills], [c.seq.table for c in prefills])
             self.prefill_passes.update([len(prefills)] if together else [1] * len(prefills))
         for j, c in enumerate(prefills):
+            gen = self.gens[c.seq]
             if c.sample:
-                sampled[c.seq] = self.gens[c.seq].sampler(logits[j])
-            self._progress(self.gens[c.seq], c)
+                sampled[c.seq] = gen.sampler(logits[j])
+                if gen.t_first is None and self.decoder.device.type == "cpu":  # computed by now:
+                    gen.t_first = time.perf_counter()  # its time, not that of a step later
+            self._progress(gen, c)
         row_seqs, row_tokens = self.batched.decode(
             rows, [self.gens[c.seq].sampler for c in rows], self.inflight) if rows else ([], None)
         verified = self.spec.verify(plan.chunks, self.batched)
@@ -232,7 +233,8 @@ class BatchRun:
                 gen.sink(Token(tail, ()))
         if seq.state is not State.FINISHED:
             self.scheduler.finish(seq, reason)
-        self.history = seq.token_ids
+        self.history = seq.token_ids if reason != "cancelled" else \
+            seq.token_ids[:len(seq.prompt_ids) + gen.n_new]  # what it gave out
         del self.gens[seq]
         stats = self._stats(gen)
         self.spec.drop(seq)

@@ -1,23 +1,19 @@
-"""`Session.generate(request, cancel) -> Iterator[Event]`: one generation by itself, unbatched.
-
-Every stream ends in exactly one `Finished` or `Failed`; cancel is checked between two steps.
-The cache keeps the tokens it holds, so a next turn that repeats the conversation so far
-prefills only what is new (generate/prompt.py keeps earlier answers as the ids the model
-generated, and leaves out the oldest turns of a chat that outgrew the context), and a new
-conversation that starts as an earlier one did (a system prompt) reuses its cached blocks
-(KVCache.reuse). Tokens come from one of two strategies: PlainDecoding (one step a token) or
-speculative.SpeculativeDecoding (a draft model or prompt lookup, verified in blocks). Loading
-and the configuration (KV dtype, prefill chunk, backends: one EngineConfig) are session_load.py's.
-"""
+"""Session: one loaded model, its cache and decoder; `Session.generate(request, cancel)` runs a
+generation as a batch of one through the session's own BatchRun (generate/batch_run.py, the loop
+every generation runs in: prefix reuse by hash, earlier answers kept as generated ids, prompt
+lookup and a draft model speculating inside it), but the benchmark's synthetic draft, which runs
+one sequence by itself (`_speculate_alone`). Every
+stream ends in exactly one `Finished` or `Failed`. Loading and the configuration (KV dtype,
+prefill chunk, backends: one EngineConfig) are session_load.py's."""
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import NamedTuple
 
 import torch
 
@@ -35,9 +31,10 @@ from engine.events import (
     Stats,
     Token,
 )
-from engine.generate import constrained, loop_guard, session_events
+from engine.generate import loop_guard, session_events
+from engine.generate.batch_run import STATS_INTERVAL_S, BatchRun
 from engine.generate.detokenizer import StopMatcher, detokenizer_for
-from engine.generate.prompt import Prompt
+from engine.generate.generation import checked_prompt
 from engine.generate.prompt import build as build_prompt
 from engine.generate.session_load import load_session, open_cache, resolve_config
 from engine.generate.template_guard import RenderCancelled
@@ -45,28 +42,18 @@ from engine.load import loader
 from engine.plan.oom import memory_kind
 from engine.platform import cpu_threads
 from engine.spec.controller import MAX_ADAPTIVE_K, Controller
-from engine.spec.proposers import DraftModel, PromptLookup
 from engine.spec.speculative import SpeculativeDecoding
 from engine.step.batched import BatchedDecoder
 from engine.step.decode import DecodeEngine, Decoder
-from engine.step.plain_decoding import PlainDecoding
 from engine.step.sampling import Sampler
-
-STATS_INTERVAL_S = 0.25
-
-
-class CheckedPrompt(NamedTuple):
-    ids: list[int]
-    tensor: torch.Tensor  # ids on the device
-    dropped: int  # oldest messages left out to fit the context
-    max_new: int  # the new tokens it may have
-    sampler: Sampler
 
 
 class Session:
     """`config`: the load's EngineConfig (session_load.resolve_config); without one it is
     resolved here from `lm` and the other arguments (benchmarks and tests that build a model
     themselves)."""
+
+    _batch = None  # own_batch(): where this session's own generations run
 
     def __init__(self, lm: loader.LoadedModel, kv_dtype: str = "auto", fast_path: bool = True,
                  compile_layers: bool = False, *, config: EngineConfig | None = None,
@@ -143,8 +130,6 @@ class Session:
         `proposer`: one over it in place of its own proposals (the bench's SyntheticDraft)."""
         self.draft = draft
         self.synthetic = proposer
-        self.drafting = DraftModel(draft, self.lm.model.config.vocab_size)  # one at a time:
-        # each generation's start gives the last one's draft blocks back
         self.decoder.capture_blocks(range(2, (self.num_speculative_tokens or MAX_ADAPTIVE_K) + 2))
 
     def batched_decoder(self, max_rows: int) -> BatchedDecoder:
@@ -154,40 +139,20 @@ class Session:
     def loaded_event(self) -> Loaded:
         return session_events.loaded(self)
 
-    def prompt(self, req: GenerateRequest, cancel: threading.Event | None = None) -> Prompt:
-        """The ids to prefill, given what the cache holds now (generate/prompt.py)."""
-        return build_prompt(self.lm.tokenizer, req, self.cache.token_ids, self.lm.context,
-                            cancel)
-
-    def checked_prompt(self, req: GenerateRequest, history: list[int],
-                       cancel: threading.Event | None = None) -> CheckedPrompt:
-        """The request's prompt (generate/prompt.py, keeping `history`'s ids where it repeats
-        them), refused as bad input where it cannot run, with its Sampler."""
-        lm = self.lm
-        ids, dropped = build_prompt(lm.tokenizer, req, history, lm.context, cancel)
-        vocab = lm.model.config.vocab_size
-        if not ids:
-            raise BadRequest("the prompt is empty")
-        if req.prompt_ids is not None and max(ids) >= vocab:
-            raise BadRequest(f"prompt_ids holds a token id past the vocabulary's {vocab:,}")
-        if len(ids) >= lm.context:
-            raise BadRequest(f"the prompt has {len(ids)} tokens but the context holds "
-                             f"{lm.context}")
-        tensor = torch.tensor(ids, dtype=torch.long, device=lm.device)  # one copy, two uses
-        sampler = constrained.sampler(lm, req, vocab, tensor)
-        return CheckedPrompt(ids, tensor, dropped, min(req.max_new_tokens, lm.context - len(ids)),
-                             sampler)
-
     def prompt_ids(self, req: GenerateRequest) -> list[int]:
-        return self.prompt(req).ids
+        """The ids a generation of `req` would prefill now (generate/prompt.py)."""
+        return build_prompt(self.lm.tokenizer, req, self._history(), self.lm.context).ids
 
     def generate(self, req: GenerateRequest, cancel: threading.Event | None = None
                  ) -> Iterator[Token | Stats | PrefillProgress | Finished | Failed]:
-        """The request's events, ending in one Finished or Failed."""
+        """The request's events, ending in one Finished or Failed: a batch of one through
+        `own_batch()`, but the benchmark's synthetic draft (`_speculate_alone`)."""
         cancel = cancel or threading.Event()
+        if not self._speculates_alone(req):
+            return (yield from self._batch_of_one(req, cancel))
         oom = None  # "GPU" or "CPU" when an allocator ran out of memory
         try:
-            yield from self._generate(req, cancel)
+            yield from self._speculate_alone(req, cancel)
         except BadRequest as e:
             yield Failed(str(e), bad_input=True)
         except RenderCancelled:  # cancelled while the chat template rendered: nothing ran yet
@@ -203,24 +168,65 @@ class Session:
             self._forget()
             yield session_events.oom_failure(self, oom)
 
+    def own_batch(self):
+        """The BatchRun of this session's own generations (`generate`); anew after a clear."""
+        batch = self._batch
+        if batch is None or (batch.scheduler.blocks is not self.cache.blocks
+                             and not batch.has_work):
+            batch = self._batch = BatchRun(self, max_seqs=1)
+        batch.history = self._history()
+        return batch
+
+    def _history(self) -> list[int]:
+        """The last conversation's ids (generate/prompt.py): the live sequence's after a draft's
+        speculation, else the batch's; none since a clear."""
+        b = self._batch
+        return list(self.cache.token_ids) or (b.history if b is not None
+                                              and b.scheduler.blocks is self.cache.blocks else [])
+
+    def _batch_of_one(self, req: GenerateRequest, cancel: threading.Event):
+        """The request's events through the batch loop, each step's as it gives them out; a
+        caller that stops reading cancels it, and it ends at the next step."""
+        batch, events = self.own_batch(), collections.deque()
+        batch.add(req, events.append, cancel)
+        ended = False
+        try:
+            while not ended:
+                if not events:  # a batch ends each of its requests with one event
+                    if not batch.has_work:
+                        events.append(Failed("generation failed: the batch dropped it"))
+                    batch.step()
+                    continue
+                event = events.popleft()
+                ended = isinstance(event, Finished | Failed)
+                yield event
+        finally:
+            if not ended:
+                cancel.set()
+                while batch.has_work and not any(isinstance(e, Finished | Failed) for e in events):
+                    batch.step()
+
+    def _speculates_alone(self, req: GenerateRequest) -> bool:
+        """Whether `req` speculates with the benchmark's synthetic draft (`hearth bench
+        --synthetic-acceptance`), out of the batch: the one generation that runs in
+        `_speculate_alone`."""
+        return self.synthetic is not None and not req.prompt_lookup and self._k(req) != 0
+
+    def _k(self, req: GenerateRequest) -> int | None:
+        """The request's speculative tokens a round (None: adaptive)."""
+        k = req.num_speculative_tokens
+        return self.num_speculative_tokens if k is None else k
+
     def _forget(self) -> None:
         # whatever broke mid-pass, no cached block is trusted
         self.cache.clear()
         if self.draft is not None:
             self.draft.cache.clear()
 
-    def _decoding(self, req: GenerateRequest, sampler: Sampler, ids: list[int]):
-        """The loop's strategy for this request: plain steps, or speculation."""
-        k = req.num_speculative_tokens
-        k, proposer = self.num_speculative_tokens if k is None else k, None
-        if req.prompt_lookup:
-            proposer = PromptLookup(self.lm.device)
-        elif self.draft is not None:
-            proposer = self.synthetic or self.drafting
-        elif req.num_speculative_tokens:
-            raise BadRequest("speculative tokens need a draft model (--draft) or prompt lookup")
-        if proposer is None or k == 0:
-            return PlainDecoding(self.decoder, self.cache, sampler)
+    def _speculation(self, req: GenerateRequest, sampler: Sampler,
+                     ids: list[int]) -> SpeculativeDecoding:
+        """The speculation of a request that `_speculates_alone`, with its controller."""
+        k, proposer = self._k(req), self.synthetic
         max_k = k or MAX_ADAPTIVE_K
         self.decoder.capture_blocks(range(2, max_k + 2))  # once; a no-op without CUDA graphs
         spec = self.speculation
@@ -233,21 +239,23 @@ class Session:
         return SpeculativeDecoding(self.decoder, self.cache, sampler, proposer, control,
                                    list(ids))
 
-    def _generate(self, req: GenerateRequest, cancel: threading.Event):
-        """One generation by itself: `hearth run`, `hearth chat` and the decode benchmark call
-        `generate` directly; the service batches every generation."""
+    def _speculate_alone(self, req: GenerateRequest, cancel: threading.Event):
+        """The synthetic draft's speculation, one sequence by itself, outside the batch loop."""
         req.validate()
         t_start = time.perf_counter()
-        ids, tensor, dropped, max_new, sampler = self.checked_prompt(
-            req, self.cache.token_ids, cancel)
-        t_first, stop = None, StopMatcher(req.stop)
-        prompt_ids, base = ids, len(ids)
-        decoding = self._decoding(req, sampler, ids)  # before prefill: it may capture graphs
+        ids, tensor, dropped, max_new, sampler = checked_prompt(
+            self.lm, req, self._history(), cancel)
+        done, t_first, stop = 0, None, StopMatcher(req.stop)
+        base = len(ids) - done  # the prompt's length
+        prompt_ids = ids[:base]
+        decoding = self._speculation(req, sampler, ids)  # before prefill: it may capture graphs
         # the live conversation's prefix, or another's cached by hash (a shared system prompt);
         # at least the last prompt token is computed: its logits start the answer
         start = self.cache.reuse(ids)
         cached = start
-
+        n_new, generated = done, ids[base:]
+        stats = lambda: session_events.stats(self, prompt_ids, n_new, t_start, t_first, cached,
+                                             dropped, decoding)
         chunk = self.prefill_chunk
         chunked = len(ids) - start > chunk
         logits = None
@@ -255,8 +263,7 @@ class Session:
         for lo in range(start, len(ids), chunk):
             tick()
             if cancel.is_set():
-                return (yield Finished("cancelled", self._stats(
-                    prompt_ids, 0, t_start, t_first, cached, dropped)))
+                return (yield Finished("cancelled", stats()))
             hi = min(lo + chunk, len(ids))
             logits = self.decoder.forward(tensor[lo:hi], lo)
             self.cache.token_ids = ids[:hi]
@@ -265,11 +272,8 @@ class Session:
 
         detok = detokenizer_for(self.lm.tokenizer, ids)
         last_stats = time.perf_counter()
-        n_new, generated = 0, []
         new = decoding.first(logits)  # then 1 token a plain step, up to K + 1 a round
         t_first = t_first or time.perf_counter()
-        stats = lambda: self._stats(prompt_ids, n_new, t_start, t_first, cached, dropped,
-                                    decoding)
         while True:
             text, shown = "", []
             for tid in new:
@@ -299,5 +303,3 @@ class Session:
             # the pending token (the last shown) goes at the prompt's length + n_new - 1
             new = decoding.next(base + n_new - 1, max_new - n_new)
 
-    def _stats(self, ids, n_new, t_start, t_first, start, dropped, decoding=None) -> Stats:
-        return session_events.stats(self, ids, n_new, t_start, t_first, start, dropped, decoding)

@@ -11,7 +11,7 @@ unchanged: only rank 0 samples. A draft model is refused at load (LoadRequest.va
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 
 import torch
@@ -19,9 +19,8 @@ import torch
 from engine.cache.kv_cache import BLOCK_SIZE
 from engine.config import overrides
 from engine.config.backends import Backends
-from engine.events import BadRequest, GenerateRequest, Loaded, LoadProgress, LoadRequest
+from engine.events import BadRequest, Loaded, LoadProgress, LoadRequest
 from engine.files.model_folder import check
-from engine.generate.batch_run import BatchRun
 from engine.generate.session import Session
 from engine.generate.session_load import resolve_config
 from engine.load import loader
@@ -118,30 +117,6 @@ class TPSession(Session):
             batch = self._batches[max_rows] = RankBatch(self.leader, self._rank_decoder,
                                                         max_rows)
         return batch
-
-    def generate(self, req: GenerateRequest, cancel: threading.Event | None = None,
-                 resume=None, pause=None) -> Iterator:
-        """The request's events as a batch of one (generate/batch_run.py), ending in one
-        Finished or Failed: the ranks run no pass but a batch's. Nothing hands a split model's
-        generation over (no draft model runs here): `resume` is never given, and `pause` (a
-        service's offer to let another join) is not needed, since every request batches."""
-        if resume is not None:
-            raise ValueError("a split model's generation is never resumed: it runs in a batch")
-        cancel = cancel or threading.Event()
-        events: list = []
-        run = BatchRun(self, 1)
-        run.add(req, events.append, cancel)
-        try:
-            while events or run.has_work:
-                if not events:
-                    run.step()
-                yield from events
-                events.clear()
-        finally:
-            if run.has_work:  # the caller stopped listening: the request ends here
-                cancel.set()
-                while run.has_work:
-                    run.step()
 
     def _open_decoder(self) -> tuple[TPLeader, None]:
         # the decode kernel is not checked on the ranks yet: their steps read the cache as

@@ -104,8 +104,9 @@ def speculation_stats(control: Controller, name: str) -> dict:
 
 
 class SpeculativeDecoding:
-    """The generation loop's speculative strategy (the plain one is plain_decoding.PlainDecoding):
-    `next` runs one round, or a plain step when the controller says speculation should rest.
+    """One sequence's speculation by itself (the benchmark's synthetic draft: Session's
+    `_speculate_alone`): `next` runs one round, or a plain step when the controller says
+    speculation should rest.
 
     `seq` is every committed token, the pending one last (sampled, shown, not yet fed to the
     target). Rollback: the target cache's token_ids grow by the pending token and the accepted

@@ -38,10 +38,11 @@ def model_folder(tiny_models, tmp_path):
 def engine_sampling(folder) -> dict:
     """What the engine's Sampler uses for a request that sets nothing, on this model."""
     from engine.events import GenerateRequest
+    from engine.generate.generation import checked_prompt
     from engine.generate.session import Session
 
     session = Session.load(LoadRequest(str(folder), device="cpu", context=128))
-    sampler = session.checked_prompt(GenerateRequest(prompt="hi"), []).sampler
+    sampler = checked_prompt(session.lm, GenerateRequest(prompt="hi"), []).sampler
     return {k: getattr(sampler.s, k) for k in SETTINGS}
 
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from engine.events import GenerateRequest, LoadRequest, SamplingParams
+from engine.generate.generation import checked_prompt
 from engine.generate.session import Session
 from engine.tools.eval import perplexity, windows
 from tests.engine.helpers import token_ids
@@ -79,7 +80,7 @@ def test_the_import_samples_as_its_model_card_advises(fp32_session):
     SmolLM2's model card's temperature 0.2 and top-p 0.9, is what a request that sets nothing
     samples with, and what the load event tells the window."""
     unset = GenerateRequest(messages=({"role": "user", "content": "hi"},))
-    used = fp32_session.checked_prompt(unset, []).sampler.s
+    used = checked_prompt(fp32_session.lm, unset, []).sampler.s
     assert (used.temperature, used.top_p, used.top_k, used.repetition_penalty) == (0.2, 0.9, 0,
                                                                                    1.0)
     shown = fp32_session.loaded_event().sampling

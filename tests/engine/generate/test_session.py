@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+import time
 
 import pytest
 
@@ -89,9 +90,12 @@ def test_chat_template_and_multi_turn_reuse(session):
     req2 = GenerateRequest(messages=turn2, system="Be brief.", max_new_tokens=12,
                            sampling=SamplingParams(temperature=0.0))
     ids2 = session.prompt_ids(req2)
-    reused = session.cache.reusable_prefix(ids2)
-    assert reused >= len(ids1)  # the whole first prompt is already in the cache
-    warm = token_ids(list(session.generate(req2)))
+    assert ids2[:len(ids1)] == ids1
+    events2 = list(session.generate(req2))
+    warm = token_ids(events2)
+    # every full block of the first prompt is found cached by hash: only the rest is computed
+    block = session.cache.block_size
+    assert finished(events2).stats.cached_prompt_tokens >= len(ids1) // block * block > 0
     session.cache.clear()  # the same ids from an empty cache must give the same tokens
     cold = token_ids(list(session.generate(GenerateRequest(
         prompt_ids=tuple(ids2), max_new_tokens=12, sampling=SamplingParams(temperature=0.0)))))
@@ -103,3 +107,46 @@ def test_prompt_longer_than_context_fails_cleanly(tiny_model):
     events = list(s.generate(greedy_request(prompt=PROMPT * 20)))
     assert len(events) == 1 and events[0].name == "failed" and events[0].bad_input
     assert "context" in events[0].error
+
+
+def test_generate_is_a_batch_of_one_through_the_batch_loop(session):
+    session.cache.clear()
+    events = list(session.generate(greedy_request(n=6, ignore_eos=True)))
+    batch = session.own_batch()
+    assert finished(events).reason == "max_tokens" and len(token_ids(events)) == 6
+    # its prefill, then its decode steps: one row each, in the session's own BatchRun
+    assert batch.prefill_passes[1] >= 1 and batch.rows_seen[1] >= 5 and not batch.has_work
+
+
+def test_a_stream_left_unread_ends_and_the_next_answers_alone(session):
+    req = greedy_request(n=12, ignore_eos=True)
+    session.cache.clear()
+    whole = token_ids(list(session.generate(req)))
+    stream = session.generate(req)
+    first = []
+    while len(token_ids(first)) < 3:
+        first.append(next(stream))
+    stream.close()  # the caller went away mid-answer: the request is cancelled, not left running
+    assert token_ids(first) == whole[:3] and not session.own_batch().has_work
+    session.cache.clear()
+    assert token_ids(list(session.generate(req))) == whole
+
+
+def test_time_to_first_token_leaves_out_the_next_step(session, monkeypatch):
+    """On the CPU the first token is computed when its prefill's step ends: its ttft does not
+    wait for the decode step that runs before it is given out. A clock that moves on only in
+    a decode step tells them apart, however busy the machine."""
+    now = [1.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+    session.cache.clear()
+    batch = session.own_batch()
+    decode = batch.batched.decode
+
+    def slow_decode(*args):
+        now[0] += 0.5
+        return decode(*args)
+
+    monkeypatch.setattr(batch.batched, "decode", slow_decode)
+    stats = finished(list(session.generate(greedy_request(n=4, ignore_eos=True)))).stats
+    assert stats.ttft_ms < 500 and stats.new_tokens == 4
+    assert stats.decode_tokens_per_s == 2.0  # three tokens in three steps of 0.5 s
