@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine.cache import kv_arena
 from engine.events import GenerateRequest, LoadRequest, SamplingParams
 from engine.generate.session import Session
 from engine.spec.proposers import DraftModel, PromptLookup
@@ -201,24 +202,28 @@ def test_rollback_leaves_caches_as_if_nothing_was_rejected(tiny_models, tiny_mod
     assert 0 < st.accepted_draft_tokens < st.proposed_draft_tokens
     prompt = s.prompt_ids(greedy_request())
     committed = prompt + token_ids(events)[:-1]  # the last token was never fed
-    assert s.cache.token_ids == committed
-    fed = s.drafting.seq.fed  # the tokens whose K/V the draft holds
-    assert len(fed) > len(prompt) and committed[:len(fed)] == fed
+    # the batch caches the sequence's full blocks by hash: those past the prompt were written
+    # by verify rows, rejected proposals included, and later overwritten
+    shared = s.cache.blocks.cached_prefix(committed)
+    n = len(shared) * s.cache.block_size
+    assert n > len(prompt)
+    table = torch.tensor(shared, dtype=torch.int32)
     # every cached K/V equals a fresh prefill of the committed tokens
     fresh = Session.load(LoadRequest(path, device="cpu"))
     fresh.decoder.forward(torch.tensor(committed), 0)
-    n = len(committed)
     for layer in range(len(s.cache.k)):
-        mine, ref = s.cache.stored(layer, n), fresh.cache.stored(layer, n)  # positions 0..n-1
-        for a, b in ((mine.k, ref.k), (mine.v, ref.v)):
+        kv, ref = s.cache.layer(layer), fresh.cache.stored(layer, n)  # positions 0..n-1
+        mine = [kv_arena.contiguous(x, table, n) for x in (kv.k, kv.v)]
+        for a, b in zip(mine, (ref.k, ref.v), strict=True):
             diff = (a - b).abs().max().item()
             assert diff < 1e-4, (layer, diff)
+    fresh.cache.clear()
     # a later plain turn from this session equals a fresh session's
     follow = GenerateRequest(prompt_ids=tuple(committed + [7, 8, 9]), max_new_tokens=24,
                              sampling=SamplingParams(temperature=0.0), num_speculative_tokens=0)
-    assert s.cache.reusable_prefix(list(follow.prompt_ids)) == n
-    warm = token_ids(list(s.generate(follow)))
-    assert warm == token_ids(list(fresh.generate(follow)))
+    warm = list(s.generate(follow))
+    assert finished(warm).stats.cached_prompt_tokens == n  # the blocks above, reused
+    assert token_ids(warm) == token_ids(list(fresh.generate(follow)))
 
 
 # ---------------------------------------------------------------- sampling, end to end
