@@ -44,7 +44,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--kv-dtype", default="auto", choices=kv_dtype_choices())
     parser.add_argument("--context", type=int, help="tokens of context (default: the planner's)")
     parser.add_argument("--worker-command",
-                        help="the engine process to start (default: python -m engine.serve.worker)")
+                        help="the engine process to start (default: python -m engine.cli.worker)")
     parser.add_argument("--startup-check", action="store_true",
                         help="print the seconds until the window appeared and whether the "
                              "style sheet and icon loaded, then quit")

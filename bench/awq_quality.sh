@@ -7,7 +7,7 @@ set -euo pipefail
 WORK=${1:-/tmp/hearth-awq-quality}
 PY=${PYTHON:-python3}
 TEXT=packaging/demo_model/heldout.txt
-hearth() { "$PY" -m engine.serve.cli "$@"; }
+hearth() { "$PY" -m engine.cli.cli "$@"; }
 rm -rf "$WORK" && mkdir -p "$WORK"
 "$PY" - "$WORK/calibration.txt" <<'PYEOF'
 import json, lzma, sys

@@ -27,7 +27,7 @@ PYTHONPATH=/tmp/site-awq:$PYTHONPATH timeout 200 python3 $B/awq_speed.py \
 bench() {  # label, then hearth bench arguments (the environment passes through)
     local label=$1; shift
     echo "== $label: ${HEARTH_INT4_KERNEL:+HEARTH_INT4_KERNEL=$HEARTH_INT4_KERNEL }hearth bench $*" | tee -a "$LOG"
-    if timeout 75 python3 -m engine.serve.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
+    if timeout 75 python3 -m engine.cli.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
         python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; r['args']=sys.argv[2]; print(json.dumps(r))" "$label" "$*" >>"$OUT/bench.jsonl"
         python3 $B/summarize.py "$OUT/bench.jsonl" >"$OUT/summary.md"  # so far, if time runs out
     else echo "FAILED $label" | tee -a "$LOG"; tail -3 "$LOG"; fi

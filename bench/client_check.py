@@ -99,7 +99,7 @@ class Server:
 
     def __init__(self, python: str, tree: Path, model: Path):
         self.proc = subprocess.Popen(
-            [python, "-m", "engine.serve.cli", "serve", "--port", "0", "--device", "cpu",
+            [python, "-m", "engine.cli.cli", "serve", "--port", "0", "--device", "cpu",
              "--model", str(model), "--context", "4096"],
             cwd=tree, env=hearth_env(tree), stderr=subprocess.PIPE, text=True)
         lines = []

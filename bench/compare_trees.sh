@@ -2,10 +2,10 @@
 # One device call, engines side by side: each TREE runs the same `hearth bench` rows, row by row in
 # turn (7B bf16, 7B AWQ compiled, the 8B shape's bf16 weights with an int8 or fp8 KV cache at a 1K or
 # 32K prompt).
-# A TREE is label=folder=cli-module: the working tree is new=.=engine.serve.cli; an older commit is
+# A TREE is label=folder=cli-module: the working tree is new=.=engine.cli.cli; an older commit is
 # unpacked beside it (and carried), e.g. for 7c5b653 (before the engine's layers):
 #   mkdir old-7c5b653 && git archive 7c5b653 engine pyproject.toml | tar -x -C old-7c5b653
-# and passed as old=old-7c5b653=engine.cli. Demo models are byte-identical across these commits and
+# and passed as old=old-7c5b653=engine.serve.cli. Demo models are byte-identical across these commits and
 # are copied in from hearth_resources/ where a tree lacks them.
 # Usage (repo root, carry [".whl", <trees>]): ROWS="7b-bf16 7b-awq 8b-int8kv-32k" \
 #   bash bench/compare_trees.sh TREE...

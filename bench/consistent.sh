@@ -18,7 +18,7 @@ timeout 120 python3 $B/verify_consistency.py --model $B/qwen2.5-7b --backends tr
 run() {  # jsonl, label, then hearth bench arguments
     local out=$1 label=$2; shift 2
     echo "== $label: hearth bench $*" | tee -a "$LOG"
-    if timeout 90 python3 -m engine.serve.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
+    if timeout 90 python3 -m engine.cli.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
         python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; r['args']=sys.argv[2]; r['config']=sys.argv[3]; print(json.dumps(r))" "$label" "$*" "${HEARTH_DECODE_ATTENTION_CONFIG:-}" >>"$OUT/$out"
     else echo "FAILED $label" | tee -a "$LOG"; tail -3 "$LOG"; fi
 }

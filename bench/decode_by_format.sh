@@ -10,7 +10,7 @@ check() { timeout 240 python3 $B/graph_check.py "$@" 2>>"$LOG" | tee -a "$OUT/gr
 bench() {  # label, then hearth bench arguments
     local label=$1; shift
     echo "== $label: hearth bench $*" | tee -a "$LOG"
-    if timeout 300 python3 -m engine.serve.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
+    if timeout 300 python3 -m engine.cli.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
         python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; r['args']=sys.argv[2]; print(json.dumps(r))" "$label" "$*" >>"$OUT/bench.jsonl"
     else echo "FAILED $label" | tee -a "$LOG"; tail -3 "$LOG"; fi
 }

@@ -13,7 +13,7 @@ python3 -c "import torch, transformers, triton; print('torch', torch.__version__
 bench() {  # label, then hearth bench arguments (LIMIT: seconds, default 120)
     local label=$1; shift
     echo "== $label: hearth bench $*" | tee -a "$LOG"
-    if timeout "${LIMIT:-120}" python3 -m engine.serve.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
+    if timeout "${LIMIT:-120}" python3 -m engine.cli.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
         python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; r['args']=sys.argv[2]; print(json.dumps(r))" "$label" "$*" | tee -a "$OUT/bench.jsonl"
     else echo "FAILED $label" | tee -a "$LOG"; tail -5 "$LOG"; fi
 }

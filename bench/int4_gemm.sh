@@ -18,7 +18,7 @@ timeout 240 python3 $B/int4_gemm.py --quick --models qwen2.5-7b --out "$OUT/int4
 bench() {  # label, then hearth bench arguments (the environment passes through)
     local label=$1; shift
     echo "== $label: ${HEARTH_INT4_PREFILL:+HEARTH_INT4_PREFILL=$HEARTH_INT4_PREFILL }hearth bench $*" | tee -a "$LOG"
-    if timeout "${LIMIT:-90}" python3 -m engine.serve.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
+    if timeout "${LIMIT:-90}" python3 -m engine.cli.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
         python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; r['args']=sys.argv[2]; print(json.dumps(r))" "$label" "$*" >>"$OUT/bench.jsonl"
         tail -4 "$LOG"
     else echo "FAILED $label" | tee -a "$LOG"; tail -5 "$LOG"; fi

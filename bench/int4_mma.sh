@@ -9,7 +9,7 @@ parts=${*:-tests sweep e2e}
 bench() {  # label, then hearth bench arguments
     local label=$1; shift
     echo "== $label: hearth bench $*" | tee -a "$LOG"
-    if timeout "${LIMIT:-150}" python3 -m engine.serve.cli bench --model $B/qwen2.5-7b \
+    if timeout "${LIMIT:-150}" python3 -m engine.cli.cli bench --model $B/qwen2.5-7b \
         --random-weights --out "$OUT/$label.json" "$@" >>"$LOG" 2>&1; then
         tail -6 "$LOG"
     else echo "FAILED $label" | tee -a "$LOG"; tail -20 "$LOG"; fi

@@ -17,7 +17,7 @@ timeout 120 python3 -m pytest -q -p no:cacheprovider -rf --tb=short tests/engine
 run() {  # jsonl, label, then hearth bench arguments
     local out=$1 label=$2; shift 2
     echo "== $label: hearth bench $*" | tee -a "$LOG"
-    if timeout 100 python3 -m engine.serve.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
+    if timeout 100 python3 -m engine.cli.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
         python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; print(json.dumps(r))" "$label" >>"$OUT/$out"
     else echo "FAILED $label" | tee -a "$LOG"; tail -3 "$LOG"; fi
 }

@@ -57,7 +57,7 @@ timeout 80 python3 $B/kv_quality.py --device cuda --windows 8 >"$OUT/quality.md"
 cat "$OUT/quality.md"; fi
 
 if want 5; then step "5. hearth bench, int8 KV, through the CLI"
-timeout 90 python3 -m engine.serve.cli bench --model $B/llama-3.1-8b --random-weights --quant bf16 \
+timeout 90 python3 -m engine.cli.cli bench --model $B/llama-3.1-8b --random-weights --quant bf16 \
     --kv-dtype int8 --prompt-len 32768 --new-tokens 64 --num-prompts 1 --out "$OUT/cli_bench.json" \
     >>"$LOG" 2>&1 || echo "FAILED or cut short: hearth bench" | tee -a "$LOG"; fi
 step "done"

@@ -15,9 +15,9 @@ tests)
         | tee "$OUT/tests.txt" ;;
 ppl)
     T=packaging/demo_model/heldout.txt
-    timeout 60 python3 -m engine.serve.cli quantize --method rtn --out /tmp/demo-rtn \
+    timeout 60 python3 -m engine.cli.cli quantize --method rtn --out /tmp/demo-rtn \
         --device cuda >>"$LOG" 2>&1
-    row() { echo "== ppl $*" >>"$LOG"; timeout 60 python3 -m engine.serve.cli eval --text "$T" \
+    row() { echo "== ppl $*" >>"$LOG"; timeout 60 python3 -m engine.cli.cli eval --text "$T" \
         --json "$@" 2>>"$LOG" \
         | tee -a "$OUT/ppl.jsonl"; }
     row --quant bf16

@@ -8,7 +8,7 @@ B=bench
 for quant in bf16 awq; do
     for mode in off on; do
         echo "== 7b-$quant reproducible $mode" | tee -a "$LOG"
-        if timeout 200 python3 -m engine.serve.cli bench --model $B/qwen2.5-7b --random-weights \
+        if timeout 200 python3 -m engine.cli.cli bench --model $B/qwen2.5-7b --random-weights \
             --quant $quant --reproducible $mode --out /tmp/r.json >>"$LOG" 2>&1; then
             python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; print(json.dumps(r))" "7b-$quant-$mode" >>"$OUT/bench.jsonl"
         else echo "FAILED 7b-$quant $mode" | tee -a "$LOG"; tail -5 "$LOG"; fi

@@ -18,7 +18,7 @@ B=bench
 bench() {  # label, then hearth bench arguments
     local label=$1; shift
     echo "== $label: hearth bench $*" | tee -a "$LOG"
-    if timeout 120 python3 -m engine.serve.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
+    if timeout 120 python3 -m engine.cli.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
         python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; r['args']=sys.argv[2]; print(json.dumps(r))" "$label" "$*" >>"$OUT/spec.jsonl"
     else echo "FAILED $label" | tee -a "$LOG"; tail -3 "$LOG"; fi
 }

@@ -45,7 +45,7 @@ def random_folder(src: Path, dest: Path) -> Path:
 
 
 def serve(folder: Path) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "engine.serve.cli", "serve", "--model",
+    proc = subprocess.Popen([sys.executable, "-m", "engine.cli.cli", "serve", "--model",
                              str(folder), "--port", "0", "--device", "cpu"],
                             stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:

@@ -1,5 +1,5 @@
 """What the switch-off saw and decided on a GPU: `hearth bench --synthetic-acceptance A` run
-in-process (engine.serve.cli.main) with the engine's Controller wrapped to record every plain step,
+in-process (engine.cli.cli.main) with the engine's Controller wrapped to record every plain step,
 round, start of speculation (its cost) and judgement, as JSON lines. For the switch-off's
 tuning (switch_off_sim.py models these costs); it measures nothing the bench does not.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.serve import cli  # noqa: E402
+from engine.cli import cli  # noqa: E402
 from engine.spec import controller as spec_controller
 
 EVENTS: list[dict] = []

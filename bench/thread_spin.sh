@@ -23,7 +23,7 @@ elif v == 'passive':
     os.environ['OMP_WAIT_POLICY'] = 'PASSIVE'
 elif v != 'today' and v != 'shipped':
     os.environ['GOMP_SPINCOUNT'] = v
-from engine.serve.cli import main
+from engine.cli.cli import main
 sys.exit(main(sys.argv[2:]))
 " "$v" run --raw --prompt The --max-new-tokens "$new" --temperature 0 2>&1 >/dev/null | grep -o "[0-9.]* tokens/s" | tail -1)
     end=$(date +%s.%N)

@@ -47,13 +47,13 @@ check() {  # label, seconds allowed, then tp_check.py arguments; a hang leaves e
 bench() {  # label, then hearth bench arguments
     local label=$1; shift
     echo "== $label: hearth bench $*" | tee -a "$LOG"
-    if timeout 200 python3 -m engine.serve.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
+    if timeout 200 python3 -m engine.cli.cli bench --out /tmp/r.json "$@" >>"$LOG" 2>&1; then
         python3 -c "import json,sys; r=json.load(open('/tmp/r.json')); r['label']=sys.argv[1]; r['args']=sys.argv[2]; print(json.dumps(r))" "$label" "$*" >>"$OUT/bench.jsonl"
     else echo "FAILED $label" | tee -a "$LOG"; tail -5 "$LOG"; fi
 }
 run_demo() {  # tensor-parallel size: the bundled demo model, greedy, one JSON event a line
     echo "== hearth run --tensor-parallel $1 (demo model)" | tee -a "$LOG"
-    timeout 90 python3 -m engine.serve.cli run --prompt "Write a Python function that reverses a list." \
+    timeout 90 python3 -m engine.cli.cli run --prompt "Write a Python function that reverses a list." \
         --temperature 0 --max-new-tokens 64 --json --tensor-parallel "$1" \
         >"$OUT/run_tp$1.jsonl" 2>>"$LOG" || echo "FAILED run tp=$1" | tee -a "$LOG"
 }
@@ -88,7 +88,7 @@ case "${1:-full}" in full|cli)
     bench 14b-bf16-tp2-24gib --model $B/qwen2.5-14b --random-weights --quant bf16 \
         --tensor-parallel 2 --memory-limit 24 --prompt-len 512 --new-tokens 128 --num-prompts 2
     run_demo 1; run_demo 2
-    timeout 30 python3 -m engine.serve.cli plan --model $B/qwen2.5-14b --gpu auto --context 8192 \
+    timeout 30 python3 -m engine.cli.cli plan --model $B/qwen2.5-14b --gpu auto --context 8192 \
         --tensor-parallel 2 2>&1 | tee -a "$LOG" ;;
 esac
 python3 - "$OUT" <<'EOF' | tee "$OUT/summary.md"

@@ -12,7 +12,7 @@ import pytest
 
 from engine.platform import display
 from engine.platform.gpu import GpuInfo, GpuReport
-from engine.serve import cli
+from engine.cli import cli
 from engine.tools import doctor
 from tests.engine.helpers import REPO
 
@@ -154,7 +154,7 @@ def test_torch_index_follows_the_driver(cuda, tag):
 
 
 def test_importing_doctor_imports_neither_torch_nor_qt():
-    code = ("import sys, engine.serve.cli, engine.tools.doctor, engine.tools.desktop_entry; "
+    code = ("import sys, engine.cli.cli, engine.tools.doctor, engine.tools.desktop_entry; "
             "bad = [m for m in ('torch', 'transformers', 'PySide6') if m in sys.modules]; "
             "sys.exit(str(bad) if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine.events import BadRequest
-from engine.serve.arguments import build_parser
+from engine.cli.arguments import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = ("BENCHMARKS.md", "README.md", "bench/README.md",

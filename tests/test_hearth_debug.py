@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.serve import cli
+from engine.cli import cli
 from engine.tools import plan_report
 
 

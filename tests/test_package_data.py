@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 
 from engine.files import model_folder
-from engine.serve import cli
+from engine.cli import cli
 from engine.tools import desktop_entry
 from hearth_resources import folder
 from tests.engine.helpers import REPO

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine.platform import display
-from engine.serve import cli
+from engine.cli import cli
 from engine.tools import desktop_entry, doctor
 from tests.engine.helpers import REPO
 from tests.fixtures.smollm2 import wheel_path as smollm2_wheel
@@ -82,7 +82,7 @@ def test_console_script_beside_the_interpreter_is_preferred(tmp_path, monkeypatc
     python.parent.mkdir()
     python.touch()
     monkeypatch.setattr(sys, "executable", str(python))
-    assert desktop_entry.hearth_command() == [str(python), "-m", "engine.serve.cli"]
+    assert desktop_entry.hearth_command() == [str(python), "-m", "engine.cli.cli"]
     script = python.with_name("hearth")
     script.touch(mode=0o755)
     assert desktop_entry.hearth_command() == [str(script)]

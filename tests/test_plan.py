@@ -460,7 +460,7 @@ def test_run_plan_bad_input(tmp_path, q7_folder, capsys, case):
 @pytest.mark.parametrize("flags", [["--vram", "1e308"], ["--vram", "inf"], ["--vram", "-0"],
                                    ["--context", str(10**400)]])
 def test_cli_plan_extreme_numbers_exit_2_in_one_line(q7_folder, capsys, flags):
-    from engine.serve import cli
+    from engine.cli import cli
 
     assert cli.main(["plan", "--model", str(q7_folder), *flags]) == 2
     cap = capsys.readouterr()

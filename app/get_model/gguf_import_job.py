@@ -20,8 +20,8 @@ from app.worker.worker_client import JsonLineReader
 from engine.files.model_home import models_dir
 
 log = logging.getLogger("hearth.import")
-# engine/serve/cli.py runs as a module: the same Python as the app, whatever is on PATH
-DEFAULT_COMMAND = (sys.executable, "-m", "engine.serve.cli")
+# engine/cli/cli.py runs as a module: the same Python as the app, whatever is on PATH
+DEFAULT_COMMAND = (sys.executable, "-m", "engine.cli.cli")
 WORK_GLOB = ".*.importing-*"  # engine.files.gguf_import writes here, then renames into place
 NUM_STDERR_LINES_KEPT = 20
 KILL_WAIT_MS = 3000

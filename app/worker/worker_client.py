@@ -44,7 +44,7 @@ __all__ = ["JsonLineReader", "WorkerClient", "WorkerDied"]
 
 log = logging.getLogger("hearth.worker")
 
-DEFAULT_COMMAND = (sys.executable, "-m", "engine.serve.worker")
+DEFAULT_COMMAND = (sys.executable, "-m", "engine.cli.worker")
 SHUTDOWN_TIMEOUT_MS = 3000
 NUM_STDERR_LINES_KEPT = 40
 # workers let go with a server that outlives the window (release()): their QProcess must never
@@ -54,7 +54,7 @@ _ids = itertools.count(1)  # one sequence for every client: no two requests shar
 
 
 class WorkerClient(QObject):
-    """Starts `python -m engine.serve.worker` (or `command`), writes requests, re-emits its
+    """Starts `python -m engine.cli.worker` (or `command`), writes requests, re-emits its
     events."""
 
     sig_started = Signal()

@@ -2,7 +2,7 @@
 with sizes from the Hub API, and config.json for the planner, before any weight is fetched.
 Whatever the Hub (or HF_ENDPOINT) answers is checked here before it can become a path.
 Blocking network calls: the window's "Get a model" runs them off the GUI thread
-(app/get_model/model_download.py), `hearth pull` in the foreground (serve/pull_cli.py)."""
+(app/get_model/model_download.py), `hearth pull` in the foreground (cli/pull_cli.py)."""
 
 from __future__ import annotations
 

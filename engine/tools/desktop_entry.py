@@ -37,7 +37,7 @@ def hearth_command() -> list[str]:
     script = Path(sys.executable).with_name("hearth.exe" if os.name == "nt" else "hearth")
     if script.is_file() and os.access(script, os.X_OK):
         return [str(script)]
-    return [sys.executable, "-m", "engine.serve.cli"]
+    return [sys.executable, "-m", "engine.cli.cli"]
 
 
 def _string(value: str) -> str:

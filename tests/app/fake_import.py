@@ -1,4 +1,4 @@
-"""A stand-in for `python -m engine.serve.cli import FILE --json` (no torch, no dequantizing):
+"""A stand-in for `python -m engine.cli.cli import FILE --json` (no torch, no dequantizing):
 prints
 the import's JSON lines and makes a model folder the way the engine does (a hidden work folder
 renamed into place). HEARTH_FAKE_IMPORT=hang stops after stage 3, its work folder half written,

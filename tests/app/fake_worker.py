@@ -1,4 +1,4 @@
-"""A stand-in for `python -m engine.serve.worker` that replays recorded event streams (no torch).
+"""A stand-in for `python -m engine.cli.worker` that replays recorded event streams (no torch).
 
 Reads JSON-line commands on stdin like the real worker and answers each load or generate with a
 recording from tests/app/recordings/; a generate's events carry its id, as the real worker's do

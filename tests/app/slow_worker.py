@@ -1,4 +1,4 @@
-"""The real worker (`python -m engine.serve.worker`) with each token event held back a little
+"""The real worker (`python -m engine.cli.worker`) with each token event held back a little
 (HEARTH_TOKEN_DELAY_S, default 0.02 s), so that a stop or a close lands mid-answer although the
 demo model answers a question in twenty tokens at ~350 tokens/s. The engine runs unchanged:
 the pause is in the write of the event, so the engine thread waits there, between two steps."""
@@ -32,6 +32,6 @@ class SlowTokens:
 
 if __name__ == "__main__":
     sys.stdout = SlowTokens(sys.stdout, float(os.environ.get("HEARTH_TOKEN_DELAY_S", "0.02")))
-    from engine.serve import worker  # noqa: E402 (after the stream is wrapped: main() takes stdout)
+    from engine.cli import worker  # noqa: E402 (after the stream is wrapped: main() takes stdout)
 
     sys.exit(worker.main())

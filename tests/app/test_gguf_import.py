@@ -61,7 +61,7 @@ def test_a_bad_gguf_fails_with_the_child_s_one_sentence(qtbot, settings, home, t
                                                          sentence):
     bad = tmp_path / "bad.Q4_K_M.gguf"
     bad.write_bytes(b"GGUF" + header + b"\0" * 4072)
-    dialog = picker(qtbot, settings)  # the real `python -m engine.serve.cli import` child
+    dialog = picker(qtbot, settings)  # the real `python -m engine.cli.cli import` child
     panel = dialog.gguf_import_panel
     with qtbot.waitSignal(dialog.gguf_import.sig_failed, timeout=30_000) as failed:
         panel.import_file(bad)

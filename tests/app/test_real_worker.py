@@ -1,4 +1,4 @@
-"""A few round trips through the real worker (python -m engine.serve.worker) on a tiny CPU model:
+"""A few round trips through the real worker (python -m engine.cli.worker) on a tiny CPU model:
 the protocol the fake worker imitates, checked against the engine itself."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ pytest.importorskip("torch")  # the engine's side; the app itself never imports 
 
 
 def test_load_send_regenerate_and_shutdown(qtbot, store, tiny_model):
-    worker = WorkerClient()  # the default command: python -m engine.serve.worker
+    worker = WorkerClient()  # the default command: python -m engine.cli.worker
     controller = ChatController(store, worker)
     controller.show_latest_or_new()
     try:

@@ -54,7 +54,7 @@ def open_dialog(window) -> ConversationSettingsDialog:
 def test_the_dialog_shows_what_the_sampler_uses(qtbot, store, settings, model_folder):
     from app.main_window import MainWindow
 
-    worker = WorkerClient()  # the real worker: python -m engine.serve.worker
+    worker = WorkerClient()  # the real worker: python -m engine.cli.worker
     window = MainWindow(store, worker, settings)
     qtbot.addWidget(window)
     try:

@@ -1,5 +1,5 @@
 """A conversation's output schema and a model's thinking, through the real widgets and the real
-worker (python -m engine.serve.worker) on the tiny model that thinks (tests/fixtures/tool_model.py:
+worker (python -m engine.cli.worker) on the tiny model that thinks (tests/fixtures/tool_model.py:
 its answers are fixed by its weights; under a schema the grammar writes the JSON): a schema that
 is not one is refused in the settings with one line; an answer under a schema is valid JSON
 against it, shown indented; one that the grammar engine cannot compile ends in one error line

@@ -43,7 +43,7 @@ def _call(url: str, key: str | None = None, body: dict | None = None,
 
 
 def test_the_panel_serves_the_window_model_and_stops(qtbot, settings):
-    worker = WorkerClient()  # python -m engine.serve.worker
+    worker = WorkerClient()  # python -m engine.cli.worker
     panel = ServerPanel(worker, settings)
     qtbot.addWidget(panel)
     try:

@@ -85,7 +85,7 @@ def test_a_narrow_status_line_drops_whole_parts_never_a_word(qtbot):
 
 TRACEBACK_THEN_WARNINGS = """\
 Traceback (most recent call last):
-  File "/x/engine/serve/worker.py", line 88, in main
+  File "/x/engine/cli/worker.py", line 88, in main
     session.load(request)
   File "/x/engine/load/loader.py", line 12, in load
     raise RuntimeError("CUDA error: an illegal memory access was encountered")

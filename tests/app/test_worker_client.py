@@ -92,7 +92,7 @@ def test_unload_is_a_stream_of_its_own(qtbot, make_worker):
     with qtbot.waitSignal(worker.sig_finished, timeout=10_000) as blocker:
         worker.send(UnloadRequest())
         assert worker.busy == "unload"
-    assert blocker.args[0].reason == "unloaded"  # engine/serve/worker.py's answer to an unload
+    assert blocker.args[0].reason == "unloaded"  # engine/cli/worker.py's answer to an unload
     assert worker.busy is None and worker.ended_command == "unload"
 
 

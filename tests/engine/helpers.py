@@ -117,7 +117,7 @@ class WorkerProcess:
 
     def __init__(self):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "engine.serve.worker"], cwd=REPO, stdin=subprocess.PIPE,
+            [sys.executable, "-m", "engine.cli.worker"], cwd=REPO, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
 
     def send(self, **command) -> None:
@@ -172,7 +172,7 @@ def hearth_serve(*args: str) -> tuple[subprocess.Popen, str]:
     """`hearth serve --port 0 --device cpu ARGS` (the bundled demo model) as a subprocess, once
     it serves -> (the process, its base URL http://127.0.0.1:PORT/v1). The caller ends it."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "engine.serve.cli", "serve", "--port", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "engine.cli.cli", "serve", "--port", "0",
                              "--device", "cpu", *args], stderr=subprocess.PIPE, text=True,
                             env=env)
     lines = []

@@ -9,7 +9,7 @@ import pytest
 
 from engine.events import LoadRequest, event_from_json
 from engine.generate.session import Session
-from engine.serve import cli
+from engine.cli import cli
 from tests.engine.helpers import PROMPT, WorkerProcess, greedy_request, hf_greedy, token_ids
 from tests.fixtures.tiny import ARCHITECTURES
 

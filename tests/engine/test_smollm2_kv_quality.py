@@ -19,7 +19,7 @@ import pytest
 
 from engine.events import LoadRequest
 from engine.generate.session import Session
-from engine.serve.cli import main
+from engine.cli.cli import main
 from engine.tools.eval import perplexity
 
 TEXT = Path(__file__).resolve().parents[1] / "fixtures" / "heldout_2026.txt"

@@ -39,7 +39,7 @@ OVERRIDES = {
     "tools/bench/concurrent.py": "the benchmark's random-weights session",
     "platform/library_noise.py": "HEARTH_DEBUG: third-party notes",
     "files/gguf_import.py": "HEARTH_DEBUG: third-party notes",
-    "serve/cli.py": "HEARTH_DEBUG: a failed command's traceback",
+    "cli/cli.py": "HEARTH_DEBUG: a failed command's traceback",
     "parallel/follower.py": "the tests' fault injection hook",
 }
 

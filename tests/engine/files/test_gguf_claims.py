@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from engine.files import gguf_import, model_home
-from engine.serve import cli
+from engine.cli import cli
 from tests.fixtures import tiny_gguf
 
 LAYER_0 = [n for n in tiny_gguf.tensor_shapes() if n.startswith("blk.0.")]

@@ -13,7 +13,7 @@ import pytest
 from engine.files import gguf_import
 from engine.files.gguf_check import BadGGUF, check
 from engine.files.model_home import imported_models
-from engine.serve import cli
+from engine.cli import cli
 from tests.fixtures import tiny_gguf
 
 

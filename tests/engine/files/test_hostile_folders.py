@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.serve import cli
+from engine.cli import cli
 
 # case -> (words the message holds, the file it names, does `hearth plan` read that file)
 CASES = {

@@ -16,7 +16,7 @@ from engine.formats import families, loadable
 from engine.plan import memory as planner
 from engine.platform import gpu as engine_gpu
 from engine.platform.gpu import GpuInfo, GpuReport
-from engine.serve import cli
+from engine.cli import cli
 
 BIG_CARD = 80 * planner.GiB  # far more than these small shapes need
 

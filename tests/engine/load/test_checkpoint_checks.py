@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.serve import cli
+from engine.cli import cli
 from tests.engine.helpers import REPO
 
 
@@ -72,7 +72,7 @@ def test_a_rope_type_transformers_knows_still_loads(tiny_model, tmp_path, capsys
 
 
 def _hearth_run(folder: Path, prompt: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine.serve.cli", "run", "--model",
+    return subprocess.run([sys.executable, "-m", "engine.cli.cli", "run", "--model",
                            str(folder), "--device", "cpu", "--prompt", prompt,
                            "--max-new-tokens", "2"], cwd=REPO, capture_output=True,
                           text=True, timeout=300)

@@ -13,7 +13,7 @@ import torch
 
 from engine.load import loader
 from engine.platform import telemetry
-from engine.serve.worker import Worker
+from engine.cli.worker import Worker
 
 GiB = 2**30
 CARD = torch.device("cuda", 0)

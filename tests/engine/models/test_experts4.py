@@ -20,7 +20,7 @@ from engine.models import experts
 from engine.models.moe_step import MoeStep
 from engine.quant.experts4 import Experts4
 from engine.quant.int4_linear import Int4Linear
-from engine.serve import cli
+from engine.cli import cli
 from tests.engine.models.test_experts import assert_batched_rows_routed_apart_equal_each_alone
 from tests.engine.models.test_gemma import _teacher_forced
 from tests.fixtures import experts as fixture

@@ -18,7 +18,7 @@ from engine.events import BadRequest, Failed, LoadRequest, request_from_json
 from engine.generate.session import Session
 from engine.parallel import request as tp_request
 from engine.platform.child_env import NO_MULTICAST
-from engine.serve import cli
+from engine.cli import cli
 from tests.engine.helpers import PROMPT, REPO, WorkerProcess, finished, greedy_request, token_ids
 from tests.engine.parallel.faults import FAIL_AT_LOAD, FAIL_AT_STEP, inject
 
@@ -227,7 +227,7 @@ def test_cuda_visible_devices_narrows_the_count(monkeypatch):
 @pytest.mark.parametrize("flags", [["--tensor-parallel", "2"],
                                    ["--tensor-parallel", "3", "--device", "cpu"]])
 def test_fails_without_importing_torch(flags, tiny_model):
-    code = ("import sys; from engine.serve import cli; rc = cli.main(sys.argv[1:]); "
+    code = ("import sys; from engine.cli import cli; rc = cli.main(sys.argv[1:]); "
             "assert 'torch' not in sys.modules, 'torch was imported'; sys.exit(rc)")
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no GPU for CUDA, whatever NVML sees
     proc = subprocess.run([sys.executable, "-c", code, "run", "--model", str(tiny_model),

@@ -13,7 +13,7 @@ import pytest
 
 from engine.formats.model_shape import ModelShape
 from engine.plan.sizes import workspace_bytes
-from engine.serve import cli
+from engine.cli import cli
 from tests.engine.helpers import REPO
 
 GiB = 1 << 30

@@ -17,8 +17,8 @@ from engine.generate.session import Session
 from engine.load import loader
 from engine.plan import oom
 from engine.plan.oom import OutOfMemory
-from engine.serve import cli
-from engine.serve.worker import Worker
+from engine.cli import cli
+from engine.cli.worker import Worker
 from tests.engine.helpers import REPO, greedy_request, token_ids
 
 QWEN_7B = json.loads((REPO / "bench/qwen2.5-7b/config.json").read_text())

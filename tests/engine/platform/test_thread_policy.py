@@ -56,7 +56,7 @@ def assert_policy_reached_torch(stderr: str) -> None:
 
 
 def test_the_worker_runs_torch_with_the_policy(tiny_models):
-    code = AT_EXIT.format(argv=[], module="engine.serve.worker")
+    code = AT_EXIT.format(argv=[], module="engine.cli.worker")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=clean_env(),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -91,7 +91,7 @@ def test_hearth_run_runs_torch_with_the_policy_quietly(tiny_models):
     awq extra) not imported at all when AWQ is not used."""
     argv = ["run", "--model", str(tiny_models["qwen2"]), "--prompt", "hi", "--quant", "int8",
             "--max-new-tokens", "2", "--temperature", "0", "--device", "cpu"]
-    code = AT_EXIT.format(argv=argv, module="engine.serve.cli")
+    code = AT_EXIT.format(argv=argv, module="engine.cli.cli")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=clean_env(),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

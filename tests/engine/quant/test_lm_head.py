@@ -11,7 +11,7 @@ import torch
 from engine.events import LoadRequest
 from engine.generate.session import Session
 from engine.quant.int8_linear import Int8Linear
-from engine.serve import cli
+from engine.cli import cli
 from tests.engine.helpers import finished, greedy_request
 
 

@@ -1,12 +1,12 @@
 """/health says how many requests the engine batches: the window's server (the worker's own,
-engine/serve/worker_server.py) and `hearth serve` read it from the engine they serve."""
+engine/cli/worker_server.py) and `hearth serve` read it from the engine they serve."""
 
 from __future__ import annotations
 
 import httpx
 
 from engine.events import ServeRequest, Serving
-from engine.serve.worker_server import WorkerServer
+from engine.cli.worker_server import WorkerServer
 from engine.service.engine import Engine
 
 

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from engine.events import GenerateRequest, SamplingParams, Token
-from engine.serve import cli
+from engine.cli import cli
 from tests.engine.helpers import hearth_serve
 from tests.engine.server.conftest import LOAD, metric
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from engine.events import BadRequest
-from engine.serve import cli
+from engine.cli import cli
 from engine.server.guards import HostCheck, is_loopback
 from engine.server.runner import bind
 from tests.engine.server.conftest import API_KEY, start_server

@@ -76,7 +76,7 @@ def test_eight_concurrent_requests_give_their_answers_alone(served, tiny_model, 
     (["--tensor-parallel", "3", "--device", "cpu"], "--tensor-parallel takes 2"),
 ])
 def test_a_split_that_cannot_run_is_refused_before_binding(flags, words, tiny_model, capsys):
-    from engine.serve import cli
+    from engine.cli import cli
 
     assert cli.main(["serve", "--model", str(tiny_model), "--port", "0", *flags]) == 2
     err = capsys.readouterr().err

@@ -21,7 +21,7 @@ from engine.events import (
     request_to_json,
 )
 from engine.generate.session import Session
-from engine.serve import cli
+from engine.cli import cli
 from engine.spec.controller import (
     BACKOFF_TOKENS,
     EARLY_ROUNDS,
@@ -35,7 +35,7 @@ from engine.spec.controller import (
     expected_speedup,
 )
 from tests.engine.helpers import finished, greedy_request, token_ids
-from tests.engine.serve.test_bad_input import one_error_line
+from tests.engine.cli.test_bad_input import one_error_line
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see tests/engine/conftest.py
 

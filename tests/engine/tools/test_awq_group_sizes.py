@@ -11,7 +11,7 @@ import pytest
 
 from engine.events import BadRequest, LoadRequest
 from engine.generate.session import Session
-from engine.serve import cli
+from engine.cli import cli
 from engine.tools.eval import perplexity
 from engine.tools.quantize import group_size_for
 from tests.engine.test_smollm2 import TEXT

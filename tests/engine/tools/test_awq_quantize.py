@@ -10,7 +10,7 @@ import torch
 from safetensors import safe_open
 
 from engine.quant import awq_format
-from engine.serve import cli
+from engine.cli import cli
 from engine.tools import awq_search
 from engine.tools.calibration import token_blocks
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from engine.serve import cli
+from engine.cli import cli
 
 
 def test_bench_json_reports_speed_and_references(tiny_model, capsys):

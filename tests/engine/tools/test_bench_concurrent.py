@@ -12,7 +12,7 @@ import pytest
 
 from engine.events import LoadRequest
 from engine.generate.session import Session
-from engine.serve import cli
+from engine.cli import cli
 from engine.service.engine import Engine
 from engine.tools.bench.concurrent import submit_all
 from engine.tools.bench.decode import _prompts

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from engine.serve import cli
-from engine.serve.chat_cli import read_message
+from engine.cli import cli
+from engine.cli.chat_cli import read_message
 from tests.engine.helpers import REPO
 
 pexpect = pytest.importorskip("pexpect")
@@ -22,7 +22,7 @@ TIMEOUT_S = 90  # a busy 2-core machine: torch's import alone takes seconds
 
 def spawn(model, max_new_tokens: int):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "TERM": "dumb"}
-    child = pexpect.spawn(sys.executable, ["-m", "engine.serve.cli", "chat", "--model", str(model),
+    child = pexpect.spawn(sys.executable, ["-m", "engine.cli.cli", "chat", "--model", str(model),
                                            "--temperature", "0", "--max-new-tokens",
                                            str(max_new_tokens)],
                           cwd=REPO, env=env, encoding="utf-8", timeout=TIMEOUT_S)

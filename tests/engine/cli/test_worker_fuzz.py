@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from engine.events import Failed, LoadRequest, event_from_json
 from engine.generate.session import Session
-from engine.serve.worker import MAX_COMMAND_BYTES, Worker, command_lines
+from engine.cli.worker import MAX_COMMAND_BYTES, Worker, command_lines
 from tests.engine.helpers import REPO
 
 TERMINAL = ("finished", "failed", "loaded")
@@ -179,7 +179,7 @@ def test_a_too_long_line_is_skipped_whole_and_the_next_one_read():
 
 
 def test_the_real_worker_lives_through_hostile_bytes_and_exits_on_closed_stdin():
-    proc = subprocess.Popen([sys.executable, "-m", "engine.serve.cli", "worker"], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "engine.cli.cli", "worker"], cwd=REPO,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL)
     try:

@@ -15,7 +15,7 @@ from engine.files.model_home import STARTER_NAME
 from engine.plan import memory as planner
 from engine.platform import gpu as engine_gpu
 from engine.platform.gpu import GpuInfo, GpuReport
-from engine.serve import cli
+from engine.cli import cli
 from tests.app.fake_hub import folder_files, serving
 
 REPO = "hearth-test/tiny-qwen2"

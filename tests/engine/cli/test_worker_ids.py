@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 
 from engine.events import event_from_json
-from engine.serve.worker import Worker
+from engine.cli.worker import Worker
 
 TERMINAL = ("finished", "failed")
 PROMPTS = [f"Tell me about {w}" for w in (

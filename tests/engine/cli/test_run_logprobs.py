@@ -4,7 +4,7 @@ tokens' (the greedy token the likeliest of them); without --json it is bad input
 from __future__ import annotations
 
 from engine.events import event_from_json
-from engine.serve import cli
+from engine.cli import cli
 
 
 def test_json_token_events_carry_the_logprobs_asked_for(tiny_model, capsys):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from engine.serve import cli
+from engine.cli import cli
 from tests.engine.helpers import REPO, WorkerProcess
 
 FOLDER_CASES = {
@@ -126,7 +126,7 @@ def test_nf4_on_the_cpu_says_it_is_slow(tiny_model, capsys):
 
 @pytest.mark.parametrize("case", ["missing", "gguf", "truncated"])
 def test_real_subprocess_fails_fast_without_importing_torch(case, bad_models):
-    code = ("import sys; from engine.serve import cli; rc = cli.main(sys.argv[1:]); "
+    code = ("import sys; from engine.cli import cli; rc = cli.main(sys.argv[1:]); "
             "assert 'torch' not in sys.modules, 'torch was imported'; sys.exit(rc)")
     proc = subprocess.run([sys.executable, "-c", code, "run", "--model", str(bad_models[case]),
                            "--prompt", "hi"], cwd=REPO, capture_output=True, text=True,
@@ -136,7 +136,7 @@ def test_real_subprocess_fails_fast_without_importing_torch(case, bad_models):
 
 
 def test_hearth_entry_point_bad_input(bad_models):
-    proc = subprocess.run([sys.executable, "-m", "engine.serve.cli", "run", "--model",
+    proc = subprocess.run([sys.executable, "-m", "engine.cli.cli", "run", "--model",
                            str(bad_models["bin_only"]), "--prompt", "hi"], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2

@@ -185,7 +185,7 @@ class Worker:
             self.emit(Failed(str(e), hint="wait for a generation to end"), rid)
 
     def _serve(self, req: ServeRequest) -> None:
-        from engine.serve.worker_server import WorkerServer
+        from engine.cli.worker_server import WorkerServer
 
         with self.lock:
             running = self.server
@@ -201,7 +201,7 @@ class Worker:
                          name="hearth-server-start").start()
 
     def _start_server(self, server, req: ServeRequest) -> None:
-        from engine.serve.worker_server import ServeFailed
+        from engine.cli.worker_server import ServeFailed
 
         try:
             server.start()  # emits `serving` once it listens
@@ -212,7 +212,7 @@ class Worker:
             self.emit(Failed(str(e), hint=e.hint, bad_input=e.bad_input), req.id)
 
     def _restart_server(self) -> None:
-        from engine.serve.worker_server import WorkerServer
+        from engine.cli.worker_server import WorkerServer
 
         with self.lock:
             old = self.server

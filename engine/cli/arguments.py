@@ -1,6 +1,6 @@
 """The `hearth` command's arguments: the argparse tree, whose own errors are one line and exit
 2 like the engine's checks. The --quant and --kv-dtype words come from engine/formats, read each
-time the parser is built. The commands themselves run in serve/cli.py.
+time the parser is built. The commands themselves run in cli/cli.py.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from importlib import metadata
 
 from engine.events import BadRequest, kv_dtype_choices, quant_choices
 from engine.generate.reproducible import WORDS
-from engine.serve import chat_cli, import_cli, models_cli
+from engine.cli import chat_cli, import_cli, models_cli
 from engine.server import command as serve_command
 
 

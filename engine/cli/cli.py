@@ -1,6 +1,6 @@
 """The `hearth` command. Arguments and the model folder are checked before torch is imported,
 so bad input fails at once with one sentence and exit code 2 (the CLI contract).
-The argument tree is serve/arguments.py.
+The argument tree is cli/arguments.py.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from engine.events import (
     event_to_json,
 )
 from engine.generate.reproducible import reproducible_of
-from engine.serve import chat_cli, import_cli, models_cli
-from engine.serve.arguments import build_parser
+from engine.cli import chat_cli, import_cli, models_cli
+from engine.cli.arguments import build_parser
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
                 return EXIT_ERROR
             return code
         if args.command == "worker":
-            from engine.serve import worker
+            from engine.cli import worker
 
             worker.exit_now(worker.main())
         if args.command == "run":
@@ -198,7 +198,7 @@ def _grammar(args):
         return None
     if args.endpoint is not None:
         raise BadRequest("--json-schema holds a local model to a schema; leave out --endpoint")
-    from engine.serve import schema_file
+    from engine.cli import schema_file
 
     return schema_file.read(args.json_schema)
 

@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from engine.platform import display
-from engine.serve import cli
+from engine.cli import cli
 from tests.engine.helpers import REPO
-from tests.engine.serve.test_bad_input import one_error_line
+from tests.engine.cli.test_bad_input import one_error_line
 from tests.test_doctor import LDD_TWO_MISSING
 
 
@@ -47,7 +47,7 @@ def test_a_window_that_qt_aborts_names_the_missing_libraries(monkeypatch, capsys
 
 
 def test_serve_without_the_server_extra_is_one_line_with_the_install_command():
-    code = ("import sys; sys.modules['fastapi'] = None; from engine.serve.cli import main; "
+    code = ("import sys; sys.modules['fastapi'] = None; from engine.cli.cli import main; "
             "sys.exit(main(['serve']))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                           text=True, timeout=120)

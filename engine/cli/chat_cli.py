@@ -11,8 +11,8 @@ import threading
 from collections.abc import Callable, Iterator
 
 from engine.events import BadRequest, Loaded, LoadProgress, LoadRequest
-from engine.serve.chat_conversation import HELP, QUOTES, Chat, Leave
-from engine.serve.chat_settings import DEFAULT_MAX_TOKENS
+from engine.cli.chat_conversation import HELP, QUOTES, Chat, Leave
+from engine.cli.chat_settings import DEFAULT_MAX_TOKENS
 
 PROMPT, MORE = ">>> ", "... "
 

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterable
 
 from engine.events import BadRequest, Failed, Finished, GenerateRequest, Stats, Token
-from engine.serve.chat_settings import NAMES, AnswerSettings, key_of
+from engine.cli.chat_settings import NAMES, AnswerSettings, key_of
 
 QUOTES = '"""'
 HELP = f"""\
