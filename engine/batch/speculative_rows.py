@@ -248,7 +248,7 @@ class SpeculativeRows:
             return
         self.passes[len(verify)] += 1
         rows, _ = batched.prefill(
-            [prefill_batch.Chunk(c.token_ids, c.start, c.seq.table.block_ids, every=True)
+            [prefill_batch.PassRow(c.token_ids, c.start, c.seq.table.block_ids, every=True)
              for c in verify], [c.seq.table for c in verify], together=True)
         lo = 0
         for c in verify:

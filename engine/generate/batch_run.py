@@ -145,7 +145,7 @@ class BatchRun:
         prefills = [c for c in plan.chunks if c not in rows and not c.spec]
         if prefills:
             logits, together = self.batched.prefill(
-                [prefill_batch.Chunk(c.token_ids, c.start, c.seq.table.block_ids)
+                [prefill_batch.PassRow(c.token_ids, c.start, c.seq.table.block_ids)
                  for c in prefills], [c.seq.table for c in prefills])
             self.prefill_passes.update([len(prefills)] if together else [1] * len(prefills))
         for j, c in enumerate(prefills):

@@ -22,14 +22,17 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Chunk:
+class PassRow:
+    """One row of a pass as the model sees it: a batch's chunk (batch/sequence.py Chunk: which
+    sequence, which of its tokens) turned into ids, a position and that sequence's blocks."""
+
     token_ids: list[int]  # the chunk's tokens
     start: int  # the position of its first
     block_ids: list[int]  # its sequence's blocks, reserved past start + len(token_ids)
     every: bool = False  # a verify row: the logits of every token, not the last only
 
 
-def run(step: FamilyStep, chunks: list[Chunk], kv_len_of, max_blocks: int, scratch: int,
+def run(step: FamilyStep, chunks: list[PassRow], kv_len_of, max_blocks: int, scratch: int,
         device: torch.device) -> torch.Tensor:
     """-> logits [len(chunks), V]: row c the next-token logits after chunk c's last token (a
     chunk with `every`: a row after each of its tokens, in order, in its place among the rows).

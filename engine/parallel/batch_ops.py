@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from engine.cache.block_manager import Sequence
-from engine.models.prefill_batch import Chunk
+from engine.models.prefill_batch import PassRow
 from engine.step.batched import BatchedDecoder
 from engine.step.decode import Decoder
 
@@ -30,7 +30,7 @@ OP_BATCH_PREFILL, OP_BATCH_STEP = 6, 7
 _epochs = itertools.count(1)
 
 
-def flatten(chunks: list[Chunk]) -> list[int]:
+def flatten(chunks: list[PassRow]) -> list[int]:
     """Chunks as one list of ints: per chunk its start, length, block count and whether it is
     a verify row, its tokens, its blocks."""
     out: list[int] = []
@@ -40,12 +40,12 @@ def flatten(chunks: list[Chunk]) -> list[int]:
     return out
 
 
-def unflatten(flat: list[int]) -> list[Chunk]:
+def unflatten(flat: list[int]) -> list[PassRow]:
     chunks, i = [], 0
     while i < len(flat):
         start, T, B, every = flat[i:i + 4]
         i += 4
-        chunks.append(Chunk(flat[i:i + T], start, flat[i + T:i + T + B], bool(every)))
+        chunks.append(PassRow(flat[i:i + T], start, flat[i + T:i + T + B], bool(every)))
         i += T + B
     return chunks
 
@@ -68,7 +68,7 @@ class RankBatch(BatchedDecoder):
         self.epoch = next(_epochs)
         self._sent, self._rows_sent = -1, 0  # tables.writes and rows when the tables last went
 
-    def prefill(self, chunks: list[Chunk], tables: list[Sequence],
+    def prefill(self, chunks: list[PassRow], tables: list[Sequence],
                 together: bool | None = None) -> tuple[list[torch.Tensor], bool]:
         def run():
             one_pass = self.together(chunks) if together is None else together

@@ -110,7 +110,7 @@ class BatchedDecoder:
             n = self._splits[kv_len] = paged.of(self.cache).splits(kv_len)
         return n
 
-    def together(self, chunks: list[prefill_batch.Chunk]) -> bool:
+    def together(self, chunks: list[prefill_batch.PassRow]) -> bool:
         """Whether these prefill chunks run in one pass: two or more, each one the decoder
         would run through the family step alone (never in the reproducible mode, whose chunks
         run row by row as decode steps, nor over sliding layers' rings: cache/sliding_pool.py)."""
@@ -119,7 +119,7 @@ class BatchedDecoder:
                 and all(d.family_prefills(c.start, len(c.token_ids)) for c in chunks))
 
     @torch.inference_mode()
-    def prefill(self, chunks: list[prefill_batch.Chunk], tables: list[BlockTable],
+    def prefill(self, chunks: list[prefill_batch.PassRow], tables: list[BlockTable],
                 together: bool | None = None) -> tuple[list[torch.Tensor], bool]:
         """Prefill chunks of several sequences (tables[i]: chunk i's sequence's blocks, reserved
         past it) -> (each chunk's next-token logits [V], whether they ran in one pass): in one

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from engine.events import BadRequest, LoadRequest
 from engine.generate.session import Session
-from engine.models.prefill_batch import Chunk
+from engine.models.prefill_batch import PassRow
 from engine.parallel.batch_ops import RankBatch
 from engine.parallel.leader import TPFailed, TPLeader, rank0_nccl_env
 from engine.parallel.sharded_step import TPSpec, layout, shard, spec_of, vocab_rows
@@ -139,7 +139,7 @@ def test_one_rank_step_keeps_the_o_proj_bias():
 def _prefill(batch: RankBatch, ids: torch.Tensor, start: int, every: bool = False):
     """One chunk of rank 0's live sequence through every rank (a verify row where `every`)."""
     seq = batch.cache.seq
-    chunk = Chunk(ids.tolist(), start, list(seq.block_ids), every)
+    chunk = PassRow(ids.tolist(), start, list(seq.block_ids), every)
     rows, _ = batch.prefill([chunk], [seq], together=every or None)
     return torch.stack(rows) if every else rows[0]
 
