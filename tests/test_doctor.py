@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
+from engine.cli import cli
 from engine.platform import display
 from engine.platform.gpu import GpuInfo, GpuReport
-from engine.cli import cli
 from engine.tools import doctor
 from tests.engine.helpers import REPO
 

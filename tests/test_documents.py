@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.events import BadRequest
 from engine.cli.arguments import build_parser
+from engine.events import BadRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = ("BENCHMARKS.md", "README.md", "bench/README.md",

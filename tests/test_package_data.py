@@ -9,8 +9,8 @@ import sys
 import tomllib
 from pathlib import Path
 
-from engine.files import model_folder
 from engine.cli import cli
+from engine.files import model_folder
 from engine.tools import desktop_entry
 from hearth_resources import folder
 from tests.engine.helpers import REPO

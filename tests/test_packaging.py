@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.platform import display
 from engine.cli import cli
+from engine.platform import display
 from engine.tools import desktop_entry, doctor
 from tests.engine.helpers import REPO
 from tests.fixtures.smollm2 import wheel_path as smollm2_wheel

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
+from engine.cli import cli
 from engine.formats.model_shape import ModelShape
 from engine.plan.memory import GiB
 from engine.plan.multi_gpu import NCCL_BUFFERS_BYTES, plan_multi
 from engine.platform.gpu import GpuInfo, GpuReport
-from engine.cli import cli
 from engine.tools import plan_multi_report, plan_report
 from tests.test_plan import QWEN7B
 from tests.test_plan_multi import QWEN14B

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from engine.cli import cli
 from engine.events import (
     BadRequest,
     Failed,
@@ -30,7 +31,6 @@ from engine.remote import (
 )
 from engine.remote.answer_stream import AnswerStream
 from engine.remote.sse import ServerEvent
-from engine.cli import cli
 from tests.fake_endpoint import ANSWER, FLOOD_CAP_BYTES, FakeEndpoint, closed_port_url
 
 KEY = "sk-test-0123456789abcdefXYZ"

@@ -9,9 +9,9 @@ import argparse
 import math
 from importlib import metadata
 
+from engine.cli import chat_cli, import_cli, models_cli
 from engine.events import BadRequest, kv_dtype_choices, quant_choices
 from engine.generate.reproducible import WORDS
-from engine.cli import chat_cli, import_cli, models_cli
 from engine.server import command as serve_command
 
 

@@ -10,9 +10,9 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 
-from engine.events import BadRequest, Loaded, LoadProgress, LoadRequest
 from engine.cli.chat_conversation import HELP, QUOTES, Chat, Leave
 from engine.cli.chat_settings import DEFAULT_MAX_TOKENS
+from engine.events import BadRequest, Loaded, LoadProgress, LoadRequest
 
 PROMPT, MORE = ">>> ", "... "
 

@@ -10,8 +10,8 @@ import sys
 import threading
 from collections.abc import Callable, Iterable
 
-from engine.events import BadRequest, Failed, Finished, GenerateRequest, Stats, Token
 from engine.cli.chat_settings import NAMES, AnswerSettings, key_of
+from engine.events import BadRequest, Failed, Finished, GenerateRequest, Stats, Token
 
 QUOTES = '"""'
 HELP = f"""\

@@ -9,6 +9,8 @@ import json
 import subprocess
 import sys
 
+from engine.cli import chat_cli, import_cli, models_cli
+from engine.cli.arguments import build_parser
 from engine.config import overrides
 from engine.events import (
     BadRequest,
@@ -23,8 +25,6 @@ from engine.events import (
     event_to_json,
 )
 from engine.generate.reproducible import reproducible_of
-from engine.cli import chat_cli, import_cli, models_cli
-from engine.cli.arguments import build_parser
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT = 0, 1, 2
 

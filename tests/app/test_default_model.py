@@ -9,9 +9,9 @@ import shutil
 
 from app import __main__ as app_main
 from app.models.model_picker_dialog import ModelPickerDialog
+from engine.cli import cli
 from engine.files import model_home
 from engine.files.model_home import STARTER_NAME, models_dir, starter_dir
-from engine.cli import cli
 
 
 def cli_default(capsys) -> str:

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from engine.cli import cli
 from engine.events import LoadRequest, event_from_json
 from engine.generate.session import Session
-from engine.cli import cli
 from tests.engine.helpers import PROMPT, WorkerProcess, greedy_request, hf_greedy, token_ids
 from tests.fixtures.tiny import ARCHITECTURES
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.cli.cli import main
 from engine.events import LoadRequest
 from engine.generate.session import Session
-from engine.cli.cli import main
 from engine.tools.eval import perplexity
 
 TEXT = Path(__file__).resolve().parents[1] / "fixtures" / "heldout_2026.txt"

@@ -9,9 +9,9 @@ import json
 import jsonschema
 import pytest
 
+from engine.cli import cli
 from engine.events import event_from_json
 from engine.events.grammar_spec import MAX_SOURCE_CHARS
-from engine.cli import cli
 from tests.engine.cli.test_bad_input import one_error_line
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see tests/engine/conftest.py

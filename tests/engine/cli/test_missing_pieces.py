@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from engine.platform import display
 from engine.cli import cli
-from tests.engine.helpers import REPO
+from engine.platform import display
 from tests.engine.cli.test_bad_input import one_error_line
+from tests.engine.helpers import REPO
 from tests.test_doctor import LDD_TWO_MISSING
 
 

@@ -9,13 +9,13 @@ import shutil
 
 import pytest
 
+from engine.cli import cli
 from engine.files import model_folder
 from engine.files.model_catalog import size_on_disk
 from engine.files.model_home import STARTER_NAME
 from engine.plan import memory as planner
 from engine.platform import gpu as engine_gpu
 from engine.platform.gpu import GpuInfo, GpuReport
-from engine.cli import cli
 from tests.app.fake_hub import folder_files, serving
 
 REPO = "hearth-test/tiny-qwen2"

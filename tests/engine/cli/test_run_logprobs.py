@@ -3,8 +3,8 @@ tokens' (the greedy token the likeliest of them); without --json it is bad input
 
 from __future__ import annotations
 
-from engine.events import event_from_json
 from engine.cli import cli
+from engine.events import event_from_json
 
 
 def test_json_token_events_carry_the_logprobs_asked_for(tiny_model, capsys):

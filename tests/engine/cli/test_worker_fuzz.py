@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engine.cli.worker import MAX_COMMAND_BYTES, Worker, command_lines
 from engine.events import Failed, LoadRequest, event_from_json
 from engine.generate.session import Session
-from engine.cli.worker import MAX_COMMAND_BYTES, Worker, command_lines
 from tests.engine.helpers import REPO
 
 TERMINAL = ("finished", "failed", "loaded")

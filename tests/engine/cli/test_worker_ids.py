@@ -14,8 +14,8 @@ import urllib.request
 
 import pytest
 
-from engine.events import event_from_json
 from engine.cli.worker import Worker
+from engine.events import event_from_json
 
 TERMINAL = ("finished", "failed")
 PROMPTS = [f"Tell me about {w}" for w in (

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.files import gguf_import, model_home
 from engine.cli import cli
+from engine.files import gguf_import, model_home
 from tests.fixtures import tiny_gguf
 
 LAYER_0 = [n for n in tiny_gguf.tensor_shapes() if n.startswith("blk.0.")]

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engine.cli import cli
 from engine.files import gguf_import
 from engine.files.gguf_check import BadGGUF, check
 from engine.files.model_home import imported_models
-from engine.cli import cli
 from tests.fixtures import tiny_gguf
 
 

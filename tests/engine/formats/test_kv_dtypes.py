@@ -10,11 +10,11 @@ import torch
 
 from app.models import fit_check
 from engine.cache.kv_arena import KVArena
+from engine.cli import cli
 from engine.events import BadRequest, LoadRequest, request_from_json, request_to_json
 from engine.formats import kv_dtypes
 from engine.formats.model_shape import ModelShape
 from engine.plan.memory import GiB, kv_bytes_per_token, plan
-from engine.cli import cli
 
 # a Qwen2-0.5B-like shape: 24 layers, 2 KV heads of 64
 CONFIG = dict(model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=896,

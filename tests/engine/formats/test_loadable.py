@@ -10,13 +10,13 @@ import json
 import pytest
 
 from app.models import fit_check
+from engine.cli import cli
 from engine.files import model_folder
 from engine.files.hub_listing import RepoListing
 from engine.formats import families, loadable
 from engine.plan import memory as planner
 from engine.platform import gpu as engine_gpu
 from engine.platform.gpu import GpuInfo, GpuReport
-from engine.cli import cli
 
 BIG_CARD = 80 * planner.GiB  # far more than these small shapes need
 

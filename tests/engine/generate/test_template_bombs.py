@@ -18,11 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from transformers import AutoTokenizer
 
+from engine.cli import cli
 from engine.events import BadRequest, GenerateRequest
 from engine.files.tokenizer_files import MAX_TEMPLATE_CHARS
 from engine.generate.prompt import build, render_template
 from engine.generate.template_guard import RenderBudget, RenderCancelled
-from engine.cli import cli
 from tests.engine.helpers import WorkerProcess, hearth_serve
 
 HANG_GUARD_S = 180  # a stopped bomb ends in seconds; one not stopped runs for hours

@@ -8,10 +8,10 @@ import threading
 
 import pytest
 
+from engine.cli.worker import Worker
 from engine.events import LoadRequest, event_from_json
 from engine.generate.session import Session
 from engine.load.loader import LoadCancelled
-from engine.cli.worker import Worker
 
 
 def test_session_load_stops_at_the_next_stage(tiny_model):

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from engine.cli.worker import Worker
 from engine.load import loader
 from engine.platform import telemetry
-from engine.cli.worker import Worker
 
 GiB = 2**30
 CARD = torch.device("cuda", 0)

@@ -9,9 +9,9 @@ import threading
 import pytest
 import torch
 
+from engine.cli.worker import Worker
 from engine.events import GenerateRequest, LoadRequest, SamplingParams, event_from_json
 from engine.generate.session import Session
-from engine.cli.worker import Worker
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 GiB = 2**30

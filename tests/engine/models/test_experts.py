@@ -13,12 +13,12 @@ import json
 import pytest
 import torch
 
+from engine.cli import cli
 from engine.events import LoadRequest
 from engine.formats.model_shape import ModelShape
 from engine.generate.session import Session
 from engine.models import experts
 from engine.models.moe_step import MoeStep
-from engine.cli import cli
 from tests.engine.generate.test_batch_run import concurrent_equals_alone, teacher_forced_rows
 from tests.engine.helpers import PROMPT, greedy_request, hf_greedy, token_ids
 from tests.engine.models.test_gemma import _teacher_forced

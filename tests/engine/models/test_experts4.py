@@ -13,6 +13,7 @@ import json
 import pytest
 import torch
 
+from engine.cli import cli
 from engine.events import LoadRequest
 from engine.generate.session import Session
 from engine.kernels.experts.packed import Packed4
@@ -20,7 +21,6 @@ from engine.models import experts
 from engine.models.moe_step import MoeStep
 from engine.quant.experts4 import Experts4
 from engine.quant.int4_linear import Int4Linear
-from engine.cli import cli
 from tests.engine.models.test_experts import assert_batched_rows_routed_apart_equal_each_alone
 from tests.engine.models.test_gemma import _teacher_forced
 from tests.fixtures import experts as fixture

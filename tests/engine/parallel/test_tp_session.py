@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from engine.cli import cli
 from engine.events import BadRequest, Failed, LoadRequest, request_from_json
 from engine.generate.session import Session
 from engine.parallel import request as tp_request
 from engine.platform.child_env import NO_MULTICAST
-from engine.cli import cli
 from tests.engine.helpers import PROMPT, REPO, WorkerProcess, finished, greedy_request, token_ids
 from tests.engine.parallel.faults import FAIL_AT_LOAD, FAIL_AT_STEP, inject
 

@@ -10,12 +10,12 @@ import json
 import pytest
 import torch
 
+from engine.cli import cli
 from engine.events import Failed, Finished, LoadRequest
 from engine.generate.session import Session
 from engine.load import loader
 from engine.plan import oom
 from engine.plan.oom import OutOfMemory
-from engine.cli import cli
 from tests.engine.helpers import REPO, greedy_request, token_ids
 
 QWEN_7B = json.loads((REPO / "bench/qwen2.5-7b/config.json").read_text())

@@ -11,9 +11,9 @@ import json
 
 import pytest
 
+from engine.cli import cli
 from engine.formats.model_shape import ModelShape
 from engine.plan.sizes import workspace_bytes
-from engine.cli import cli
 from tests.engine.helpers import REPO
 
 GiB = 1 << 30

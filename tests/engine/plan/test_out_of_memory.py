@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine.cli import cli
+from engine.cli.worker import Worker
 from engine.events import Failed, Finished, LoadRequest, event_from_json
 from engine.generate.session import Session
 from engine.load import loader
 from engine.plan import oom
 from engine.plan.oom import OutOfMemory
-from engine.cli import cli
-from engine.cli.worker import Worker
 from tests.engine.helpers import REPO, greedy_request, token_ids
 
 QWEN_7B = json.loads((REPO / "bench/qwen2.5-7b/config.json").read_text())

@@ -8,10 +8,10 @@ import json
 import pytest
 import torch
 
+from engine.cli import cli
 from engine.events import LoadRequest
 from engine.generate.session import Session
 from engine.quant.int8_linear import Int8Linear
-from engine.cli import cli
 from tests.engine.helpers import finished, greedy_request
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import httpx
 
-from engine.events import ServeRequest, Serving
 from engine.cli.worker_server import WorkerServer
+from engine.events import ServeRequest, Serving
 from engine.service.engine import Engine
 
 

@@ -13,8 +13,8 @@ import httpx
 import openai
 import pytest
 
-from engine.events import GenerateRequest, SamplingParams, Token
 from engine.cli import cli
+from engine.events import GenerateRequest, SamplingParams, Token
 from tests.engine.helpers import hearth_serve
 from tests.engine.server.conftest import LOAD, metric
 

@@ -9,8 +9,8 @@ import socket
 import httpx
 import pytest
 
-from engine.events import BadRequest
 from engine.cli import cli
+from engine.events import BadRequest
 from engine.server.guards import HostCheck, is_loopback
 from engine.server.runner import bind
 from tests.engine.server.conftest import API_KEY, start_server

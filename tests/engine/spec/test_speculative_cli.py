@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 
+from engine.cli import cli
 from engine.events import (
     GenerateRequest,
     LoadRequest,
@@ -21,7 +22,6 @@ from engine.events import (
     request_to_json,
 )
 from engine.generate.session import Session
-from engine.cli import cli
 from engine.spec.controller import (
     BACKOFF_TOKENS,
     EARLY_ROUNDS,
@@ -34,8 +34,8 @@ from engine.spec.controller import (
     Median,
     expected_speedup,
 )
-from tests.engine.helpers import finished, greedy_request, token_ids
 from tests.engine.cli.test_bad_input import one_error_line
+from tests.engine.helpers import finished, greedy_request, token_ids
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see tests/engine/conftest.py
 

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
+from engine.cli import cli
 from engine.events import BadRequest, LoadRequest
 from engine.generate.session import Session
-from engine.cli import cli
 from engine.tools.eval import perplexity
 from engine.tools.quantize import group_size_for
 from tests.engine.test_smollm2 import TEXT

@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from engine.quant import awq_format
 from engine.cli import cli
+from engine.quant import awq_format
 from engine.tools import awq_search
 from engine.tools.calibration import token_blocks
 

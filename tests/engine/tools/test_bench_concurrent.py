@@ -10,9 +10,9 @@ import threading
 
 import pytest
 
+from engine.cli import cli
 from engine.events import LoadRequest
 from engine.generate.session import Session
-from engine.cli import cli
 from engine.service.engine import Engine
 from engine.tools.bench.concurrent import submit_all
 from engine.tools.bench.decode import _prompts
