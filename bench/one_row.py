@@ -1,11 +1,12 @@
-"""One chat on the GPU, three ways: is a separate single-sequence path worth its code?
+"""One chat on the GPU, two ways through the batch loop (generate/batch_run.py, where every
+generation runs): does one row need the Decoder's own step?
 
-  session: Session.generate, the single-sequence loop (the Decoder's step and graphs)
-  solo:    the batch loop (generate/batch_run.py) with one row, whose step is the Decoder's own
-  runner:  the batch loop with one row through the batched step (BatchedDecoder, 1-row graphs)
+  solo:    one row's step is the Decoder's own (its graphs per KV bucket): what runs today
+  runner:  one row through the batched step (BatchedDecoder, its 1-row graphs)
 
-The same greedy request (random weights, ignore_eos) runs in each mode in turn, `--repeats`
-times, in one process; each line of the output is one run (decode tokens/s after the first
+(Measured at b65f5b9 with a third way, the single-sequence loop that has since gone: see the
+benchmark log.) The same greedy request (random weights, ignore_eos) runs in each mode in turn,
+`--repeats` times, in one process; each line of the output is one run (decode tokens/s after the first
 token, and the first token's latency). The tokens of every mode are checked equal to the first.
 
     python3 bench/one_row.py --model bench/qwen2.5-7b [--quant bf16] [--prompt-len 512] \
@@ -18,7 +19,6 @@ import argparse
 import json
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -55,14 +55,10 @@ def _one(mode: str, session, run: BatchRun, ids: list[int], new_tokens: int) -> 
     session.cache.clear()
     clock = _Clock()
     t0 = time.perf_counter()
-    if mode == "session":
-        for event in session.generate(_request(ids, new_tokens), threading.Event()):
-            clock(event)
-    else:
-        run.batched.solo = mode == "solo"
-        run.add(_request(ids, new_tokens), clock)
-        while run.has_work:
-            run.step()
+    run.batched.solo = mode == "solo"
+    run.add(_request(ids, new_tokens), clock)
+    while run.has_work:
+        run.step()
     n = len(clock.times)
     decode = (n - 1) / (clock.times[-1] - clock.times[0]) if n > 1 else None
     return {"mode": mode, "tokens": n, "decode_tokens_per_s": decode,
@@ -81,7 +77,7 @@ def main() -> None:
     session = load_random(a.model, a.quant, a.prompt_len, a.new_tokens)
     ids = _prompts(1, a.prompt_len, session.lm.model.config.vocab_size, seed=0)[0]
     run = BatchRun(session, max_seqs=1)
-    modes = ("session", "solo", "runner")
+    modes = ("solo", "runner")
     for mode in modes:  # warm-up: graphs captured, kernels compiled
         _one(mode, session, run, ids, min(a.new_tokens, 16))
     rows, first = [], None
