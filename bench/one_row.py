@@ -6,8 +6,9 @@ generation runs): does one row need the Decoder's own step?
 
 (Measured at b65f5b9 with a third way, the single-sequence loop that has since gone: see the
 benchmark log.) The same greedy request (random weights, ignore_eos) runs in each mode in turn,
-`--repeats` times, in one process; each line of the output is one run (decode tokens/s after the first
-token, and the first token's latency). The tokens of every mode are checked equal to the first.
+`--repeats` times, in one process; each line of the output is one run (decode tokens/s after
+the first token, and the first token's latency). The tokens of every mode are checked equal to
+the first.
 
     python3 bench/one_row.py --model bench/qwen2.5-7b [--quant bf16] [--prompt-len 512] \
         [--new-tokens 256] [--repeats 3] [--out one_row.jsonl]
