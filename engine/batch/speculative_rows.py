@@ -91,6 +91,8 @@ class SpeculativeRows:
             if self.draft is None:
                 self.draft = DraftRows(s.draft, s.lm.model.config.vocab_size, self.max_rows)
             proposer = DraftSeq()
+            if s.synthetic is not None:  # the benchmark's: its stats say so
+                proposer.name = s.synthetic.name
         self.rows[seq] = SpecRow(proposer, control, sampler)
 
     def drop(self, seq: Seq) -> None:
@@ -156,9 +158,12 @@ class SpeculativeRows:
             t0 = time.perf_counter()
             proposed = self.draft.propose(list(asks.values()))
             seconds = time.perf_counter() - t0  # each row's round waited for all of them
+            synthetic = self.session.synthetic  # the benchmark's: its proposals, the draft's cost
             for seq, ask in asks.items():
-                row = self.rows[seq]
-                self._take(seq, row, *proposed[ask.seq])
+                row, (proposals, q) = self.rows[seq], proposed[ask.seq]
+                if synthetic is not None and proposals is not None:
+                    proposals = synthetic.replace(len(seq.token_ids), proposals.numel())
+                self._take(seq, row, proposals, q)
                 row.propose_s = seconds
 
     @staticmethod

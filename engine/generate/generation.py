@@ -75,6 +75,8 @@ def new_generation(session, seq_id: str, req: GenerateRequest, sink, cancel: thr
     # prompt lookup and a draft model speculate in the batch (batch/speculative_rows.py)
     t_start = time.perf_counter()
     ids, _, dropped, max_new, sampler = checked_prompt(session.lm, req, history, cancel)
+    if getattr(session, "synthetic", None) is not None and not sampler.s.is_greedy:
+        raise BadRequest("the synthetic draft measures greedy decoding only")
     return Generation(Seq(seq_id, list(ids), max_new), req, sink, cancel, sampler,
                       detokenizer_for(session.lm.tokenizer, ids), StopMatcher(req.stop), 0,
                       dropped, t_start)

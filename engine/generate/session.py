@@ -1,8 +1,7 @@
 """Session: one loaded model, its cache and decoder; `Session.generate(request, cancel)` runs a
 generation as a batch of one through the session's own BatchRun (generate/batch_run.py, the loop
 every generation runs in: prefix reuse by hash, earlier answers kept as generated ids, prompt
-lookup and a draft model speculating inside it), but the benchmark's synthetic draft, which runs
-one sequence by itself (`_speculate_alone`). Every
+lookup and a draft model speculating inside it). Every
 stream ends in exactly one `Finished` or `Failed`. Loading and the configuration (KV dtype,
 prefill chunk, backends: one EngineConfig) are session_load.py's."""
 
@@ -11,7 +10,6 @@ from __future__ import annotations
 import collections
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
@@ -31,21 +29,17 @@ from engine.events import (
     Stats,
     Token,
 )
-from engine.generate import loop_guard, session_events
-from engine.generate.batch_run import STATS_INTERVAL_S, BatchRun
-from engine.generate.detokenizer import StopMatcher, detokenizer_for
-from engine.generate.generation import checked_prompt
+from engine.generate import session_events
+from engine.generate.batch_run import BatchRun
 from engine.generate.prompt import build as build_prompt
 from engine.generate.session_load import load_session, open_cache, resolve_config
 from engine.generate.template_guard import RenderCancelled
 from engine.load import loader
 from engine.plan.oom import memory_kind
 from engine.platform import cpu_threads
-from engine.spec.controller import MAX_ADAPTIVE_K, Controller
-from engine.spec.speculative import SpeculativeDecoding
+from engine.spec.controller import MAX_ADAPTIVE_K
 from engine.step.batched import BatchedDecoder
 from engine.step.decode import DecodeEngine, Decoder
-from engine.step.sampling import Sampler
 
 
 class Session:
@@ -103,7 +97,6 @@ class Session:
         self.synthetic = None  # bench only: a proposers.SyntheticDraft over self.draft
         self.speculation = SpeculationSettings(num_speculative_tokens)
         # one per way of speculating; they remember timings and switch-offs across generations
-        self.controllers: dict[tuple, Controller] = {}
 
     def configure_speculation(self, **changes) -> None:
         """Replace fields of the SpeculationSettings in force (num_speculative_tokens, adaptive,
@@ -146,13 +139,11 @@ class Session:
     def generate(self, req: GenerateRequest, cancel: threading.Event | None = None
                  ) -> Iterator[Token | Stats | PrefillProgress | Finished | Failed]:
         """The request's events, ending in one Finished or Failed: a batch of one through
-        `own_batch()`, but the benchmark's synthetic draft (`_speculate_alone`)."""
+        `own_batch()`."""
         cancel = cancel or threading.Event()
-        if not self._speculates_alone(req):
-            return (yield from self._batch_of_one(req, cancel))
         oom = None  # "GPU" or "CPU" when an allocator ran out of memory
         try:
-            yield from self._speculate_alone(req, cancel)
+            yield from self._batch_of_one(req, cancel)
         except BadRequest as e:
             yield Failed(str(e), bad_input=True)
         except RenderCancelled:  # cancelled while the chat template rendered: nothing ran yet
@@ -178,8 +169,8 @@ class Session:
         return batch
 
     def _history(self) -> list[int]:
-        """The last conversation's ids (generate/prompt.py): the live sequence's after a draft's
-        speculation, else the batch's; none since a clear."""
+        """The last conversation's ids (generate/prompt.py): the cache's live sequence where a
+        tool wrote one (hearth eval's pass), else the batch's; none since a clear."""
         b = self._batch
         return list(self.cache.token_ids) or (b.history if b is not None
                                               and b.scheduler.blocks is self.cache.blocks else [])
@@ -206,100 +197,8 @@ class Session:
                 while batch.has_work and not any(isinstance(e, Finished | Failed) for e in events):
                     batch.step()
 
-    def _speculates_alone(self, req: GenerateRequest) -> bool:
-        """Whether `req` speculates with the benchmark's synthetic draft (`hearth bench
-        --synthetic-acceptance`), out of the batch: the one generation that runs in
-        `_speculate_alone`."""
-        return self.synthetic is not None and not req.prompt_lookup and self._k(req) != 0
-
-    def _k(self, req: GenerateRequest) -> int | None:
-        """The request's speculative tokens a round (None: adaptive)."""
-        k = req.num_speculative_tokens
-        return self.num_speculative_tokens if k is None else k
-
     def _forget(self) -> None:
         # whatever broke mid-pass, no cached block is trusted
         self.cache.clear()
         if self.draft is not None:
             self.draft.cache.clear()
-
-    def _speculation(self, req: GenerateRequest, sampler: Sampler,
-                     ids: list[int]) -> SpeculativeDecoding:
-        """The speculation of a request that `_speculates_alone`, with its controller."""
-        k, proposer = self._k(req), self.synthetic
-        max_k = k or MAX_ADAPTIVE_K
-        self.decoder.capture_blocks(range(2, max_k + 2))  # once; a no-op without CUDA graphs
-        spec = self.speculation
-        key = (proposer.name, max_k, k is None and spec.adaptive, spec.switch_off)
-        control = self.controllers.get(key)
-        if control is None:
-            known = [c.plain_step_s for c in self.controllers.values() if c.plain_step_s]
-            control = self.controllers[key] = Controller(max_k, *key[2:], *known[:1])
-        control.new_generation()
-        return SpeculativeDecoding(self.decoder, self.cache, sampler, proposer, control,
-                                   list(ids))
-
-    def _speculate_alone(self, req: GenerateRequest, cancel: threading.Event):
-        """The synthetic draft's speculation, one sequence by itself, outside the batch loop."""
-        req.validate()
-        t_start = time.perf_counter()
-        ids, tensor, dropped, max_new, sampler = checked_prompt(
-            self.lm, req, self._history(), cancel)
-        done, t_first, stop = 0, None, StopMatcher(req.stop)
-        base = len(ids) - done  # the prompt's length
-        prompt_ids = ids[:base]
-        decoding = self._speculation(req, sampler, ids)  # before prefill: it may capture graphs
-        # the live conversation's prefix, or another's cached by hash (a shared system prompt);
-        # at least the last prompt token is computed: its logits start the answer
-        start = self.cache.reuse(ids)
-        cached = start
-        n_new, generated = done, ids[base:]
-        stats = lambda: session_events.stats(self, prompt_ids, n_new, t_start, t_first, cached,
-                                             dropped, decoding)
-        chunk = self.prefill_chunk
-        chunked = len(ids) - start > chunk
-        logits = None
-        tick = self.threads.tick if self.threads is not None else int
-        for lo in range(start, len(ids), chunk):
-            tick()
-            if cancel.is_set():
-                return (yield Finished("cancelled", stats()))
-            hi = min(lo + chunk, len(ids))
-            logits = self.decoder.forward(tensor[lo:hi], lo)
-            self.cache.token_ids = ids[:hi]
-            if chunked:
-                yield PrefillProgress(hi - start, len(ids) - start)
-
-        detok = detokenizer_for(self.lm.tokenizer, ids)
-        last_stats = time.perf_counter()
-        new = decoding.first(logits)  # then 1 token a plain step, up to K + 1 a round
-        t_first = t_first or time.perf_counter()
-        while True:
-            text, shown = "", []
-            for tid in new:
-                n_new += 1
-                shown.append(tid)
-                generated.append(tid)
-                if tid in self.lm.eos_ids and not req.ignore_eos:
-                    yield sampler.token(text, shown, last=True)
-                    return (yield Finished("eos", stats()))
-                piece, stopped = stop.feed(detok.add(tid))
-                text += piece
-                reason = loop_guard.end_reason(req, generated, stopped, n_new, max_new, sampler)
-                if reason:
-                    text += "" if stopped else stop.flush()
-                    yield sampler.token(text, shown, last=True)
-                    return (yield Finished(reason, stats()))
-            yield sampler.token(text, shown)
-            if cancel.is_set():
-                tail = stop.flush()
-                if tail:
-                    yield Token(tail, ())
-                return (yield Finished("cancelled", stats()))
-            if time.perf_counter() - last_stats > STATS_INTERVAL_S:
-                last_stats = time.perf_counter()
-                yield stats()
-            tick()
-            # the pending token (the last shown) goes at the prompt's length + n_new - 1
-            new = decoding.next(base + n_new - 1, max_new - n_new)
-

@@ -1,4 +1,4 @@
-"""Where speculative tokens come from: a draft model (its own cache and decode step), prompt
+"""Where speculative tokens come from besides a draft model (spec/draft_rows.py): prompt
 lookup (the latest earlier match of the last few tokens in the conversation so far), and the
 benchmark-only synthetic draft. Each proposes K token ids on the device and, where they were
 sampled, the distributions they were drawn from; verification is spec/speculative.py's.
@@ -13,7 +13,6 @@ import random
 import torch
 
 from engine.events import BadRequest
-from engine.spec.draft_rows import Ask, DraftRows, DraftSeq
 from engine.step.sampling import Sampler
 
 PROMPT_LOOKUP_NGRAMS = (3, 2, 1)  # the longest suffix that matches earlier decides
@@ -28,30 +27,6 @@ def check_same_tokenizer(target_tok, draft_tok, draft_path: str) -> None:
         raise BadRequest(f"the draft model {draft_path} has another tokenizer than the target "
                          f"({differ} of {len(a)} tokens differ); a draft must share the "
                          "target's tokenizer")
-
-
-class DraftModel:
-    """A small model with the target's tokenizer, drafting for one generation at a time: a
-    batch of one of spec/draft_rows.py's rows, in the draft session's arena (the next
-    generation's start gives the last one's blocks back; its full blocks stay cached by hash)."""
-
-    name = "draft"
-
-    def __init__(self, draft_session, vocab: int):
-        self.rows = DraftRows(draft_session, vocab, 1)
-        self.seq = DraftSeq()
-
-    def start(self, ids: list[int]) -> None:
-        self.rows.release(self.seq)
-
-    def propose(self, seq: list[int], k: int, sampler: Sampler, grammar=None):
-        """-> (tokens [k], their distributions [k, V] or None for greedy). grammar: a
-        constrained request's DraftedGrammar (spec/constrained_verify.py): the draft drafts
-        under its mask and it takes each token (fewer than k once the answer is complete)."""
-        return self.rows.propose([Ask(self.seq, seq, k, sampler, grammar)])[self.seq]
-
-    def commit(self, accepted: list[int], proposed: int) -> None:
-        self.seq.commit(accepted, proposed)
 
 
 class PromptLookup:
@@ -91,28 +66,26 @@ class PromptLookup:
         pass
 
 
-class SyntheticDraft(DraftModel):
-    """Benchmark only (`hearth bench --synthetic-acceptance A`): runs the real draft for its
-    cost, but proposes the target's own greedy continuation (`reference`: a plain greedy run's
-    prompt and output), each token wrong with probability 1 - A, so the acceptance rate is A by
-    construction. Greedy decoding only."""
+class SyntheticDraft:
+    """Benchmark only (`hearth bench --synthetic-acceptance A`): the real draft runs for its
+    cost (the batch's draft rows, spec/draft_rows.py), but its proposals are replaced by the
+    target's own greedy continuation (`reference`: a plain greedy run's prompt and output), each
+    token wrong with probability 1 - A, so the acceptance rate is A by construction. Greedy
+    decoding only (generate/generation.py refuses the rest)."""
 
     name = "synthetic"
 
-    def __init__(self, draft_session, vocab: int, acceptance: float, seed: int = 0):
-        super().__init__(draft_session, vocab)
-        self.vocab, self.device = vocab, draft_session.lm.device
+    def __init__(self, vocab: int, device: torch.device, acceptance: float, seed: int = 0):
+        self.vocab, self.device = vocab, device
         self.acceptance = acceptance
         self.rng = random.Random(seed)
         self.reference: list[int] = []
 
-    def propose(self, seq: list[int], k: int, sampler: Sampler, grammar=None):
-        if not sampler.s.is_greedy:
-            raise BadRequest("the synthetic draft measures greedy decoding only")
-        super().propose(seq, k, sampler)  # what a real draft computes
+    def replace(self, start: int, k: int) -> torch.Tensor:
+        """K proposals for positions start.. in place of the draft's [k]."""
         chosen = []
-        for i in range(len(seq), len(seq) + k):
+        for i in range(start, start + k):
             right = self.reference[i] if i < len(self.reference) else 0
             wrong = (right + 1) % self.vocab
             chosen.append(right if self.rng.random() < self.acceptance else wrong)
-        return torch.tensor(chosen, dtype=torch.long, device=self.device), None
+        return torch.tensor(chosen, dtype=torch.long, device=self.device)

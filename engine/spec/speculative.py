@@ -6,12 +6,8 @@ nor how K is chosen (spec/controller.py).
 
 from __future__ import annotations
 
-import time
-
 import torch
 
-from engine.cache.kv_cache import KVCache
-from engine.spec.constrained_verify import DraftedGrammar
 from engine.spec.controller import Controller
 from engine.step.decode import Decoder
 from engine.step.sampling import Sampler
@@ -101,74 +97,3 @@ def speculation_stats(control: Controller, name: str) -> dict:
                 acceptance_rate=round(t.accepted / t.tested, 4) if t.tested else 0.0,
                 speculative_speedup=round(control.speedup, 3),
                 speculation_switched_off=control.switched_off)
-
-
-class SpeculativeDecoding:
-    """One sequence's speculation by itself (the benchmark's synthetic draft: Session's
-    `_speculate_alone`): `next` runs one round, or a plain step when the controller says
-    speculation should rest.
-
-    `seq` is every committed token, the pending one last (sampled, shown, not yet fed to the
-    target). Rollback: the target cache's token_ids grow by the pending token and the accepted
-    proposals only; what rejected proposals wrote sits past that length, is never read (attention
-    reads up to the step's end) and is overwritten by the next pass.
-    """
-
-    def __init__(self, target: Decoder, cache: KVCache, sampler: Sampler, proposer,
-                 control: Controller, seq: list[int]):
-        self.target, self.cache, self.sampler = target, cache, sampler
-        self.proposer, self.control, self.seq = proposer, control, seq
-        self.token: torch.Tensor | None = None  # the pending token on the device
-        self.started = False
-        self.sync = torch.cuda.synchronize if target.device.type == "cuda" else lambda: None
-
-    def first(self, logits: torch.Tensor) -> list[int]:
-        self.token = self.sampler(logits)
-        self.seq.append(int(self.token.item()))
-        return self.seq[-1:]
-
-    def next(self, position: int, budget: int) -> list[int]:
-        """Feed the pending token at `position`; -> 1 to `budget` new committed tokens."""
-        k = self.control.next_k(budget - 1)
-        if k and not self.started:  # the draft's prefill: only once speculation runs (a
-            t = time.perf_counter()  # switched-off session never pays it), and judged
-            self.proposer.start(self.seq[:-1])
-            self.sync()
-            self.control.overhead(time.perf_counter() - t)
-            self.started = True
-        t0 = time.perf_counter()
-        grammar = None if self.sampler.grammar is None else DraftedGrammar(self.sampler.grammar)
-        proposals, q = self.proposer.propose(self.seq, k, self.sampler, grammar) if k else \
-            (None, None)
-        if grammar is not None and proposals is not None:
-            proposals, q = grammar.check(proposals, q)  # cut at the first forbidden token
-        if proposals is None or proposals.numel() == 0:
-            return self._plain(position)
-        if self.control.adaptive:
-            self.sync()  # time the proposals apart from the verify pass
-        t1 = time.perf_counter()
-        tokens, accepted, self.token = verify(
-            self.target, self.sampler, self.token, position, proposals, q,
-            None if grammar is None else grammar.masks(self.target.device))
-        if grammar is not None:
-            grammar.settle(accepted, tokens[-1])  # rolled back to the accepted length
-        self.cache.token_ids.extend(self.seq[-1:] + tokens[:accepted])
-        self.proposer.commit(tokens[:accepted], proposals.numel())
-        self.sampler.mark(tokens)
-        self.seq.extend(tokens)
-        t2 = time.perf_counter()
-        self.control.round_done(proposals.numel(), accepted, t1 - t0, t2 - t1, t2 - t0)
-        return tokens
-
-    def _plain(self, position: int) -> list[int]:
-        t0 = time.perf_counter()
-        logits = self.target.step(self.token, position)
-        self.token = self.sampler(logits)
-        tid = int(self.token.item())
-        self.cache.token_ids.append(self.seq[-1])
-        self.seq.append(tid)
-        self.control.plain_done(time.perf_counter() - t0)
-        return [tid]
-
-    def stats(self) -> dict:
-        return speculation_stats(self.control, self.proposer.name)

@@ -112,7 +112,7 @@ def measure(session: Session, prompts: list[list[int]], plain: list[tuple], run_
         proposer = None
         if synthetic is not None:
             vocab = session.lm.model.config.vocab_size
-            proposer = SyntheticDraft(draft, vocab, synthetic, seed=0)
+            proposer = SyntheticDraft(vocab, session.lm.device, synthetic, seed=0)
         session.attach_draft(draft, proposer)
 
     def spec_run(i: int):
