@@ -185,3 +185,29 @@ def hearth_serve(*args: str) -> tuple[subprocess.Popen, str]:
         raise AssertionError("".join(lines))
     proc.startup = "".join(lines)  # what it said on stderr up to serving
     return proc, lines[-1].split()[-1]
+
+
+class DraftModel:
+    """A draft model proposing for one sequence alone: a batch of one of spec/draft_rows.py's
+    rows, what a draft row gives when no other row drafts beside it (the reference the batched
+    draft rows are held to)."""
+
+    name = "draft"
+
+    def __init__(self, draft_session, vocab: int):
+        from engine.spec.draft_rows import DraftRows, DraftSeq
+
+        self.rows = DraftRows(draft_session, vocab, 1)
+        self.seq = DraftSeq()
+
+    def start(self, ids: list[int]) -> None:
+        self.rows.release(self.seq)
+
+    def propose(self, seq: list[int], k: int, sampler, grammar=None):
+        """-> (tokens [k], their distributions [k, V] or None for greedy)."""
+        from engine.spec.draft_rows import Ask
+
+        return self.rows.propose([Ask(self.seq, seq, k, sampler, grammar)])[self.seq]
+
+    def commit(self, accepted: list[int], proposed: int) -> None:
+        self.seq.commit(accepted, proposed)

@@ -1,5 +1,5 @@
 """A draft model speculates inside the batch (spec/draft_rows.py, batch/speculative_rows.py):
-its rows' proposals are those the draft gives alone (spec/proposers.py DraftModel) whatever
+its rows' proposals are those the draft gives alone (tests/engine/helpers.py DraftModel) whatever
 else drafts beside them; a draft row beside plain rows gives its plain greedy tokens (fp32 on
 the CPU) and the plain rows theirs; two draft rows at once, and a draft row beside a
 prompt-lookup row, each give theirs; a seeded sampled draft row gives the same tokens beside
@@ -13,12 +13,12 @@ from dataclasses import replace
 import pytest
 
 from engine.events import GenerateRequest, LoadRequest, SamplingParams
+from engine.generate.generation import checked_prompt
 from engine.generate.session import Session
 from engine.spec.draft_rows import Ask, DraftRows, DraftSeq
-from engine.spec.proposers import DraftModel
 from tests.engine.generate.test_batch_run import Run, alone, request
 from tests.engine.generate.test_speculation_in_batch import COPY, submit_beside
-from tests.engine.helpers import token_ids
+from tests.engine.helpers import DraftModel, token_ids
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -64,7 +64,7 @@ def test_draft_rows_propose_what_the_draft_proposes_alone(qwen):
     proposals are those it gets drafting alone, and those the draft's own plain greedy answer
     to the same tokens gives."""
     draft, vocab = qwen.draft, qwen.lm.model.config.vocab_size
-    prompts = [qwen.checked_prompt(GenerateRequest(prompt=p, raw=True, sampling=GREEDY), [])
+    prompts = [checked_prompt(qwen.lm, GenerateRequest(prompt=p, raw=True, sampling=GREEDY), [])
                for p in ("The quick brown fox", "one two three four five six seven")]
 
     def rounds(rows: DraftRows, asked: list) -> list[list[list[int]]]:

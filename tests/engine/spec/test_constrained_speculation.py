@@ -17,12 +17,11 @@ from engine.events import Finished, GenerateRequest, GrammarSpec, LoadRequest, S
 from engine.generate.session import Session
 from engine.grammar.matcher import GrammarState
 from engine.spec.constrained_verify import DraftedGrammar
-from engine.spec.proposers import DraftModel
 from engine.spec.speculative import verify
 from engine.step.sampling import ResolvedSampling, Sampler
 from tests.engine.generate.test_batch_run import Run, alone
 from tests.engine.generate.test_constrained import SCHEMAS, valid
-from tests.engine.helpers import finished, token_ids
+from tests.engine.helpers import DraftModel, finished, token_ids
 from tests.engine.spec.test_speculative import CHI2_999, chi_square
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see tests/engine/conftest.py

@@ -11,10 +11,18 @@ import torch
 from engine.cache import kv_arena
 from engine.events import GenerateRequest, LoadRequest, SamplingParams
 from engine.generate.session import Session
-from engine.spec.proposers import DraftModel, PromptLookup
+from engine.spec.proposers import PromptLookup
 from engine.spec.speculative import accept_greedy, accept_sampled, verify
 from engine.step.sampling import ResolvedSampling, Sampler
-from tests.engine.helpers import PROMPT, finished, greedy_request, text, token_ids, verify_and_steps
+from tests.engine.helpers import (
+    PROMPT,
+    DraftModel,
+    finished,
+    greedy_request,
+    text,
+    token_ids,
+    verify_and_steps,
+)
 from tests.fixtures.tiny import ARCHITECTURES
 
 # chi-square critical values at p = 0.001, by degrees of freedom: a false alarm in 1,000 runs
