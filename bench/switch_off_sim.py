@@ -25,7 +25,8 @@ def verify_s(n: int) -> float:
 
 def generation(ctrl: Controller, alpha: float, rng: random.Random, entry: float,
                new: int = 128) -> float:
-    """One answer, as SpeculativeDecoding.next runs it -> its speed over plain decoding."""
+    """One answer, as a speculating row runs it (its controller's rounds and plain steps) -> its
+    speed over plain decoding."""
     t, made, started = 0.0, 1, False  # the first token comes from the prefill
     resting = False  # plain steps since the last round: the next round's draft catches up
 
