@@ -96,7 +96,6 @@ class Session:
         self.draft: Session | None = None
         self.synthetic = None  # bench only: a proposers.SyntheticDraft over self.draft
         self.speculation = SpeculationSettings(num_speculative_tokens)
-        # one per way of speculating; they remember timings and switch-offs across generations
 
     def configure_speculation(self, **changes) -> None:
         """Replace fields of the SpeculationSettings in force (num_speculative_tokens, adaptive,
@@ -184,9 +183,10 @@ class Session:
         try:
             while not ended:
                 if not events:  # a batch ends each of its requests with one event
-                    if not batch.has_work:
+                    if batch.has_work:
+                        batch.step()
+                    else:
                         events.append(Failed("generation failed: the batch dropped it"))
-                    batch.step()
                     continue
                 event = events.popleft()
                 ended = isinstance(event, Finished | Failed)

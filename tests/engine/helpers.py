@@ -187,6 +187,17 @@ def hearth_serve(*args: str) -> tuple[subprocess.Popen, str]:
     return proc, lines[-1].split()[-1]
 
 
+def stop_server(proc: subprocess.Popen) -> None:
+    """End a `hearth_serve` process: SIGTERM, then SIGKILL if it has not gone in 30 s."""
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    proc.stderr.close()
+
+
 class DraftModel:
     """A draft model proposing for one sequence alone: a batch of one of spec/draft_rows.py's
     rows, what a draft row gives when no other row drafts beside it (the reference the batched

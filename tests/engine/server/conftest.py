@@ -4,7 +4,6 @@ test session, and servers over it on free ports: open, keyed, or with any other 
 from __future__ import annotations
 
 import contextlib
-import subprocess
 import threading
 import time
 
@@ -77,19 +76,13 @@ def metric(base_url: str, name: str, headers: dict | None = None) -> float:
 def keyed_hearth_serve(*args: str):
     """A real `hearth serve` subprocess on the demo model that asks for API_KEY -> its base URL
     (http://127.0.0.1:PORT/v1); ended (SIGTERM) on leaving."""
-    from tests.engine.helpers import hearth_serve
+    from tests.engine.helpers import hearth_serve, stop_server
 
     proc, url = hearth_serve("--api-key", API_KEY, *args)
     try:
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        proc.stderr.close()
+        stop_server(proc)
 
 
 def wait_idle(url: str, timeout_s: float = 120) -> None:

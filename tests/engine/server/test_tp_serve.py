@@ -6,14 +6,13 @@ shows the batched steps on both ranks)."""
 
 from __future__ import annotations
 
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
 from engine.events import GenerateRequest, LoadRequest, SamplingParams, Token
-from tests.engine.helpers import hearth_serve
+from tests.engine.helpers import hearth_serve, stop_server
 
 PROMPTS = ("The quick brown fox", "A zipfile module explains the", "hello hello world of the",
            "one two three four five six seven", "The model", "Tell me about foxes and dogs",
@@ -27,13 +26,7 @@ def served(tiny_model):
     proc, url = hearth_serve("--model", str(tiny_model), "--tensor-parallel", "2",
                              "--max-seqs", "8", "--context", "512")
     yield proc, url
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    proc.stderr.close()
+    stop_server(proc)
 
 
 def alone(tiny_model) -> tuple[list[list[int]], list[str]]:
